@@ -1,0 +1,122 @@
+"""TinyGPT configuration: GPT-2's hyper-parameters plus a choice of position scheme.
+
+This file is copied next to the weights by `save_pretrained`, so it must only import
+transformers (never `hf_tinygpt`): a saved folder loads with `trust_remote_code=True` anywhere.
+"""
+
+from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+POSITION_SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
+_ROPE_KWARGS = ("rope_theta", "partial_rotary_factor", "rope_scaling")
+
+
+class TinyGPTConfig(PreTrainedConfig):
+    r"""
+    GPT-2's configuration (same names, same defaults: GPT-2 small) with a configurable position scheme.
+
+    position_embedding_type (`str`, defaults to `"learned"`):
+        Where token order enters the model. `"learned"`: a trained row per position added to the input, as in
+        GPT-2 (inputs longer than `n_positions` are refused). `"sinusoidal"`: fixed sin/cos rows added to the
+        input (Vaswani et al. 2017). `"rope"`: q and k are rotated by an angle proportional to the position
+        (Su et al. 2021, as in LLaMA). `"alibi"`: a per-head linear penalty on attention scores by distance
+        (Press et al. 2021). `"none"`: no position information at all (NoPE); the causal mask alone orders tokens.
+    rope_parameters (`dict`, *optional*):
+        transformers' standard RoPE dictionary, only with `"rope"`: `rope_type` (`"default"`, `"linear"`,
+        `"dynamic"`, `"yarn"`, ...), `rope_theta`, `partial_rotary_factor`, `factor`, ... The shortcuts
+        `rope_theta=`, `partial_rotary_factor=` and `rope_scaling=` are accepted as keyword arguments too.
+    scale_embeddings (`bool`, defaults to `False`):
+        Multiply token embeddings by sqrt(n_embd) before adding positions, as in the original transformer.
+    """
+
+    model_type = "tinygpt"
+    attribute_map = {
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    }
+
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_inner: int | None = None
+    activation_function: str = "gelu_new"
+    resid_pdrop: float | int = 0.1
+    embd_pdrop: float | int = 0.1
+    attn_pdrop: float | int = 0.1
+    layer_norm_epsilon: float = 1e-5
+    initializer_range: float = 0.02
+    position_embedding_type: str = "learned"
+    rope_parameters: dict | None = None
+    scale_embeddings: bool = False
+    use_cache: bool = True
+    bos_token_id: int | None = 50256
+    eos_token_id: int | list[int] | None = 50256
+    pad_token_id: int | None = None
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs):
+        if self.position_embedding_type not in POSITION_SCHEMES:
+            raise ValueError(
+                f"position_embedding_type={self.position_embedding_type!r} is not one of {POSITION_SCHEMES}"
+            )
+        rope_requested = self.rope_parameters is not None or any(kwargs.get(k) is not None for k in _ROPE_KWARGS)
+        if rope_requested and self.position_embedding_type != "rope":
+            raise ValueError(
+                f"rope_parameters/rope_theta/partial_rotary_factor/rope_scaling only apply to "
+                f"position_embedding_type='rope', not {self.position_embedding_type!r}"
+            )
+        if self.position_embedding_type == "rope" and self.rope_parameters is None and not kwargs.get("rope_scaling"):
+            self.rope_parameters = {"rope_type": "default"}
+        # transformers moves rope_theta / partial_rotary_factor / rope_scaling into `rope_parameters` here.
+        super().__post_init__(**kwargs)
+        if self.position_embedding_type != "rope":
+            self.rope_parameters = None  # the base class fills in a default one for every config
+        self._check()
+
+    def _check(self):
+        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.n_inner is not None and self.n_inner < 1:
+            raise ValueError(f"n_inner must be a positive integer or None, got {self.n_inner}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.activation_function not in ACT2FN:
+            raise ValueError(f"activation_function={self.activation_function!r} is not one of {sorted(ACT2FN)}")
+        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.position_embedding_type == "sinusoidal" and self.n_embd % 2:
+            raise ValueError(f"position_embedding_type='sinusoidal' needs an even n_embd, got {self.n_embd}")
+        if self.position_embedding_type == "rope":
+            rope_type = self.rope_parameters.get("rope_type", "default")
+            if rope_type not in ROPE_TYPES:
+                raise ValueError(f"rope_parameters['rope_type']={rope_type!r} is not one of {ROPE_TYPES}")
+            fraction = self.rope_parameters.get("partial_rotary_factor", 1.0)
+            if not 0 < fraction <= 1:
+                raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction}")
+            rotary_dim = self.rotary_dim
+            if rotary_dim < 2 or rotary_dim % 2:
+                raise ValueError(
+                    f"RoPE rotates pairs of dimensions: head_dim ({self.head_size}) × partial_rotary_factor "
+                    f"({fraction}) = {rotary_dim} must be even and at least 2 (see n_embd, n_head, partial_rotary_factor)"
+                )
+
+    @property
+    def head_size(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many dimensions of each head RoPE rotates (the rest pass through unchanged)."""
+        fraction = (self.rope_parameters or {}).get("partial_rotary_factor", 1.0)
+        return int(self.head_size * fraction)
+
+
+__all__ = ["TinyGPTConfig", "POSITION_SCHEMES"]
