@@ -3,10 +3,21 @@
 Importing the package registers `model_type="tinygpt"` with AutoConfig, AutoModel and AutoModelForCausalLM.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+from pathlib import Path
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, GPT2TokenizerFast
 
 from .configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
 from .modeling_tinygpt import TinyGPTForCausalLM, TinyGPTModel, TinyGPTPreTrainedModel
+from .params import parameter_breakdown
+
+# OpenAI's GPT-2 BPE files (vocab.json + merges.txt), bundled so that nothing needs the network.
+GPT2_TOKENIZER_DIR = Path(__file__).parent / "tokenizer"
+
+
+def gpt2_tokenizer() -> GPT2TokenizerFast:
+    """The real GPT-2 tokenizer (50,257 tokens, eos `<|endoftext|>` = 50256) from the bundled files."""
+    return GPT2TokenizerFast.from_pretrained(GPT2_TOKENIZER_DIR)
 
 AutoConfig.register(TinyGPTConfig.model_type, TinyGPTConfig, exist_ok=True)
 AutoModel.register(TinyGPTConfig, TinyGPTModel, exist_ok=True)
@@ -18,4 +29,13 @@ TinyGPTConfig.register_for_auto_class()
 TinyGPTModel.register_for_auto_class("AutoModel")
 TinyGPTForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 
-__all__ = ["POSITION_SCHEMES", "TinyGPTConfig", "TinyGPTForCausalLM", "TinyGPTModel", "TinyGPTPreTrainedModel"]
+__all__ = [
+    "GPT2_TOKENIZER_DIR",
+    "POSITION_SCHEMES",
+    "TinyGPTConfig",
+    "TinyGPTForCausalLM",
+    "TinyGPTModel",
+    "TinyGPTPreTrainedModel",
+    "gpt2_tokenizer",
+    "parameter_breakdown",
+]

@@ -98,7 +98,7 @@ class SinusoidalPositions(PositionScheme):
         self.register_fixed_buffers()
 
     def fixed_buffers(self):
-        return {"inv_freq": self.base ** -(torch.arange(0, self.dim, 2, dtype=torch.float) / self.dim)}
+        return {"inv_freq": 1.0 / self.base ** (torch.arange(0, self.dim, 2, dtype=torch.float) / self.dim)}
 
     def rows(self, position_ids: torch.Tensor) -> torch.Tensor:
         """The position rows for `position_ids`, shape (*position_ids.shape, n_embd), float32."""
@@ -147,7 +147,7 @@ class RotaryPositions(PositionScheme):
         if self.rope_type != "default":
             return ROPE_INIT_FUNCTIONS[self.rope_type](self.config)
         dim = self.config.rotary_dim
-        return self.config.rope_parameters["rope_theta"] ** -(torch.arange(0, dim, 2, dtype=torch.float) / dim), 1.0
+        return 1.0 / self.config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim), 1.0
 
     def fixed_buffers(self):
         inv_freq, self.attention_scaling = self.frequencies()

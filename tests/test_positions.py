@@ -1,0 +1,295 @@
+"""The five position schemes: what each one computes, and that each one decodes and saves exactly."""
+
+import math
+
+import pytest
+import torch
+from conftest import VOCAB, tiny_config, tiny_model
+from transformers import DynamicCache, LlamaConfig, StaticCache
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.modeling_tinygpt import (
+    AlibiPositions,
+    LearnedPositions,
+    NoPositions,
+    RotaryPositions,
+    SinusoidalPositions,
+    apply_rotary,
+)
+
+# ---- every scheme: cache, save/load, generate ---------------------------------------------------------------
+
+
+def decode_step_by_step(model, ids, cache, prefix=5):
+    """Prefill `prefix` tokens, then feed the rest one at a time through `cache`; return all logits."""
+    with torch.no_grad():
+        logits = [model(ids[:, :prefix], cache=cache, use_cache=True).logits]
+        for t in range(prefix, ids.shape[1]):
+            logits.append(model(ids[:, t : t + 1], cache=cache, use_cache=True).logits)
+    return torch.cat(logits, dim=1)
+
+
+@pytest.mark.parametrize("cache_kind", ["dynamic", "static"])
+def test_cached_decoding_equals_full_forward(scheme, cache_kind):
+    model = tiny_model(scheme)
+    ids = torch.randint(0, VOCAB, (2, 20))
+    with torch.no_grad():
+        full = model(ids).logits
+    if cache_kind == "dynamic":
+        cache = DynamicCache(config=model.config)
+    else:
+        cache = StaticCache(config=model.config, max_cache_len=32)
+    assert (decode_step_by_step(model, ids, cache) - full).abs().max() <= 1e-5
+
+
+def test_generate_with_static_cache_equals_dynamic(scheme):
+    model = tiny_model(scheme)
+    prompt = torch.randint(1, VOCAB, (2, 6))
+    kwargs = dict(max_new_tokens=10, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(prompt))
+    dynamic = model.generate(prompt, **kwargs)
+    static = model.generate(prompt, cache_implementation="static", **kwargs)
+    assert torch.equal(dynamic, static)
+    assert dynamic.shape == (2, 16)
+
+
+def test_left_padded_generate_equals_each_prompt_alone(scheme):
+    model = tiny_model(scheme)
+    prompts = [[5, 17, 33, 2, 9, 41, 8], [12, 7], [100, 3, 55, 6]]
+    width = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :], mask[row, width - len(prompt) :] = torch.tensor(prompt), 1
+    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    batch = model.generate(ids, attention_mask=mask, **kwargs)
+    for row, prompt in enumerate(prompts):
+        alone = model.generate(torch.tensor([prompt]), **kwargs)
+        assert batch[row, width:].tolist() == alone[0, len(prompt) :].tolist(), f"prompt {row}"
+
+
+def test_save_load_round_trip(scheme, tmp_path):
+    model = tiny_model(scheme)
+    model.save_pretrained(tmp_path)
+    loaded = TinyGPTForCausalLM.from_pretrained(tmp_path).eval()
+    assert loaded.config.position_embedding_type == scheme
+    ids = torch.randint(0, VOCAB, (2, 16))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_each_scheme_builds_its_own_module(scheme):
+    expected = {
+        "learned": LearnedPositions,
+        "sinusoidal": SinusoidalPositions,
+        "rope": RotaryPositions,
+        "alibi": AlibiPositions,
+        "none": NoPositions,
+    }
+    model = tiny_model(scheme)
+    assert type(model.transformer.wpe) is expected[scheme]
+    has_wpe_weight = "transformer.wpe.weight" in model.state_dict()
+    assert has_wpe_weight == (scheme == "learned")  # only learned positions are weights
+
+
+# ---- order: NoPE is blind to the order of earlier tokens; every other scheme is not ---------------------------
+
+
+def last_logits_before_and_after_shuffling_the_prefix(model, length=12):
+    ids = torch.randint(0, VOCAB, (1, length))
+    shuffled = ids.clone()
+    shuffled[0, :-1] = ids[0, :-1][torch.randperm(length - 1, generator=torch.Generator().manual_seed(3))]
+    assert not torch.equal(shuffled, ids)
+    with torch.no_grad():
+        return model(ids).logits[0, -1], model(shuffled).logits[0, -1]
+
+
+def test_nope_property(scheme):
+    """One layer without positions sees a bag of earlier tokens: shuffling them leaves the last output unchanged.
+    Every real scheme sees the order. (Weights at scale 0.5 so tokens and positions are of similar size.)"""
+    model = tiny_model(scheme, n_layer=1, initializer_range=0.5)
+    before, after = last_logits_before_and_after_shuffling_the_prefix(model)
+    if scheme == "none":
+        assert (before - after).abs().max() <= 1e-5
+    else:
+        assert (before - after).abs().max() > 1e-3  # 100× the float noise of the NoPE case
+
+
+def test_causal_mask_alone_leaks_order_after_two_layers():
+    """Why NoPE models can still learn order: from layer 2 on, position i's state summarises tokens 0..i, so the
+    causal mask itself makes earlier states position-dependent."""
+    model = tiny_model("none", n_layer=2, initializer_range=0.5)
+    before, after = last_logits_before_and_after_shuffling_the_prefix(model)
+    assert (before - after).abs().max() > 0.1
+
+
+# ---- length: learned positions stop at n_positions, the others run past it ------------------------------------
+
+
+def test_learned_positions_refuse_inputs_past_n_positions():
+    model = tiny_model("learned", n_positions=16)
+    with pytest.raises(ValueError, match="n_positions=16"):
+        model(torch.randint(0, VOCAB, (1, 17)))
+    with pytest.raises(ValueError, match="n_positions=16"):
+        model.generate(torch.randint(1, VOCAB, (1, 10)), max_new_tokens=10, do_sample=False, pad_token_id=0)
+
+
+@pytest.mark.parametrize("scheme_name", ["sinusoidal", "rope", "alibi", "none"])
+def test_other_schemes_run_past_n_positions(scheme_name):
+    model = tiny_model(scheme_name, n_positions=16)
+    ids = torch.randint(0, VOCAB, (1, 40))
+    with torch.no_grad():
+        full = model(ids).logits
+    cache = DynamicCache(config=model.config)
+    assert torch.isfinite(full).all()
+    assert (decode_step_by_step(model, ids, cache, prefix=10) - full).abs().max() <= 1e-5
+
+
+# ---- sinusoidal --------------------------------------------------------------------------------------------
+
+
+def test_sinusoidal_rows_equal_the_closed_formula():
+    d = 32
+    positions = SinusoidalPositions(tiny_config("sinusoidal", n_embd=d))
+    p = torch.tensor([0, 1, 7, 63, 1000])
+    rows = positions.rows(p)
+    for row, pos in zip(rows, p.tolist()):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert row[2 * i].item() == pytest.approx(math.sin(angle), abs=1e-4)
+            assert row[2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-4)
+
+
+def test_sinusoidal_rows_are_added_to_token_embeddings():
+    model = tiny_model("sinusoidal")
+    ids = torch.randint(0, VOCAB, (1, 9))
+    with torch.no_grad():
+        first_hidden = model(ids, output_hidden_states=True).hidden_states[0]
+    expected = model.transformer.wte(ids) + model.transformer.wpe.rows(torch.arange(9))
+    assert (first_hidden - expected).abs().max() <= 1e-6
+
+
+def test_scale_embeddings_multiplies_tokens_by_sqrt_d():
+    model = tiny_model("sinusoidal", scale_embeddings=True)
+    ids = torch.randint(0, VOCAB, (1, 9))
+    with torch.no_grad():
+        first_hidden = model(ids, output_hidden_states=True).hidden_states[0]
+    expected = model.transformer.wte(ids) * math.sqrt(32) + model.transformer.wpe.rows(torch.arange(9))
+    assert (first_hidden - expected).abs().max() <= 1e-5
+
+
+# ---- rope --------------------------------------------------------------------------------------------------
+
+
+def llama_rotary(config, rope_parameters):
+    """transformers' LLaMA rotary embedding for the same head size, theta and scaling."""
+    llama = LlamaConfig(
+        hidden_size=config.n_embd,
+        num_attention_heads=config.n_head,
+        max_position_embeddings=config.n_positions,
+        rope_parameters=dict(rope_parameters),
+    )
+    return LlamaRotaryEmbedding(llama)
+
+
+ROPE_VARIANTS = [
+    {"rope_type": "default", "rope_theta": 10000.0},
+    {"rope_type": "default", "rope_theta": 500.0},
+    {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+    {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+    {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0},
+]
+
+
+@pytest.mark.parametrize("rope_parameters", ROPE_VARIANTS, ids=lambda p: f"{p['rope_type']}-{p['rope_theta']:g}")
+def test_rope_rotates_q_and_k_like_llama(rope_parameters):
+    config = tiny_config("rope", n_embd=64, n_head=4, n_positions=32, rope_parameters=dict(rope_parameters))
+    ours, llama = RotaryPositions(config), llama_rotary(config, rope_parameters)
+    q, k = torch.randn(2, 4, 80, 16), torch.randn(2, 4, 80, 16)
+    position_ids = torch.arange(80).expand(2, 80)  # 80 > n_positions: dynamic NTK rescales here
+    expected_q, expected_k = apply_rotary_pos_emb(q, k, *llama(q, position_ids))
+    got_q, got_k = apply_rotary(q, k, *ours(q, position_ids))
+    assert (got_q - expected_q).abs().max() <= 1e-5
+    assert (got_k - expected_k).abs().max() <= 1e-5
+
+
+def test_partial_rotary_leaves_the_tail_of_each_head_alone():
+    config = tiny_config("rope", n_embd=64, n_head=4, partial_rotary_factor=0.5)
+    assert config.rotary_dim == 8
+    rotary = RotaryPositions(config)
+    q, k = torch.randn(1, 4, 10, 16), torch.randn(1, 4, 10, 16)
+    got_q, got_k = apply_rotary(q, k, *rotary(q, torch.arange(10)[None]))
+    assert torch.equal(got_q[..., 8:], q[..., 8:]) and torch.equal(got_k[..., 8:], k[..., 8:])
+    # the rotated part is LLaMA's rotation of an 8-dim head
+    full = tiny_config("rope", n_embd=32, n_head=4)  # head_dim 8, fully rotated
+    expected_q, _ = apply_rotary_pos_emb(q[..., :8], k[..., :8], *llama_rotary(full, {"rope_type": "default"})(
+        q, torch.arange(10)[None]))  # fmt: skip
+    assert (got_q[..., :8] - expected_q).abs().max() <= 1e-5
+
+
+def test_rope_dot_product_depends_only_on_the_offset():
+    rotary = RotaryPositions(tiny_config("rope", n_embd=64, n_head=4))
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+
+    def score(query_position, key_position):
+        cos, sin = rotary(q, torch.tensor([[query_position, key_position]]))
+        rq, _ = apply_rotary(q, q, cos[:, :1], sin[:, :1])
+        rk, _ = apply_rotary(k, k, cos[:, 1:], sin[:, 1:])
+        return (rq * rk).sum().item()
+
+    for offset in (0, 3, 17):
+        scores = [score(start + offset, start) for start in (0, 5, 40, 300)]
+        assert max(scores) - min(scores) <= 1e-4, scores
+    assert abs(score(3, 0) - score(17, 0)) > 1e-3  # ... and it does depend on the offset
+
+
+# ---- alibi -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_head", [1, 4, 6, 8, 12])
+def test_alibi_slopes_equal_bloom(n_head):
+    """BLOOM's ALiBi (transformers) puts slope·key_position on the scores; ours puts -slope·distance. Per query
+    row they differ by a constant, which softmax ignores, so the slopes must be identical."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    positions = AlibiPositions(tiny_config("alibi", n_embd=8 * n_head, n_head=n_head))
+    bloom = build_alibi_tensor(torch.ones(1, 2), n_head, torch.float32)  # (heads, 1, 2): slope · [0, 1]
+    assert torch.allclose(positions.slopes, bloom[:, 0, 1], atol=1e-7)
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+    positions = AlibiPositions(tiny_config("alibi"))
+    bias = positions.bias(query_length=3, key_length=8, past_length=5)
+    assert bias.shape == (1, 4, 3, 8)
+    for h, slope in enumerate(positions.slopes.tolist()):
+        for i in range(3):
+            for j in range(8):
+                assert bias[0, h, i, j].item() == pytest.approx(-slope * (5 + i - j))
+
+
+def test_alibi_attention_equals_softmax_of_biased_scores():
+    """One eager layer by hand: softmax(q·kᵀ/√d − slope·distance, causal) · v."""
+    model = tiny_model("alibi", n_layer=1)
+    model.set_attn_implementation("eager")
+    ids = torch.randint(0, VOCAB, (1, 7))
+    with torch.no_grad():
+        attentions = model(ids, output_attentions=True).attentions[0]
+        x = model.transformer.h[0].ln_1(model.transformer.wte(ids))
+        q, k, _ = model.transformer.h[0].attn.c_attn(x).split(32, dim=-1)
+        q, k = (t.view(1, 7, 4, 8).transpose(1, 2) for t in (q, k))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(8) + model.transformer.wpe.bias(7, 7, 0)
+        scores = scores.masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), float("-inf"))
+    assert (attentions - scores.softmax(-1)).abs().max() <= 1e-5
+
+
+def test_sdpa_and_eager_agree(scheme):
+    eager, sdpa = tiny_model(scheme), tiny_model(scheme)
+    eager.set_attn_implementation("eager")
+    sdpa.set_attn_implementation("sdpa")
+    ids = torch.randint(0, VOCAB, (2, 19))
+    mask = torch.ones_like(ids)
+    mask[1, :6] = 0
+    with torch.no_grad():
+        a = eager(ids, attention_mask=mask).logits
+        b = sdpa(ids, attention_mask=mask).logits
+    assert (a[mask.bool()] - b[mask.bool()]).abs().max() <= 1e-5
