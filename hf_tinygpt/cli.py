@@ -41,12 +41,33 @@ def params_command(args) -> int:
     return 0
 
 
+def verify_gpt2_command(args) -> int:
+    from .verify import verify_gpt2_checkpoint
+
+    source = args.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
+    print(f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT ...")
+    result = verify_gpt2_checkpoint(args.model, args.text)
+    same = result["tinygpt_tokens"] == result["gpt2_tokens"]
+    print(f"parameters: {result['parameters']:,}")
+    print(f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {args.tolerance:g})")
+    print(f"greedy continuation, GPT2LMHeadModel: {result['gpt2_text']!r}")
+    print(f"greedy continuation, TinyGPT:         {result['tinygpt_text']!r}")
+    ok = same and result["max_abs_logit_delta"] <= args.tolerance
+    print("OK: identical" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-tinygpt", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
     params = verbs.add_parser("params", help="parameter breakdown of a model folder, Hub id or config.json")
     params.add_argument("model", help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
     params.set_defaults(run=params_command)
+    verify = verbs.add_parser("verify-gpt2", help="compare TinyGPT with transformers' GPT-2 on the same weights")
+    verify.add_argument("model", nargs="?", help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)")
+    verify.add_argument("--text", default="To be, or not to be, that is the question:")
+    verify.add_argument("--tolerance", type=float, default=1e-4, help="largest acceptable max |Δlogits|")
+    verify.set_defaults(run=verify_gpt2_command)
     return parser
 
 

@@ -1,0 +1,46 @@
+"""Check a TinyGPT against transformers' own GPT2LMHeadModel on the same weights."""
+
+import tempfile
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from .modeling_tinygpt import TinyGPTForCausalLM
+
+
+@torch.no_grad()
+def compare_with_gpt2(tiny: TinyGPTForCausalLM, gpt2: GPT2LMHeadModel, input_ids: torch.Tensor, new_tokens: int = 16):
+    """max |Δlogits| on `input_ids`, and both models' greedy continuations (token ids)."""
+    delta = (tiny(input_ids).logits.float() - gpt2(input_ids).logits.float()).abs().max().item()
+    kwargs = dict(max_new_tokens=new_tokens, do_sample=False, attention_mask=torch.ones_like(input_ids))
+    kwargs["pad_token_id"] = gpt2.config.eos_token_id
+    ours, theirs = tiny.generate(input_ids, **kwargs), gpt2.generate(input_ids, **kwargs)
+    return {
+        "max_abs_logit_delta": delta,
+        "tinygpt_tokens": ours[0, input_ids.shape[1] :].tolist(),
+        "gpt2_tokens": theirs[0, input_ids.shape[1] :].tolist(),
+    }
+
+
+def random_gpt2_folder(folder: str, seed: int = 0, **config) -> str:
+    """Save a GPT2LMHeadModel with random weights (GPT-2 small's shape unless `config` says otherwise)."""
+    torch.manual_seed(seed)
+    GPT2LMHeadModel(GPT2Config(**config)).save_pretrained(folder)
+    return folder
+
+
+def verify_gpt2_checkpoint(gpt2_folder: str | None, text: str, seed: int = 0) -> dict:
+    """Load a GPT-2 folder (or, with None, a random GPT-2 small made here) with both libraries and compare."""
+    from . import gpt2_tokenizer
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = gpt2_folder or random_gpt2_folder(scratch, seed=seed)
+        gpt2 = GPT2LMHeadModel.from_pretrained(folder).eval()
+        tiny = TinyGPTForCausalLM.from_pretrained(folder).eval()
+        tokenizer = gpt2_tokenizer()
+        ids = torch.tensor([tokenizer(text).input_ids])
+        result = compare_with_gpt2(tiny, gpt2, ids)
+        result["tinygpt_text"] = tokenizer.decode(result["tinygpt_tokens"])
+        result["gpt2_text"] = tokenizer.decode(result["gpt2_tokens"])
+        result["parameters"] = tiny.num_parameters()
+        return result

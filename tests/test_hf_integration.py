@@ -1,0 +1,228 @@
+"""TinyGPT behaves like any transformers causal LM: Auto classes, pipeline, remote code, tying, training knobs."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import VOCAB, tiny_config, tiny_model
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, pipeline
+
+import hf_tinygpt
+from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel
+
+
+def text_model(scheme="learned", seed=0):
+    """A tiny model over the real GPT-2 vocabulary, so the real tokenizer and pipeline can drive it."""
+    return tiny_model(scheme, seed=seed, vocab_size=50257, n_embd=16, n_head=2, eos_token_id=50256, bos_token_id=50256)
+
+
+def save_with_tokenizer(model, folder):
+    model.save_pretrained(folder)
+    hf_tinygpt.gpt2_tokenizer().save_pretrained(folder)
+    return folder
+
+
+# ---- Auto classes and pipeline -------------------------------------------------------------------------------
+
+
+def test_auto_classes_from_config_object():
+    config = tiny_config("rope")
+    assert isinstance(AutoConfig.for_model("tinygpt"), TinyGPTConfig)
+    assert type(AutoModel.from_config(config)) is TinyGPTModel
+    assert type(AutoModelForCausalLM.from_config(config)) is TinyGPTForCausalLM
+
+
+def test_auto_classes_from_saved_folder(tmp_path, scheme):
+    model = tiny_model(scheme)
+    model.save_pretrained(tmp_path)
+    assert type(AutoConfig.from_pretrained(tmp_path)) is TinyGPTConfig
+    body = AutoModel.from_pretrained(tmp_path)
+    lm = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert type(body) is TinyGPTModel and type(lm) is TinyGPTForCausalLM
+    ids = torch.randint(0, VOCAB, (1, 10))
+    with torch.no_grad():
+        assert torch.equal(lm(ids).logits, model(ids).logits)
+        assert torch.equal(body(ids).last_hidden_state, model.transformer(ids).last_hidden_state)
+
+
+def test_pipeline_from_object_and_from_folder(tmp_path):
+    model, tokenizer = text_model(), hf_tinygpt.gpt2_tokenizer()
+    kwargs = dict(max_new_tokens=8, do_sample=False)
+    from_object = pipeline("text-generation", model=model, tokenizer=tokenizer)("To be, or not", **kwargs)
+    save_with_tokenizer(model, tmp_path)
+    from_folder = pipeline("text-generation", model=str(tmp_path))("To be, or not", **kwargs)
+    assert from_object[0]["generated_text"].startswith("To be, or not")
+    assert from_object == from_folder
+    # and the pipeline's continuation is exactly the model's greedy continuation
+    ids = tokenizer("To be, or not", return_tensors="pt").input_ids
+    expected = model.generate(ids, **kwargs, pad_token_id=50256)
+    assert from_object[0]["generated_text"] == tokenizer.decode(expected[0])
+
+
+def test_saved_folder_carries_code_and_auto_map(tmp_path):
+    tiny_model("alibi").save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "tinygpt"
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_tinygpt.TinyGPTConfig",
+        "AutoModelForCausalLM": "modeling_tinygpt.TinyGPTForCausalLM",
+    }
+    for code_file in ("configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py"):
+        source = (tmp_path / code_file).read_text()
+        assert "import hf_tinygpt" not in source and "from hf_tinygpt" not in source
+
+
+REMOTE_CODE_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+
+    class BlockHfTinygpt:  # this interpreter behaves as if hf_tinygpt were not installed
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "hf_tinygpt":
+                raise ImportError("hf_tinygpt is blocked in this test")
+
+    sys.meta_path.insert(0, BlockHfTinygpt())
+    try:
+        import hf_tinygpt
+        sys.exit("hf_tinygpt should not be importable here")
+    except ImportError:
+        pass
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    folder, prompt = sys.argv[1], sys.argv[2]
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    tokens = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
+    text = pipeline("text-generation", model=folder, trust_remote_code=True)(prompt, max_new_tokens=8, do_sample=False)
+    print(json.dumps({"class": type(model).__module__, "tokens": tokens, "text": text[0]["generated_text"]}))
+    """
+)
+
+
+@pytest.mark.parametrize("scheme_name", ["learned", "rope", "alibi"])
+def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, scheme_name):
+    model, tokenizer = text_model(scheme_name), hf_tinygpt.gpt2_tokenizer()
+    folder = save_with_tokenizer(model, tmp_path / "model")
+    prompt = "Now is the winter of our discontent"
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    expected = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
+
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", REMOTE_CODE_SCRIPT, str(folder), prompt],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["class"].startswith("transformers_modules.")  # the copied code, not the package
+    assert result["tokens"] == expected
+    assert result["text"] == tokenizer.decode(expected)
+
+
+# ---- tied head -----------------------------------------------------------------------------------------------
+
+
+def test_head_is_tied_after_construction_loading_and_resizing(tmp_path):
+    model = tiny_model()
+    assert model.lm_head.weight is model.transformer.wte.weight
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        keys = set(f.keys())
+    assert "transformer.wte.weight" in keys and "lm_head.weight" not in keys  # stored once
+    loaded = TinyGPTForCausalLM.from_pretrained(tmp_path)
+    assert loaded.lm_head.weight is loaded.transformer.wte.weight
+    loaded.resize_token_embeddings(VOCAB + 13)
+    assert loaded.lm_head.weight is loaded.transformer.wte.weight
+    assert loaded.lm_head.weight.shape == (VOCAB + 13, 32) and loaded.config.vocab_size == VOCAB + 13
+
+
+def test_untied_head_is_its_own_tensor_and_round_trips(tmp_path):
+    model = tiny_model(tie_word_embeddings=False)
+    assert model.lm_head.weight is not model.transformer.wte.weight
+    assert not torch.equal(model.lm_head.weight, model.transformer.wte.weight)
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        assert {"lm_head.weight", "transformer.wte.weight"} <= set(f.keys())
+    loaded = TinyGPTForCausalLM.from_pretrained(tmp_path)
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight)
+    assert hf_tinygpt.parameter_breakdown(loaded)["lm_head"] == VOCAB * 32
+
+
+# ---- forward-pass features -----------------------------------------------------------------------------------
+
+
+def test_labels_give_the_shifted_cross_entropy():
+    model = tiny_model("rope")
+    ids = torch.randint(0, VOCAB, (2, 9))
+    labels = ids.clone()
+    labels[1, 5:] = -100
+    with torch.no_grad():
+        out = model(ids, labels=labels)
+    expected = torch.nn.functional.cross_entropy(
+        out.logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1), ignore_index=-100
+    )
+    assert abs(out.loss.item() - expected.item()) <= 1e-6
+
+
+def test_logits_to_keep():
+    model = tiny_model("alibi")
+    ids = torch.randint(0, VOCAB, (2, 9))
+    with torch.no_grad():
+        full = model(ids).logits
+        last = model(ids, logits_to_keep=1).logits
+        chosen = model(ids, logits_to_keep=torch.tensor([0, 4])).logits
+    assert last.shape == (2, 1, VOCAB) and (last - full[:, -1:]).abs().max() <= 1e-6
+    assert chosen.shape == (2, 2, VOCAB) and (chosen - full[:, [0, 4]]).abs().max() <= 1e-6
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(scheme):
+    def gradients(checkpointing):
+        model = tiny_model(scheme, resid_pdrop=0.0)
+        model.train()
+        if checkpointing:
+            # transformers 5.24 renamed it activation_checkpointing_enable; 5.23 has only the old name
+            getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+            assert model.transformer.gradient_checkpointing
+        ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+        model(ids, labels=ids).loss.backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    plain, checkpointed = gradients(False), gradients(True)
+    assert plain.keys() == checkpointed.keys()
+    for name in plain:
+        assert (plain[name] - checkpointed[name]).abs().max() <= 1e-6, name
+
+
+def test_device_map_auto_loads_whole_blocks(tmp_path):
+    assert TinyGPTForCausalLM._no_split_modules == ["TinyGPTBlock"]
+    model = tiny_model("rope")
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, device_map="auto")
+    ids = torch.randint(0, VOCAB, (1, 8))
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
+
+
+def test_return_dict_false_gives_a_tuple():
+    model = tiny_model()
+    ids = torch.randint(0, VOCAB, (1, 5))
+    logits = model(ids, return_dict=False, use_cache=False)[0]
+    assert logits.shape == (1, 5, VOCAB)
+
+
+def test_bf16_forward_runs_and_stays_close_to_fp32():
+    model = tiny_model("rope")
+    ids = torch.randint(0, VOCAB, (1, 16))
+    with torch.no_grad():
+        fp32 = model(ids).logits
+        bf16 = model.to(torch.bfloat16)(ids).logits
+    assert bf16.dtype == torch.bfloat16
+    assert (bf16.float() - fp32).abs().max() < 0.05

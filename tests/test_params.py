@@ -1,0 +1,66 @@
+"""Where the parameters are: GPT-2 small must come to exactly 124,439,808 with its tied head."""
+
+import subprocess
+import sys
+
+from conftest import random_gpt2, tiny_model
+
+from hf_tinygpt import TinyGPTConfig, parameter_breakdown
+
+
+def test_gpt2_small_has_124_439_808_parameters():
+    parts = parameter_breakdown(TinyGPTConfig())  # the defaults are GPT-2 small
+    V, P, N, C = 50257, 1024, 12, 768
+    assert parts == {
+        "token_embedding": V * C,
+        "position_embedding": P * C,
+        "blocks": N * (12 * C * C + 13 * C),
+        "final_norm": 2 * C,
+        "lm_head": 0,
+        "total": 124_439_808,
+    }
+
+
+def test_breakdown_matches_transformers_gpt2_and_the_model_itself():
+    gpt2 = random_gpt2(n_embd=48, n_layer=3, n_head=6, n_inner=100)
+    ours = tiny_model(n_embd=48, n_layer=3, n_head=6, n_inner=100)
+    parts = parameter_breakdown(ours)
+    assert parts["total"] == gpt2.num_parameters() == ours.num_parameters()
+
+
+def test_schemes_without_weights_have_no_position_parameters():
+    for scheme in ("sinusoidal", "rope", "alibi", "none"):
+        assert parameter_breakdown(TinyGPTConfig(position_embedding_type=scheme))["position_embedding"] == 0
+    untied = parameter_breakdown(TinyGPTConfig(tie_word_embeddings=False))
+    assert untied["lm_head"] == 50257 * 768 and untied["total"] == 124_439_808 + 50257 * 768
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "hf_tinygpt.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_params_command_on_a_gpt2_folder_and_a_config_file(tmp_path):
+    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    out = run_cli("params", str(tmp_path / "gpt2"))
+    assert out.returncode == 0, out.stderr
+    assert "learned positions, 2 layers, n_embd 32" in out.stdout
+    total = parameter_breakdown(tiny_model())["total"]
+    assert "total" in out.stdout and f"{total:,}" in out.stdout
+
+    TinyGPTConfig().to_json_file(tmp_path / "small.json")
+    out = run_cli("params", str(tmp_path / "small.json"))
+    assert out.returncode == 0 and "124,439,808" in out.stdout
+
+
+def test_params_command_reports_a_missing_path():
+    out = run_cli("params", "./no/such/folder")
+    assert out.returncode == 2 and "no such file or folder" in out.stderr
+
+
+def test_verify_gpt2_command_on_the_4_36_checkpoint():
+    from pathlib import Path
+
+    folder = Path(__file__).parent / "fixtures" / "fake-gpt2-transformers-4.36"
+    out = run_cli("verify-gpt2", str(folder), "--tolerance", "1e-5")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "parameters: 102,640" in out.stdout and "OK: identical" in out.stdout
