@@ -57,6 +57,64 @@ def verify_gpt2_command(args) -> int:
     return 0 if ok else 1
 
 
+SAMPLE_TEXT = "To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer"
+
+
+def convert_command(args) -> int:
+    import torch
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    from . import convert
+    from .modeling_tinygpt import TinyGPTForCausalLM
+
+    def sample_ids(folder, vocab_size):
+        ids = AutoTokenizer.from_pretrained(folder)(SAMPLE_TEXT, return_tensors="pt").input_ids
+        return ids % vocab_size  # a tiny test vocabulary still gets valid ids
+
+    def report(delta):
+        print(f"verify: max |Δlogits| = {delta:.3g} (tolerance {args.tolerance:g})")
+        if not delta <= args.tolerance:
+            raise ValueError(f"verification failed: max |Δlogits| {delta:.3g} > {args.tolerance:g}; nothing written")
+
+    def check_tinygpt(staging, source):  # the written folder, read back, against upstream GPT-2 on the source
+        converted = TinyGPTForCausalLM.from_pretrained(staging, dtype=torch.float32).eval()
+        reference = convert.reference_gpt2(source)
+        report(convert.max_logit_delta(converted, reference, sample_ids(staging, converted.config.vocab_size)))
+
+    def check_gpt2(staging, tinygpt):
+        exported = GPT2LMHeadModel.from_pretrained(staging, dtype=torch.float32).eval()
+        report(convert.max_logit_delta(exported, tinygpt.float(), sample_ids(staging, exported.config.vocab_size)))
+
+    hub = {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
+    if args.to == "gpt2":
+        out = convert.tinygpt_to_gpt2(args.src, args.out, force=args.force,
+                                      check=check_gpt2 if args.verify else None, **hub)  # fmt: skip
+        print(f"wrote {out} (GPT2LMHeadModel format)")
+    else:
+        out, source = convert.gpt2_to_tinygpt(
+            args.src, args.out, tokenizer=args.tokenizer, dtype=args.dtype, force=args.force, n_head=args.n_head,
+            trim_vocab=args.trim_vocab, check=check_tinygpt if args.verify else None, **hub,
+        )  # fmt: skip
+        print(f"wrote {out} ({source.kind} → tinygpt, {source.config.n_layer} layers, n_embd {source.config.n_embd})")
+    return 0
+
+
+def add_convert_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("src", help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
+                                    "(with --to gpt2: a tinygpt folder or Hub id)")  # fmt: skip
+    parser.add_argument("out", help="output folder (written atomically; never replaced without --force)")
+    parser.add_argument("--to", choices=["tinygpt", "gpt2"], default="tinygpt", help="output format")
+    parser.add_argument("--tokenizer", choices=["gpt2"], help="bundle the GPT-2 BPE tokenizer instead of SRC's")
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="store the weights in this dtype")
+    parser.add_argument("--verify", action="store_true", help="compare with upstream GPT2LMHeadModel before writing")
+    parser.add_argument("--tolerance", type=float, default=1e-4, help="largest max |Δlogits| --verify accepts")
+    parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    parser.add_argument("--n-head", type=int, help="heads, for a lone weights file without config.json")
+    parser.add_argument("--trim-vocab", type=int, help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)")
+    parser.add_argument("--revision", help="Hub revision (branch, tag or commit)")
+    parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-tinygpt", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
@@ -68,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--text", default="To be, or not to be, that is the question:")
     verify.add_argument("--tolerance", type=float, default=1e-4, help="largest acceptable max |Δlogits|")
     verify.set_defaults(run=verify_gpt2_command)
+
+    convert = verbs.add_parser("convert", help="GPT-2 / nanoGPT checkpoint → tinygpt folder (or back with --to gpt2)")
+    add_convert_arguments(convert)
+    convert.set_defaults(run=convert_command)
     return parser
 
 
@@ -75,7 +137,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError, OSError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError, OSError) as error:
         print(f"hf-tinygpt {args.verb}: error: {error}", file=sys.stderr)
         return 2
 

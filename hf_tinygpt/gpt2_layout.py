@@ -126,12 +126,15 @@ def check_state_dict(config: TinyGPTConfig, state_dict: dict[str, torch.Tensor],
 
 
 def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
-    """All tensors of one `.safetensors` or pickle (`weights_only=True`) file."""
-    if weights_file.endswith(".safetensors"):
-        from safetensors.torch import load_file
+    """All tensors of one `.safetensors` or pickle file; pickles only with `weights_only=True` (no code runs)."""
+    try:
+        if weights_file.endswith(".safetensors"):
+            from safetensors.torch import load_file
 
-        return load_file(weights_file)
-    return torch.load(weights_file, map_location="cpu", weights_only=True, mmap=True)
+            return load_file(weights_file)
+        return torch.load(weights_file, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:  # truncated, corrupt, or a pickle that wants to run code
+        raise ValueError(f"{weights_file}: cannot read the tensors ({type(error).__name__}: {error})") from error
 
 
 def resolve_weight_files(path_or_repo_id, **hub_kwargs) -> list[str]:

@@ -201,6 +201,11 @@ class AlibiPositions(PositionScheme):
 
     def bias_attention(self, attention_mask, query_length, past_length, dtype):
         # `attention_mask` is 4D (B, 1, q, kv): boolean (sdpa: True = attend) or additive float (eager: 0 = attend).
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
+            raise ValueError(
+                "position_embedding_type='alibi' adds a bias to the attention scores, which needs "
+                "attn_implementation='eager' or 'sdpa' (got a kernel that takes no additive mask)"
+            )
         allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
         bias = self.bias(query_length, attention_mask.shape[-1], past_length, attention_mask.device)
         return torch.where(allowed, bias.to(dtype), torch.finfo(dtype).min)

@@ -1,5 +1,9 @@
 """Shared fixtures: tiny random models. Everything here runs offline on a CPU in seconds."""
 
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never touch the network; fail fast if anything tries
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel

@@ -1,0 +1,268 @@
+"""Conversions between GPT-2-family checkpoints and tinygpt folders, built on the one mapping in `gpt2_layout`.
+
+Sources: a GPT-2 folder or Hub id (`model_type: gpt2`), a single GPT-2 weights file (`.safetensors` / `.bin`),
+or a nanoGPT `ckpt.pt`. Output folders are written to a temporary sibling and renamed into place only when
+complete; an existing output is replaced only with `force=True`.
+"""
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, GenerationConfig, GPT2Config, GPT2LMHeadModel
+
+from .configuration_tinygpt import TinyGPTConfig
+from .gpt2_layout import (
+    HEAD,
+    PREFIX,
+    check_state_dict,
+    gpt2_config_to_tinygpt,
+    gpt2_state_dict_to_tinygpt,
+    read_config_dict,
+    read_state_dict,
+    resolve_weight_files,
+    tinygpt_config_to_gpt2,
+    tinygpt_state_dict_to_gpt2,
+)
+from .modeling_tinygpt import TinyGPTForCausalLM
+
+GPT2_TOKENIZER_VOCAB = 50257
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class Source:
+    """A checkpoint read into TinyGPT's form, and where its tokenizer (if any) can be loaded from."""
+
+    config: TinyGPTConfig
+    state_dict: dict[str, torch.Tensor]
+    kind: str  # "gpt2" | "gpt2-weights-file" | "nanogpt"
+    tokenizer_from: str | None
+
+
+# ---- reading -------------------------------------------------------------------------------------------------
+
+
+def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None = None, **hub_kwargs) -> Source:
+    """Read any supported GPT-2-family source into a TinyGPT config and state dict (checked, nothing missing)."""
+    path = Path(src)
+    if path.is_file():
+        if path.suffix in (".safetensors", ".bin") and not _is_nanogpt_file(path):
+            return _read_gpt2_weights_file(path, n_head=n_head)
+        if path.suffix in (".pt", ".pth", ".ckpt", ".bin"):
+            return _read_nanogpt(path, trim_vocab=trim_vocab)
+        raise ValueError(f"{src}: unknown checkpoint format {path.suffix!r} (expected .safetensors, .bin or .pt)")
+    if src.startswith((os.sep, ".")) and not path.exists():
+        raise FileNotFoundError(f"{src}: no such file or folder")
+
+    config_dict = read_config_dict(src, **hub_kwargs)
+    if config_dict is None:
+        raise FileNotFoundError(f"{src}: no config.json (expected a GPT-2 folder, Hub id, weights file or ckpt.pt)")
+    if config_dict.get("model_type") != "gpt2":
+        raise ValueError(f"{src}: model_type is {config_dict.get('model_type')!r}, not 'gpt2'")
+    config = gpt2_config_to_tinygpt(config_dict)
+    state_dict = {}
+    for weights_file in resolve_weight_files(src, **hub_kwargs):
+        state_dict.update(gpt2_state_dict_to_tinygpt(read_state_dict(weights_file)))
+    check_state_dict(config, state_dict, source=src)
+    has_tokenizer = any(
+        read_file is not None
+        for read_file in (_cached(src, name, **hub_kwargs) for name in ("tokenizer.json", "vocab.json"))
+    )
+    return Source(config, state_dict, "gpt2", src if has_tokenizer else None)
+
+
+def _cached(src, filename, **hub_kwargs):
+    from transformers.utils.hub import cached_file
+
+    return cached_file(
+        src,
+        filename,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        **hub_kwargs,
+    )
+
+
+def _is_nanogpt_file(path: Path) -> bool:
+    if path.suffix == ".safetensors":
+        return False
+    try:
+        checkpoint = torch.load(path, map_location="meta", weights_only=True)
+    except Exception:
+        return False
+    return isinstance(checkpoint, dict) and "model_args" in checkpoint
+
+
+def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
+    """A lone GPT-2 weights file: a config.json beside it wins; otherwise the shapes give everything but the
+    number of heads, which is n_embd / 64 for every released GPT-2 unless `n_head` says otherwise."""
+    try:
+        state_dict = gpt2_state_dict_to_tinygpt(read_state_dict(str(path)))
+    except Exception as error:
+        raise ValueError(f"{path}: cannot read tensors ({type(error).__name__}: {error})") from error
+    beside = read_config_dict(str(path.parent))
+    if beside is not None and beside.get("model_type") == "gpt2":
+        config = gpt2_config_to_tinygpt(beside)
+    else:
+        wte, wpe = state_dict.get(PREFIX + "wte.weight"), state_dict.get(PREFIX + "wpe.weight")
+        if wte is None or wpe is None:
+            raise ValueError(f"{path}: no wte.weight / wpe.weight tensors: not a GPT-2 checkpoint")
+        n_layer = 1 + max(int(key.split(".")[2]) for key in state_dict if key.startswith(PREFIX + "h."))
+        n_inner = state_dict[PREFIX + "h.0.mlp.c_fc.weight"].shape[0]
+        n_embd = wte.shape[1]
+        config = TinyGPTConfig(
+            vocab_size=wte.shape[0], n_positions=wpe.shape[0], n_embd=n_embd, n_layer=n_layer,
+            n_head=n_head or max(1, n_embd // 64), n_inner=None if n_inner == 4 * n_embd else n_inner,
+        )  # fmt: skip
+    check_state_dict(config, state_dict, source=str(path))
+    return Source(config, state_dict, "gpt2-weights-file", None)
+
+
+def _read_nanogpt(path: Path, trim_vocab: int | None) -> Source:
+    """nanoGPT's `ckpt.pt`: {'model': state_dict, 'model_args': {...}, ...}, nn.Linear layout already.
+
+    nanoGPT uses the exact (erf) GELU, optional `bias=False` (no LayerNorm/Linear biases: zero biases here are the
+    same function), `_orig_mod.` key prefixes after torch.compile, and often a vocabulary padded to 50304.
+    """
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    if not isinstance(checkpoint, dict) or "model" not in checkpoint or "model_args" not in checkpoint:
+        raise ValueError(f"{path}: not a nanoGPT checkpoint (expected a dict with 'model' and 'model_args')")
+    args = checkpoint["model_args"]
+    vocab_size = trim_vocab or args["vocab_size"]
+    if vocab_size > args["vocab_size"]:
+        raise ValueError(f"--trim-vocab {vocab_size} is larger than the checkpoint's vocab_size {args['vocab_size']}")
+    config = TinyGPTConfig(
+        vocab_size=vocab_size, n_positions=args["block_size"], n_embd=args["n_embd"], n_layer=args["n_layer"],
+        n_head=args["n_head"], activation_function="gelu", bos_token_id=50256, eos_token_id=50256,
+    )  # fmt: skip
+    state_dict = {}
+    for key, tensor in checkpoint["model"].items():
+        key = key.removeprefix("_orig_mod.")
+        if key.endswith(".attn.bias"):  # nanoGPT's causal-mask buffer (non-flash path)
+            continue
+        if key in (PREFIX + "wte.weight", HEAD):
+            tensor = tensor[:vocab_size]
+        state_dict[key] = tensor
+    if not args.get("bias", True):
+        with torch.device("meta"):
+            expected = TinyGPTForCausalLM(config).state_dict()
+        for key, tensor in expected.items():
+            if key.endswith(".bias") and key not in state_dict:
+                state_dict[key] = torch.zeros(tensor.shape, dtype=state_dict[PREFIX + "wte.weight"].dtype)
+    check_state_dict(config, state_dict, source=str(path))
+    return Source(config, state_dict, "nanogpt", None)
+
+
+# ---- writing -------------------------------------------------------------------------------------------------
+
+
+def model_from_state_dict(config: TinyGPTConfig, state_dict: dict, dtype: torch.dtype | None = None):
+    """A TinyGPTForCausalLM holding exactly `state_dict` (built on the meta device: no random init, no copy)."""
+    with torch.device("meta"):
+        model = TinyGPTForCausalLM(config)
+    if config.tie_word_embeddings:
+        state_dict = {key: value for key, value in state_dict.items() if key != HEAD}
+    model.load_state_dict(state_dict, strict=False, assign=True)
+    model.tie_weights()
+    for module in model.modules():  # computed buffers (rope/sinusoidal/alibi) were created on meta too
+        if hasattr(module, "fixed_buffers"):
+            for name, value in module.fixed_buffers().items():
+                setattr(module, name, value)
+    if dtype is not None:
+        model = model.to(dtype)
+    return model.eval()
+
+
+def _refuse_existing(out: Path, force: bool):
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pass --force to replace it")
+
+
+def load_tokenizer(tokenizer_from: str):
+    """The tokenizer of a folder or Hub id; the bundled GPT-2 files (which carry no tokenizer_config) by class."""
+    from . import GPT2_TOKENIZER_DIR, gpt2_tokenizer
+
+    return gpt2_tokenizer() if str(tokenizer_from) == str(GPT2_TOKENIZER_DIR) else AutoTokenizer.from_pretrained(tokenizer_from)
+
+
+def write_model_folder(model, out: str | os.PathLike, *, tokenizer_from: str | None, force: bool = False,
+                       check=None) -> Path:  # fmt: skip
+    """Save `model` + tokenizer + generation config into `out`, atomically (temp sibling, then rename).
+
+    `check(staging_folder)` runs on the complete folder before it is renamed into place; if it raises, nothing is
+    left behind."""
+    out = Path(out)
+    _refuse_existing(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        model.save_pretrained(staging)
+        GenerationConfig.from_model_config(model.config).save_pretrained(staging)
+        if tokenizer_from is not None:
+            load_tokenizer(tokenizer_from).save_pretrained(staging)
+        if check is not None:
+            check(staging)
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: str | None = None,
+                    force: bool = False, n_head: int | None = None, trim_vocab: int | None = None,
+                    check=None, **hub_kwargs) -> tuple[Path, Source]:  # fmt: skip
+    """Convert any GPT-2-family source into a complete tinygpt folder. `tokenizer="gpt2"` uses the bundled BPE.
+    `check(staging_folder, source)` may verify the result before it is renamed into place."""
+    from . import GPT2_TOKENIZER_DIR
+
+    _refuse_existing(Path(out), force)  # before any expensive work
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
+    source = read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
+    tokenizer_from = str(GPT2_TOKENIZER_DIR) if tokenizer == "gpt2" else source.tokenizer_from
+    if tokenizer_from is None:
+        raise ValueError(f"{src} has no tokenizer files; pass --tokenizer gpt2 to bundle the GPT-2 BPE tokenizer")
+    model = model_from_state_dict(source.config, dict(source.state_dict), DTYPES.get(dtype))
+    folder_check = None if check is None else (lambda staging: check(staging, source))
+    return write_model_folder(model, out, tokenizer_from=tokenizer_from, force=force, check=folder_check), source
+
+
+def reference_gpt2(source: Source) -> GPT2LMHeadModel:
+    """transformers' GPT2LMHeadModel on the source's own tensors: the reference `--verify` compares against."""
+    gpt2 = GPT2LMHeadModel(GPT2Config(**tinygpt_config_to_gpt2(source.config))).eval()
+    missing, unexpected = gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(source.state_dict), strict=False)
+    if unexpected or set(missing) - {HEAD}:  # the head is tied: it is wte
+        raise ValueError(f"GPT-2 reference: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
+    gpt2.tie_weights()
+    return gpt2
+
+
+def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, check=None, **hub_kwargs) -> Path:
+    """A GPT-2-compatible tinygpt (learned positions, tied, unscaled) → a folder `GPT2LMHeadModel` loads."""
+    out_path = Path(out)
+    _refuse_existing(out_path, force)
+    model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)
+    gpt2_config = GPT2Config(**tinygpt_config_to_gpt2(model.config))  # ValueError naming what GPT-2 lacks
+    with torch.device("meta"):
+        gpt2 = GPT2LMHeadModel(gpt2_config)
+    gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(model.state_dict()), strict=False, assign=True)
+    gpt2.tie_weights()
+    tokenizer_from = src if _cached(src, "tokenizer_config.json", **hub_kwargs) or _cached(src, "vocab.json") else None
+    folder_check = None if check is None else (lambda staging: check(staging, model))
+    gpt2 = gpt2.to(model.dtype).eval()
+    return write_model_folder(gpt2, out_path, tokenizer_from=tokenizer_from, force=force, check=folder_check)
+
+
+@torch.no_grad()
+def max_logit_delta(model_a, model_b, input_ids: torch.Tensor) -> float:
+    """max |Δlogits| over the vocabulary both models share."""
+    a, b = model_a(input_ids).logits.float(), model_b(input_ids).logits.float()
+    vocab = min(a.shape[-1], b.shape[-1])
+    return (a[..., :vocab] - b[..., :vocab]).abs().max().item()

@@ -1,0 +1,13 @@
+#!/usr/bin/env python
+"""GPT-2 folder / Hub id / weights file / nanoGPT ckpt.pt → tinygpt folder. Same as `hf-tinygpt convert SRC OUT`.
+
+    python scripts/convert_gpt2_to_tinygpt.py path/to/gpt2 out/tinygpt --verify
+    python scripts/convert_gpt2_to_tinygpt.py out/ckpt.pt out/tinygpt --tokenizer gpt2 --trim-vocab 50257 --verify
+"""
+
+import sys
+
+from hf_tinygpt.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["convert", *sys.argv[1:]]))

@@ -1,0 +1,241 @@
+"""GPT-2 checkpoints in every layout met in the wild, converted both ways, with self-verifying scripts."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import VOCAB, random_gpt2
+from safetensors.torch import load_file, save_file
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from hf_tinygpt import TinyGPTForCausalLM
+
+IDS = torch.randint(0, VOCAB, (2, 20), generator=torch.Generator().manual_seed(0))
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+def assert_same_logits(tiny, gpt2, ids=IDS):
+    with torch.no_grad():
+        assert (tiny(ids).logits - gpt2(ids).logits).abs().max() <= 1e-5
+
+
+def gpt2_tensors(gpt2):
+    return {key: tensor.clone() for key, tensor in gpt2.state_dict().items()}
+
+
+def write_folder(folder, gpt2, tensors, weights_name="model.safetensors"):
+    folder.mkdir(parents=True, exist_ok=True)
+    gpt2.config.to_json_file(folder / "config.json")
+    if weights_name.endswith(".safetensors"):
+        save_file(tensors, folder / weights_name, metadata={"format": "pt"})
+    else:
+        torch.save(tensors, folder / weights_name)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["safetensors", "pytorch_model.bin", "no transformer. prefix + legacy buffers", "no lm_head", "sharded"],
+)
+def test_layouts_load_with_gpt2_logits(tmp_path, layout):
+    gpt2 = random_gpt2()
+    tensors = gpt2_tensors(gpt2)
+    if layout == "safetensors":
+        tensors.pop("lm_head.weight")
+        write_folder(tmp_path, gpt2, tensors)
+    elif layout == "pytorch_model.bin":
+        write_folder(tmp_path, gpt2, tensors, "pytorch_model.bin")
+    elif layout.startswith("no transformer."):  # like the Hub's original `gpt2` files
+        tensors = {key.removeprefix("transformer."): t for key, t in tensors.items() if key != "lm_head.weight"}
+        for i in range(gpt2.config.n_layer):
+            tensors[f"h.{i}.attn.bias"] = torch.tril(torch.ones(1, 1, 64, 64))
+            tensors[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+        write_folder(tmp_path, gpt2, tensors, "pytorch_model.bin")
+    elif layout == "no lm_head":
+        tensors.pop("lm_head.weight")
+        write_folder(tmp_path, gpt2, tensors)
+    else:
+        gpt2.save_pretrained(tmp_path, max_shard_size="20KB")
+        assert (tmp_path / "model.safetensors.index.json").exists()
+    tiny = TinyGPTForCausalLM.from_pretrained(tmp_path).eval()
+    assert tiny.lm_head.weight is tiny.transformer.wte.weight
+    assert_same_logits(tiny, gpt2)
+
+
+def test_bin_files_are_read_with_weights_only(tmp_path):
+    """A pickle that would run code on load is refused (torch.load(weights_only=True))."""
+    gpt2 = random_gpt2()
+    write_folder(tmp_path, gpt2, {"transformer.wte.weight": torch.zeros(2), "payload": Path("x")}, "pytorch_model.bin")
+    with pytest.raises(Exception, match="(?i)weights.only|unsupported|global"):
+        TinyGPTForCausalLM.from_pretrained(tmp_path)
+
+
+def test_hub_repo_id_resolves_through_the_hf_cache(tmp_path):
+    """A Hub id is resolved by huggingface_hub exactly as transformers does: here from a cache laid out as the
+    Hub client lays it out (refs/main → snapshots/<commit>), offline."""
+    gpt2 = random_gpt2()
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "models--someone--tiny-gpt2" / "snapshots" / commit
+    gpt2.save_pretrained(snapshot)
+    (tmp_path / "models--someone--tiny-gpt2" / "refs").mkdir()
+    (tmp_path / "models--someone--tiny-gpt2" / "refs" / "main").write_text(commit)
+    tiny = TinyGPTForCausalLM.from_pretrained("someone/tiny-gpt2", cache_dir=tmp_path, local_files_only=True)
+    assert_same_logits(tiny.eval(), gpt2)
+    by_commit = TinyGPTForCausalLM.from_pretrained("someone/tiny-gpt2", cache_dir=tmp_path, revision=commit)
+    assert_same_logits(by_commit.eval(), gpt2)
+
+
+# ---- the conversion scripts ----------------------------------------------------------------------------------
+
+
+def run_script(name, *args):
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / name), *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_convert_gpt2_folder_round_trip_with_verify(tmp_path):
+    gpt2 = random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256)
+    gpt2.save_pretrained(tmp_path / "gpt2")
+    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", tmp_path / "tiny", "--tokenizer", "gpt2",
+                     "--verify", "--tolerance", "1e-5")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "verify: max |Δlogits|" in out.stdout
+    files = {p.name for p in (tmp_path / "tiny").iterdir()}
+    assert {"config.json", "model.safetensors", "generation_config.json", "modeling_tinygpt.py",
+            "configuration_tinygpt.py", "tokenizer.json", "tokenizer_config.json"} <= files  # fmt: skip
+    assert "auto_map" in json.loads((tmp_path / "tiny" / "config.json").read_text())
+
+    back = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", tmp_path / "back", "--verify")
+    assert back.returncode == 0, back.stderr[-2000:]
+    reloaded = GPT2LMHeadModel.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        assert (reloaded(IDS).logits - gpt2(IDS).logits).abs().max() <= 1e-5
+
+
+def test_existing_output_is_never_overwritten_without_force(tmp_path):
+    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    args = ("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", tmp_path / "out", "--tokenizer", "gpt2")
+    refused = run_script(*args)
+    assert refused.returncode == 2 and "exists; pass --force" in refused.stderr
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
+    forced = run_script(*args, "--force")
+    assert forced.returncode == 0 and (tmp_path / "out" / "model.safetensors").exists()
+    assert not (tmp_path / "out" / "keep.txt").exists()
+
+
+def nanogpt_checkpoint(path, *, bias=True, vocab=64, padded_vocab=72, compiled=False):
+    """A nanoGPT `ckpt.pt` (nn.Linear layout, exact GELU) with random weights, and the same model as transformers'
+    GPT2LMHeadModel (activation 'gelu', Conv1D = transposed Linear, zero biases when bias=False)."""
+    C, L, H, T = 32, 2, 4, 48
+    g = torch.Generator().manual_seed(0)
+    rand = lambda *shape: torch.randn(*shape, generator=g) * 0.05  # noqa: E731
+    sd = {"transformer.wte.weight": rand(padded_vocab, C), "transformer.wpe.weight": rand(T, C)}
+    for i in range(L):
+        p = f"transformer.h.{i}."
+        sd |= {p + "ln_1.weight": 1 + rand(C), p + "ln_2.weight": 1 + rand(C), p + "attn.c_attn.weight": rand(3 * C, C),
+               p + "attn.c_proj.weight": rand(C, C), p + "mlp.c_fc.weight": rand(4 * C, C),
+               p + "mlp.c_proj.weight": rand(C, 4 * C), p + "attn.bias": torch.tril(torch.ones(1, 1, T, T))}  # fmt: skip
+        if bias:
+            sd |= {p + "ln_1.bias": rand(C), p + "ln_2.bias": rand(C), p + "attn.c_attn.bias": rand(3 * C),
+                   p + "attn.c_proj.bias": rand(C), p + "mlp.c_fc.bias": rand(4 * C), p + "mlp.c_proj.bias": rand(C)}  # fmt: skip
+    sd |= {"transformer.ln_f.weight": 1 + rand(C), "lm_head.weight": sd["transformer.wte.weight"]}
+    if bias:
+        sd["transformer.ln_f.bias"] = rand(C)
+    model_args = dict(n_layer=L, n_head=H, n_embd=C, block_size=T, bias=bias, vocab_size=padded_vocab, dropout=0.0)
+    saved = {("_orig_mod." + k if compiled else k): v for k, v in sd.items()}
+    torch.save({"model": saved, "model_args": model_args, "iter_num": 100, "best_val_loss": 3.0}, path)
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=T, n_embd=C, n_layer=L, n_head=H,
+                                      activation_function="gelu")).eval()  # fmt: skip
+    reference = {}
+    for key, tensor in gpt2.state_dict().items():
+        source = sd.get(key)
+        if source is None:
+            reference[key] = torch.zeros_like(tensor)  # bias=False: no bias is a zero bias
+        elif key.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+            reference[key] = source.t()
+        else:
+            reference[key] = source[:vocab] if key in ("transformer.wte.weight", "lm_head.weight") else source
+    gpt2.load_state_dict(reference)
+    return gpt2
+
+
+@pytest.mark.parametrize("bias, compiled", [(True, False), (False, True)])
+def test_nanogpt_checkpoint_converts_exactly(tmp_path, bias, compiled):
+    reference = nanogpt_checkpoint(tmp_path / "ckpt.pt", bias=bias, compiled=compiled)
+    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "ckpt.pt", tmp_path / "tiny", "--tokenizer", "gpt2",
+                     "--trim-vocab", "64", "--verify", "--tolerance", "1e-5")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    tiny = TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").eval()
+    assert tiny.config.vocab_size == 64 and tiny.config.activation_function == "gelu"
+    ids = IDS % 64
+    assert_same_logits(tiny, reference, ids)
+
+
+# ---- bad inputs: a clear message and no partial output -------------------------------------------------------
+
+
+def broken_source(tmp_path, kind):
+    gpt2 = random_gpt2()
+    folder = tmp_path / "src"
+    gpt2.save_pretrained(folder)
+    weights = folder / "model.safetensors"
+    if kind == "truncated safetensors":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        return folder, "model.safetensors"
+    if kind == "wrong shapes":
+        tensors = load_file(weights)
+        tensors["transformer.h.0.mlp.c_fc.weight"] = torch.zeros(32, 100)
+        save_file(tensors, weights, metadata={"format": "pt"})
+        return folder, r"transformer.h.0.mlp.c_fc.weight has shape \(100, 32\), expected \(128, 32\)"
+    if kind == "config/weights disagree":
+        config = json.loads((folder / "config.json").read_text())
+        config["n_layer"] = 3
+        (folder / "config.json").write_text(json.dumps(config))
+        return folder, "missing tensors: transformer.h.2"
+    if kind == "unknown format":
+        (tmp_path / "weights.npz").write_bytes(b"not a checkpoint")
+        return tmp_path / "weights.npz", "unknown checkpoint format '.npz'"
+    if kind == "missing weights":
+        weights.unlink()
+        return folder, "has none of the weight files model.safetensors"
+    if kind == "missing source":
+        return tmp_path / "nowhere", "no such file or folder"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["truncated safetensors", "wrong shapes", "config/weights disagree", "unknown format", "missing weights",
+     "missing source"],
+)  # fmt: skip
+def test_bad_sources_fail_clearly_and_leave_nothing(tmp_path, kind):
+    src, message = broken_source(tmp_path, kind)
+    out = run_script("convert_gpt2_to_tinygpt.py", src, tmp_path / "out", "--tokenizer", "gpt2")
+    assert out.returncode == 2
+    assert "error:" in out.stderr and __import__("re").search(message, out.stderr), out.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.partial-")]
+
+
+@pytest.mark.parametrize(
+    "fields, feature",
+    [({"position_embedding_type": "rope"}, "position_embedding_type='rope'"),
+     ({"position_embedding_type": "alibi"}, "position_embedding_type='alibi'"),
+     ({"position_embedding_type": "sinusoidal"}, "position_embedding_type='sinusoidal'"),
+     ({"scale_embeddings": True}, "scale_embeddings=True"),
+     ({"tie_word_embeddings": False}, "tie_word_embeddings=False")],
+)  # fmt: skip
+def test_export_to_gpt2_names_what_gpt2_cannot_express(tmp_path, fields, feature):
+    from conftest import tiny_model
+
+    tiny_model(**fields).save_pretrained(tmp_path / "tiny")
+    out = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", tmp_path / "gpt2")
+    assert out.returncode == 2 and feature in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "gpt2").exists()
