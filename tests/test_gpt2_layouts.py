@@ -239,3 +239,15 @@ def test_export_to_gpt2_names_what_gpt2_cannot_express(tmp_path, fields, feature
     out = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", tmp_path / "gpt2")
     assert out.returncode == 2 and feature in out.stderr, out.stderr[-2000:]
     assert not (tmp_path / "gpt2").exists()
+
+
+def test_dtype_option_stores_bfloat16_weights(tmp_path):
+    from safetensors import safe_open
+
+    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", tmp_path / "tiny", "--tokenizer", "gpt2",
+                     "--dtype", "bfloat16", "--verify", "--tolerance", "0.05")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    with safe_open(tmp_path / "tiny" / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(key).dtype for key in f.keys()} == {torch.bfloat16}
+    assert TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").dtype == torch.bfloat16
