@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = verbs.add_parser("verify-gpt2", help="compare TinyGPT with transformers' GPT-2 on the same weights")
     verify.add_argument("model", nargs="?", help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)")
     verify.add_argument("--text", default="To be, or not to be, that is the question:")
-    verify.add_argument("--tolerance", type=float, default=1e-4, help="largest acceptable max |Δlogits|")
+    verify.add_argument("--tolerance", type=float, default=1e-5, help="largest acceptable max |Δlogits|")
     verify.set_defaults(run=verify_gpt2_command)
 
     convert = verbs.add_parser("convert", help="GPT-2 / nanoGPT checkpoint → tinygpt folder (or back with --to gpt2)")

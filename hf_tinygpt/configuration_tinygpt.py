@@ -98,6 +98,16 @@ class TinyGPTConfig(PreTrainedConfig):
             rope_type = self.rope_parameters.get("rope_type", "default")
             if rope_type not in ROPE_TYPES:
                 raise ValueError(f"rope_parameters['rope_type']={rope_type!r} is not one of {ROPE_TYPES}")
+            if rope_type != "default":
+                try:  # transformers' own frequency function reads exactly the keys this rope_type needs
+                    ROPE_INIT_FUNCTIONS[rope_type](self)
+                except (KeyError, TypeError) as error:
+                    raise ValueError(f"rope_parameters for rope_type={rope_type!r} lack {error}") from error
+            if not self.rope_parameters.get("rope_theta", 1.0) > 0:
+                raise ValueError(f"rope_theta must be positive, got {self.rope_parameters['rope_theta']}")
+            factor = self.rope_parameters.get("factor")
+            if factor is not None and not factor >= 1:
+                raise ValueError(f"rope_parameters['factor'] must be >= 1 (it stretches the context), got {factor}")
             fraction = self.rope_parameters.get("partial_rotary_factor", 1.0)
             if not 0 < fraction <= 1:
                 raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction}")

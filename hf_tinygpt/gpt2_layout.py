@@ -132,7 +132,12 @@ def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
             from safetensors.torch import load_file
 
             return load_file(weights_file)
-        return torch.load(weights_file, map_location="cpu", weights_only=True, mmap=True)
+        try:
+            return torch.load(weights_file, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as error:
+            if "_use_new_zipfile_serialization" not in str(error):
+                raise
+            return torch.load(weights_file, map_location="cpu", weights_only=True)  # pre-zip pickle: no mmap
     except Exception as error:  # truncated, corrupt, or a pickle that wants to run code
         raise ValueError(f"{weights_file}: cannot read the tensors ({type(error).__name__}: {error})") from error
 

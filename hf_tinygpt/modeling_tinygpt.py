@@ -373,6 +373,7 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         cache: Cache | None = None,
+        token_type_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
         cache = cache if cache is not None else past_key_values
@@ -391,7 +392,10 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         if position_ids is None:
             position_ids = (torch.arange(query_length, device=inputs_embeds.device) + past_length).unsqueeze(0)
 
-        hidden_states = self.drop(self.wpe.add_to_embeddings(inputs_embeds, position_ids))
+        hidden_states = self.wpe.add_to_embeddings(inputs_embeds, position_ids)
+        if token_type_ids is not None:  # GPT-2 embeds segment ids with the token embedding matrix
+            hidden_states = hidden_states + self.wte(token_type_ids)
+        hidden_states = self.drop(hidden_states)
 
         needs_bias = isinstance(self.wpe, AlibiPositions)
         # The cache is passed positionally: its keyword is `cache` on transformers >= 5.24, `past_key_values` before.
@@ -432,17 +436,22 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         gpt2 = gpt2_checkpoint_as_tinygpt(pretrained_model_name_or_path, **hub_kwargs)
         if gpt2 is not None:
             config, state_dict = gpt2
+            if isinstance(kwargs.get("config"), TinyGPTConfig):
+                config = kwargs["config"]
             kwargs = {key: value for key, value in kwargs.items() if key not in HUB_KWARGS and key != "config"}
+            for field in [key for key in kwargs if key in TinyGPTConfig.__dataclass_fields__]:
+                setattr(config, field, kwargs.pop(field))  # config overrides, as transformers applies them
             pretrained_model_name_or_path, kwargs["config"], kwargs["state_dict"] = None, config, state_dict
 
         wants_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(
             pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
         )
-        if info["missing_keys"] or info["mismatched_keys"]:
+        mismatched = [] if kwargs.get("ignore_mismatched_sizes") else info["mismatched_keys"]
+        if info["missing_keys"] or mismatched:
             raise ValueError(
                 f"{pretrained_model_name_or_path}: the checkpoint does not hold every tensor of the model. "
-                f"Missing: {sorted(info['missing_keys'])}. Wrong shape: {sorted(info['mismatched_keys'])}."
+                f"Missing: {sorted(info['missing_keys'])}. Wrong shape: {sorted(mismatched)}."
             )
         return (model, info) if wants_info else model
 

@@ -108,3 +108,19 @@ def test_sequence_past_n_positions_in_a_cache_is_refused():
     model(torch.randint(0, VOCAB, (1, 8)), cache=cache, use_cache=True)
     with pytest.raises(ValueError, match="position 8 was requested"):
         model(torch.randint(0, VOCAB, (1, 1)), cache=cache, use_cache=True)
+
+
+@pytest.mark.parametrize(
+    "rope_parameters, message",
+    [({"rope_type": "linear"}, "lack 'factor'"), ({"rope_type": "dynamic"}, "lack 'factor'"),
+     ({"rope_type": "yarn", "factor": 0.5}, "must be >= 1"), ({"rope_type": "default", "rope_theta": -5.0}, "positive")],
+)  # fmt: skip
+def test_incomplete_rope_parameters_are_named(rope_parameters, message):
+    with pytest.raises(ValueError, match=message):
+        TinyGPTConfig(position_embedding_type="rope", rope_parameters=rope_parameters)
+
+
+def test_gpt2_folder_takes_config_overrides(tmp_path):
+    random_gpt2().save_pretrained(tmp_path)
+    model = TinyGPTForCausalLM.from_pretrained(tmp_path, resid_pdrop=0.3)
+    assert model.config.resid_pdrop == 0.3 and model.transformer.h[0].mlp.dropout.p == 0.3

@@ -251,3 +251,11 @@ def test_dtype_option_stores_bfloat16_weights(tmp_path):
     with safe_open(tmp_path / "tiny" / "model.safetensors", "pt") as f:
         assert {f.get_tensor(key).dtype for key in f.keys()} == {torch.bfloat16}
     assert TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").dtype == torch.bfloat16
+
+
+def test_old_non_zip_pickle_loads(tmp_path):
+    gpt2 = random_gpt2()
+    tmp_path.mkdir(exist_ok=True)
+    gpt2.config.to_json_file(tmp_path / "config.json")
+    torch.save(gpt2_tensors(gpt2), tmp_path / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    assert_same_logits(TinyGPTForCausalLM.from_pretrained(tmp_path).eval(), gpt2)

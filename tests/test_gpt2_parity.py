@@ -144,3 +144,11 @@ def test_real_checkpoint_written_by_transformers_4_36():
     with torch.no_grad():
         assert (tiny(ids).logits - gpt2(ids).logits).abs().max() <= 1e-5
         assert abs(tiny(ids, labels=ids).loss.item() - gpt2(ids, labels=ids).loss.item()) <= 1e-5
+
+
+def test_token_type_ids_are_embedded_like_gpt2(pair):
+    gpt2, tiny = pair
+    ids = torch.randint(0, VOCAB, (2, 9))
+    segments = torch.randint(0, 2, (2, 9))
+    with torch.no_grad():
+        assert (tiny(ids, token_type_ids=segments).logits - gpt2(ids, token_type_ids=segments).logits).abs().max() <= 1e-5

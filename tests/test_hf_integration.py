@@ -188,7 +188,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(scheme):
         model = tiny_model(scheme, resid_pdrop=0.0)
         model.train()
         if checkpointing:
-            # transformers 5.24 renamed it activation_checkpointing_enable; 5.23 has only the old name
+            # the newer name; gradient_checkpointing_enable is its deprecated alias
             getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
             assert model.transformer.gradient_checkpointing
         ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
