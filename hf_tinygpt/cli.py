@@ -15,8 +15,6 @@ def load_config(model_or_config: str) -> TinyGPTConfig:
     if os.path.isfile(model_or_config):
         with open(model_or_config) as f:
             config_dict = json.load(f)
-    elif model_or_config.startswith((os.sep, ".")) and not os.path.isdir(model_or_config):
-        raise FileNotFoundError(f"{model_or_config}: no such file or folder")
     else:
         config_dict = read_config_dict(model_or_config)
         if config_dict is None:
@@ -66,6 +64,7 @@ def convert_command(args) -> int:
 
     from . import convert
     from .modeling_tinygpt import TinyGPTForCausalLM
+    from .verify import max_logit_delta
 
     def sample_ids(folder, vocab_size):
         ids = AutoTokenizer.from_pretrained(folder)(SAMPLE_TEXT, return_tensors="pt").input_ids
@@ -79,11 +78,11 @@ def convert_command(args) -> int:
     def check_tinygpt(staging, source):  # the written folder, read back, against upstream GPT-2 on the source
         converted = TinyGPTForCausalLM.from_pretrained(staging, dtype=torch.float32).eval()
         reference = convert.reference_gpt2(source)
-        report(convert.max_logit_delta(converted, reference, sample_ids(staging, converted.config.vocab_size)))
+        report(max_logit_delta(converted, reference, sample_ids(staging, converted.config.vocab_size)))
 
     def check_gpt2(staging, tinygpt):
         exported = GPT2LMHeadModel.from_pretrained(staging, dtype=torch.float32).eval()
-        report(convert.max_logit_delta(exported, tinygpt.float(), sample_ids(staging, exported.config.vocab_size)))
+        report(max_logit_delta(exported, tinygpt.float(), sample_ids(staging, exported.config.vocab_size)))
 
     hub = {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
     if args.to == "gpt2":

@@ -21,15 +21,15 @@ from .gpt2_layout import (
     check_state_dict,
     gpt2_config_to_tinygpt,
     gpt2_state_dict_to_tinygpt,
+    load_gpt2_checkpoint,
+    optional_file,
     read_config_dict,
     read_state_dict,
-    resolve_weight_files,
     tinygpt_config_to_gpt2,
     tinygpt_state_dict_to_gpt2,
 )
-from .modeling_tinygpt import TinyGPTForCausalLM
+from .modeling_tinygpt import PositionScheme, TinyGPTForCausalLM
 
-GPT2_TOKENIZER_VOCAB = 50257
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -55,36 +55,18 @@ def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None =
         if path.suffix in (".pt", ".pth", ".ckpt", ".bin"):
             return _read_nanogpt(path, trim_vocab=trim_vocab)
         raise ValueError(f"{src}: unknown checkpoint format {path.suffix!r} (expected .safetensors, .bin or .pt)")
-    if src.startswith((os.sep, ".")) and not path.exists():
-        raise FileNotFoundError(f"{src}: no such file or folder")
 
     config_dict = read_config_dict(src, **hub_kwargs)
     if config_dict is None:
         raise FileNotFoundError(f"{src}: no config.json (expected a GPT-2 folder, Hub id, weights file or ckpt.pt)")
     if config_dict.get("model_type") != "gpt2":
         raise ValueError(f"{src}: model_type is {config_dict.get('model_type')!r}, not 'gpt2'")
-    config = gpt2_config_to_tinygpt(config_dict)
-    state_dict = {}
-    for weights_file in resolve_weight_files(src, **hub_kwargs):
-        state_dict.update(gpt2_state_dict_to_tinygpt(read_state_dict(weights_file)))
-    check_state_dict(config, state_dict, source=src)
-    has_tokenizer = any(
-        read_file is not None
-        for read_file in (_cached(src, name, **hub_kwargs) for name in ("tokenizer.json", "vocab.json"))
-    )
-    return Source(config, state_dict, "gpt2", src if has_tokenizer else None)
+    config, state_dict = load_gpt2_checkpoint(src, config_dict, **hub_kwargs)
+    return Source(config, state_dict, "gpt2", src if _has_tokenizer(src, **hub_kwargs) else None)
 
 
-def _cached(src, filename, **hub_kwargs):
-    from transformers.utils.hub import cached_file
-
-    return cached_file(
-        src,
-        filename,
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-        **hub_kwargs,
-    )
+def _has_tokenizer(src, **hub_kwargs) -> bool:
+    return any(optional_file(src, name, **hub_kwargs) for name in ("tokenizer.json", "vocab.json"))
 
 
 def _is_nanogpt_file(path: Path) -> bool:
@@ -100,10 +82,7 @@ def _is_nanogpt_file(path: Path) -> bool:
 def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
     """A lone GPT-2 weights file: a config.json beside it wins; otherwise the shapes give everything but the
     number of heads, which is n_embd / 64 for every released GPT-2 unless `n_head` says otherwise."""
-    try:
-        state_dict = gpt2_state_dict_to_tinygpt(read_state_dict(str(path)))
-    except Exception as error:
-        raise ValueError(f"{path}: cannot read tensors ({type(error).__name__}: {error})") from error
+    state_dict = gpt2_state_dict_to_tinygpt(read_state_dict(str(path)))
     beside = read_config_dict(str(path.parent))
     if beside is not None and beside.get("model_type") == "gpt2":
         config = gpt2_config_to_tinygpt(beside)
@@ -169,9 +148,8 @@ def model_from_state_dict(config: TinyGPTConfig, state_dict: dict, dtype: torch.
     model.load_state_dict(state_dict, strict=False, assign=True)
     model.tie_weights()
     for module in model.modules():  # computed buffers (rope/sinusoidal/alibi) were created on meta too
-        if hasattr(module, "fixed_buffers"):
-            for name, value in module.fixed_buffers().items():
-                setattr(module, name, value)
+        if isinstance(module, PositionScheme):
+            module.register_fixed_buffers()
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
@@ -186,7 +164,9 @@ def load_tokenizer(tokenizer_from: str):
     """The tokenizer of a folder or Hub id; the bundled GPT-2 files (which carry no tokenizer_config) by class."""
     from . import GPT2_TOKENIZER_DIR, gpt2_tokenizer
 
-    return gpt2_tokenizer() if str(tokenizer_from) == str(GPT2_TOKENIZER_DIR) else AutoTokenizer.from_pretrained(tokenizer_from)
+    if str(tokenizer_from) == str(GPT2_TOKENIZER_DIR):
+        return gpt2_tokenizer()
+    return AutoTokenizer.from_pretrained(tokenizer_from)
 
 
 def write_model_folder(model, out: str | os.PathLike, *, tokenizer_from: str | None, force: bool = False,
@@ -254,15 +234,7 @@ def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, check=None, **hu
         gpt2 = GPT2LMHeadModel(gpt2_config)
     gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(model.state_dict()), strict=False, assign=True)
     gpt2.tie_weights()
-    tokenizer_from = src if _cached(src, "tokenizer_config.json", **hub_kwargs) or _cached(src, "vocab.json") else None
+    tokenizer_from = src if _has_tokenizer(src, **hub_kwargs) else None
     folder_check = None if check is None else (lambda staging: check(staging, model))
     gpt2 = gpt2.to(model.dtype).eval()
     return write_model_folder(gpt2, out_path, tokenizer_from=tokenizer_from, force=force, check=folder_check)
-
-
-@torch.no_grad()
-def max_logit_delta(model_a, model_b, input_ids: torch.Tensor) -> float:
-    """max |Δlogits| over the vocabulary both models share."""
-    a, b = model_a(input_ids).logits.float(), model_b(input_ids).logits.float()
-    vocab = min(a.shape[-1], b.shape[-1])
-    return (a[..., :vocab] - b[..., :vocab]).abs().max().item()

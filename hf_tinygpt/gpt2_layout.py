@@ -142,16 +142,21 @@ def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
         raise ValueError(f"{weights_file}: cannot read the tensors ({type(error).__name__}: {error})") from error
 
 
+def optional_file(path_or_repo_id, filename: str, **hub_kwargs) -> str | None:
+    """The local path of `filename` in a folder or Hub repo (through the HF cache), or None if it has none."""
+    return cached_file(
+        path_or_repo_id,
+        filename,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        **hub_kwargs,
+    )
+
+
 def resolve_weight_files(path_or_repo_id, **hub_kwargs) -> list[str]:
     """The local paths of a checkpoint's weight files (downloading through the HF cache if it is a Hub repo)."""
     for name in WEIGHT_FILES:
-        resolved = cached_file(
-            path_or_repo_id,
-            name,
-            _raise_exceptions_for_missing_entries=False,
-            _raise_exceptions_for_connection_errors=False,
-            **hub_kwargs,
-        )
+        resolved = optional_file(path_or_repo_id, name, **hub_kwargs)
         if resolved is None:
             continue
         if name.endswith(".index.json"):
@@ -163,17 +168,25 @@ def resolve_weight_files(path_or_repo_id, **hub_kwargs) -> list[str]:
 
 def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict | None:
     """The checkpoint's `config.json` as a dict, or None when there is none."""
-    resolved = cached_file(
-        path_or_repo_id,
-        "config.json",
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-        **hub_kwargs,
-    )
+    path = str(path_or_repo_id)
+    if path.startswith((os.sep, ".")) and not os.path.isdir(path):  # a local path, not a Hub id
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    resolved = optional_file(path_or_repo_id, "config.json", **hub_kwargs)
     if resolved is None:
         return None
     with open(resolved) as f:
         return json.load(f)
+
+
+def load_gpt2_checkpoint(path_or_repo_id, gpt2_config: dict, **hub_kwargs) -> tuple[TinyGPTConfig, dict]:
+    """(config, state dict) in TinyGPT form for the GPT-2 checkpoint whose `config.json` is `gpt2_config`;
+    every tensor present, named and shaped as TinyGPT expects, or a ValueError listing what is not."""
+    config = gpt2_config_to_tinygpt(gpt2_config)
+    state_dict = {}
+    for weights_file in resolve_weight_files(path_or_repo_id, **hub_kwargs):
+        state_dict.update(gpt2_state_dict_to_tinygpt(read_state_dict(weights_file)))
+    check_state_dict(config, state_dict, source=str(path_or_repo_id))
+    return config, state_dict
 
 
 def gpt2_checkpoint_as_tinygpt(path_or_repo_id, **hub_kwargs) -> tuple[TinyGPTConfig, dict] | None:
@@ -184,9 +197,4 @@ def gpt2_checkpoint_as_tinygpt(path_or_repo_id, **hub_kwargs) -> tuple[TinyGPTCo
     gpt2_config = read_config_dict(path_or_repo_id, **hub_kwargs)
     if gpt2_config is None or gpt2_config.get("model_type") != "gpt2":
         return None
-    config = gpt2_config_to_tinygpt(gpt2_config)
-    state_dict = {}
-    for weights_file in resolve_weight_files(path_or_repo_id, **hub_kwargs):
-        state_dict.update(gpt2_state_dict_to_tinygpt(read_state_dict(weights_file)))
-    check_state_dict(config, state_dict, source=str(path_or_repo_id))
-    return config, state_dict
+    return load_gpt2_checkpoint(path_or_repo_id, gpt2_config, **hub_kwargs)

@@ -9,9 +9,17 @@ from .modeling_tinygpt import TinyGPTForCausalLM
 
 
 @torch.no_grad()
+def max_logit_delta(model_a, model_b, input_ids: torch.Tensor) -> float:
+    """max |Δlogits| over the vocabulary both models share."""
+    a, b = model_a(input_ids).logits.float(), model_b(input_ids).logits.float()
+    vocab = min(a.shape[-1], b.shape[-1])
+    return (a[..., :vocab] - b[..., :vocab]).abs().max().item()
+
+
+@torch.no_grad()
 def compare_with_gpt2(tiny: TinyGPTForCausalLM, gpt2: GPT2LMHeadModel, input_ids: torch.Tensor, new_tokens: int = 16):
     """max |Δlogits| on `input_ids`, and both models' greedy continuations (token ids)."""
-    delta = (tiny(input_ids).logits.float() - gpt2(input_ids).logits.float()).abs().max().item()
+    delta = max_logit_delta(tiny, gpt2, input_ids)
     kwargs = dict(max_new_tokens=new_tokens, do_sample=False, attention_mask=torch.ones_like(input_ids))
     kwargs["pad_token_id"] = gpt2.config.eos_token_id
     ours, theirs = tiny.generate(input_ids, **kwargs), gpt2.generate(input_ids, **kwargs)

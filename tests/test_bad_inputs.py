@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import VOCAB, random_gpt2, tiny_config, tiny_model
+from conftest import VOCAB, random_gpt2, tiny_model
 from safetensors.torch import load_file, save_file
 
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
