@@ -2,7 +2,8 @@
 
 TinyGPT's module tree uses GPT-2's names, so a GPT-2 state dict maps onto it with three rules:
   1. keys gain the `transformer.` prefix when they lack it (the Hub's original `gpt2` files have none);
-  2. GPT-2's Conv1D weights, stored (in, out), are transposed into `nn.Linear`'s (out, in);
+  2. GPT-2's Conv1D weights, stored (in, out), become `nn.Linear`'s (out, in) as transposed views: no copy, so a
+     memory-mapped checkpoint loads in about one copy of its bytes, and the matmul is the one GPT-2 runs;
   3. the legacy `attn.bias` / `attn.masked_bias` buffers (a causal mask saved as weights) are dropped.
 The head is tied, so `lm_head.weight` is optional on the way in and equal to `wte` on the way out.
 
@@ -84,7 +85,7 @@ def gpt2_state_dict_to_tinygpt(state_dict: dict[str, torch.Tensor]) -> dict[str,
             continue
         if key != HEAD and not key.startswith(PREFIX):
             key = PREFIX + key
-        converted[key] = tensor.t().contiguous() if _is_conv1d(key) else tensor
+        converted[key] = tensor.t() if _is_conv1d(key) else tensor  # a view; save_pretrained makes it contiguous
     return converted
 
 

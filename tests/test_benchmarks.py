@@ -1,0 +1,42 @@
+"""The measuring tools behave (memory really is measured), and loading is as frugal as the issue asks."""
+
+import json
+
+from conftest import random_gpt2
+from test_gpt2_layouts import run_script
+
+from hf_tinygpt.benchmarks import measure_in_subprocess, weights_bytes
+
+MiB = 2**20
+
+
+def test_measure_in_subprocess_sees_the_operations_own_allocation():
+    setup = "ballast = bytearray(300 * 2**20); del ballast"  # a peak *before* the statement must not count
+    measured = measure_in_subprocess(setup, "block = bytearray(200 * 2**20)")
+    assert 195 * MiB < measured["peak_added"] < 230 * MiB
+    assert measured["peak_rss"] >= measured["rss_before"] and measured["wall_s"] > 0
+
+
+def test_loading_a_gpt2_folder_costs_about_one_copy_of_its_weights(tmp_path):
+    """safetensors are memory-mapped and Conv1D weights become transposed views, not copies: ≤ 1.3× the bytes,
+    for a tinygpt folder and for a GPT-2 folder converted on the fly alike."""
+    random_gpt2(vocab_size=50257, n_embd=256, n_layer=4, n_head=4, n_positions=256).save_pretrained(tmp_path / "gpt2")
+    checkpoint = weights_bytes(tmp_path / "gpt2")
+    load = f"""
+model = TinyGPTForCausalLM.from_pretrained({str(tmp_path / "gpt2")!r})
+sum(float(p.float().sum()) for p in model.parameters())
+"""
+    measured = measure_in_subprocess("from hf_tinygpt import TinyGPTForCausalLM", load)
+    assert measured["peak_added"] <= 1.3 * checkpoint, (measured["peak_added"] / MiB, checkpoint / MiB)
+
+
+def test_conversion_benchmark_script_smoke(tmp_path):
+    out = run_script("benchmark_conversion.py", "--n-layer", 1, "--n-embd", 32, "--n-head", 2, "--vocab-size", 211,
+                     "--json", tmp_path / "result.json")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert [row["operation"] for row in result["rows"]][:2] == [
+        "convert model.safetensors → tinygpt", "convert pytorch_model.bin → tinygpt"
+    ]  # fmt: skip
+    assert len(result["rows"]) == 5 and all(row["wall_s"] > 0 for row in result["rows"])
+    assert "added / checkpoint" in out.stdout
