@@ -55,45 +55,26 @@ def verify_gpt2_command(args) -> int:
     return 0 if ok else 1
 
 
-SAMPLE_TEXT = "To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer"
-
-
 def convert_command(args) -> int:
-    import torch
-    from transformers import AutoTokenizer, GPT2LMHeadModel
-
     from . import convert
-    from .modeling_tinygpt import TinyGPTForCausalLM
-    from .verify import max_logit_delta
-
-    def sample_ids(folder, vocab_size):
-        ids = AutoTokenizer.from_pretrained(folder)(SAMPLE_TEXT, return_tensors="pt").input_ids
-        return ids % vocab_size  # a tiny test vocabulary still gets valid ids
 
     def report(delta):
-        print(f"verify: max |Δlogits| = {delta:.3g} (tolerance {args.tolerance:g})")
-        if not delta <= args.tolerance:
-            raise ValueError(f"verification failed: max |Δlogits| {delta:.3g} > {args.tolerance:g}; nothing written")
-
-    def check_tinygpt(staging, source):  # the written folder, read back, against upstream GPT-2 on the source
-        converted = TinyGPTForCausalLM.from_pretrained(staging, dtype=torch.float32).eval()
-        reference = convert.reference_gpt2(source)
-        report(max_logit_delta(converted, reference, sample_ids(staging, converted.config.vocab_size)))
-
-    def check_gpt2(staging, tinygpt):
-        exported = GPT2LMHeadModel.from_pretrained(staging, dtype=torch.float32).eval()
-        report(max_logit_delta(exported, tinygpt.float(), sample_ids(staging, exported.config.vocab_size)))
+        if delta is not None:
+            print(f"verify: max |Δlogits| = {delta:.3g} (tolerance {args.tolerance:g})")
 
     hub = {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
+    tolerance = args.tolerance if args.verify else None
     if args.to == "gpt2":
-        out = convert.tinygpt_to_gpt2(args.src, args.out, force=args.force,
-                                      check=check_gpt2 if args.verify else None, **hub)  # fmt: skip
+        out, delta = convert.tinygpt_to_gpt2(args.src, args.out, force=args.force, verify_tolerance=tolerance, **hub)
+        report(delta)
         print(f"wrote {out} (GPT2LMHeadModel format)")
     else:
-        out, source = convert.gpt2_to_tinygpt(
+        out, source, delta = convert.gpt2_to_tinygpt(
             args.src, args.out, tokenizer=args.tokenizer, dtype=args.dtype, force=args.force, n_head=args.n_head,
-            trim_vocab=args.trim_vocab, check=check_tinygpt if args.verify else None, **hub,
+            trim_vocab=args.trim_vocab, verify_tolerance=tolerance, base_model=args.base_model, license=args.license,
+            **hub,
         )  # fmt: skip
+        report(delta)
         print(f"wrote {out} ({source.kind} → tinygpt, {source.config.n_layer} layers, n_embd {source.config.n_embd})")
     return 0
 
@@ -110,6 +91,8 @@ def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
     parser.add_argument("--n-head", type=int, help="heads, for a lone weights file without config.json")
     parser.add_argument("--trim-vocab", type=int, help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)")
+    parser.add_argument("--base-model", help="Hub id of the source, for the model card (default: SRC if a Hub id)")
+    parser.add_argument("--license", default="mit", help="licence for the model card (GPT-2's weights are MIT)")
     parser.add_argument("--revision", help="Hub revision (branch, tag or commit)")
     parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows)")
 

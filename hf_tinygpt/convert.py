@@ -170,11 +170,11 @@ def load_tokenizer(tokenizer_from: str):
 
 
 def write_model_folder(model, out: str | os.PathLike, *, tokenizer_from: str | None, force: bool = False,
-                       check=None) -> Path:  # fmt: skip
+                       finish=None) -> Path:  # fmt: skip
     """Save `model` + tokenizer + generation config into `out`, atomically (temp sibling, then rename).
 
-    `check(staging_folder)` runs on the complete folder before it is renamed into place; if it raises, nothing is
-    left behind."""
+    `finish(staging_folder)` runs on the complete folder before it is renamed into place: it may add files (the
+    model card) or raise (a failed verification), in which case nothing is left behind."""
     out = Path(out)
     _refuse_existing(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -184,8 +184,8 @@ def write_model_folder(model, out: str | os.PathLike, *, tokenizer_from: str | N
         GenerationConfig.from_model_config(model.config).save_pretrained(staging)
         if tokenizer_from is not None:
             load_tokenizer(tokenizer_from).save_pretrained(staging)
-        if check is not None:
-            check(staging)
+        if finish is not None:
+            finish(staging)
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
@@ -195,12 +195,40 @@ def write_model_folder(model, out: str | os.PathLike, *, tokenizer_from: str | N
     return out
 
 
+SAMPLE_TEXT = "To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer"
+
+
+def sample_ids(folder, vocab_size: int) -> torch.Tensor:
+    """SAMPLE_TEXT through the folder's own tokenizer (ids folded into a tiny test vocabulary if need be)."""
+    return AutoTokenizer.from_pretrained(folder)(SAMPLE_TEXT, return_tensors="pt").input_ids % vocab_size
+
+
+def _checked_delta(model_a, model_b, folder, tolerance: float) -> float:
+    from .verify import max_logit_delta
+
+    delta = max_logit_delta(model_a, model_b, sample_ids(folder, model_a.config.vocab_size))
+    if not delta <= tolerance:
+        raise ValueError(f"verification failed: max |Δlogits| {delta:.3g} > {tolerance:g}; nothing written")
+    return delta
+
+
+def _source_description(src: str, source: Source) -> str:
+    if source.kind == "nanogpt":
+        return f"the nanoGPT checkpoint `{Path(src).name}`"
+    if source.kind == "gpt2-weights-file":
+        return f"the GPT-2 weights file `{Path(src).name}`"
+    return f"the GPT-2 checkpoint `{src}`" if not Path(src).exists() else f"the GPT-2 folder `{Path(src).name}`"
+
+
 def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: str | None = None,
                     force: bool = False, n_head: int | None = None, trim_vocab: int | None = None,
-                    check=None, **hub_kwargs) -> tuple[Path, Source]:  # fmt: skip
-    """Convert any GPT-2-family source into a complete tinygpt folder. `tokenizer="gpt2"` uses the bundled BPE.
-    `check(staging_folder, source)` may verify the result before it is renamed into place."""
+                    verify_tolerance: float | None = None, base_model: str | None = None, license: str = "mit",
+                    **hub_kwargs) -> tuple[Path, Source, float | None]:  # fmt: skip
+    """Convert any GPT-2-family source into a complete tinygpt folder with a model card; `tokenizer="gpt2"` uses
+    the bundled BPE. With `verify_tolerance`, the written folder is read back and compared with transformers'
+    `GPT2LMHeadModel` on the source's tensors before it is renamed into place. Returns (folder, source, Δ)."""
     from . import GPT2_TOKENIZER_DIR
+    from .model_card import render_model_card
 
     _refuse_existing(Path(out), force)  # before any expensive work
     if dtype is not None and dtype not in DTYPES:
@@ -209,9 +237,23 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
     tokenizer_from = str(GPT2_TOKENIZER_DIR) if tokenizer == "gpt2" else source.tokenizer_from
     if tokenizer_from is None:
         raise ValueError(f"{src} has no tokenizer files; pass --tokenizer gpt2 to bundle the GPT-2 BPE tokenizer")
+    if base_model is None and source.kind == "gpt2" and not Path(src).exists():
+        base_model = src  # a Hub id
     model = model_from_state_dict(source.config, dict(source.state_dict), DTYPES.get(dtype))
-    folder_check = None if check is None else (lambda staging: check(staging, source))
-    return write_model_folder(model, out, tokenizer_from=tokenizer_from, force=force, check=folder_check), source
+    delta = None
+
+    def finish(staging):
+        nonlocal delta
+        if verify_tolerance is not None:
+            converted = TinyGPTForCausalLM.from_pretrained(staging, dtype=torch.float32).eval()
+            delta = _checked_delta(converted, reference_gpt2(source), staging, verify_tolerance)
+        provenance = {"made_by": "conversion", "source_description": _source_description(src, source),
+                      "max_abs_logit_delta": delta}  # fmt: skip
+        card = render_model_card(model.config, model_id=str(out), provenance=provenance, license=license,
+                                 base_model=base_model)  # fmt: skip
+        card.save(Path(staging) / "README.md")
+
+    return write_model_folder(model, out, tokenizer_from=tokenizer_from, force=force, finish=finish), source, delta
 
 
 def reference_gpt2(source: Source) -> GPT2LMHeadModel:
@@ -224,8 +266,10 @@ def reference_gpt2(source: Source) -> GPT2LMHeadModel:
     return gpt2
 
 
-def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, check=None, **hub_kwargs) -> Path:
-    """A GPT-2-compatible tinygpt (learned positions, tied, unscaled) → a folder `GPT2LMHeadModel` loads."""
+def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, verify_tolerance: float | None = None,
+                    **hub_kwargs) -> tuple[Path, float | None]:  # fmt: skip
+    """A GPT-2-compatible tinygpt (learned positions, tied, unscaled) → a folder `GPT2LMHeadModel` loads. With
+    `verify_tolerance`, the written folder is read back by `GPT2LMHeadModel` and compared before the rename."""
     out_path = Path(out)
     _refuse_existing(out_path, force)
     model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)
@@ -235,6 +279,13 @@ def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, check=None, **hu
     gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(model.state_dict()), strict=False, assign=True)
     gpt2.tie_weights()
     tokenizer_from = src if _has_tokenizer(src, **hub_kwargs) else None
-    folder_check = None if check is None else (lambda staging: check(staging, model))
     gpt2 = gpt2.to(model.dtype).eval()
-    return write_model_folder(gpt2, out_path, tokenizer_from=tokenizer_from, force=force, check=folder_check)
+    delta = None
+
+    def finish(staging):
+        nonlocal delta
+        if verify_tolerance is not None:
+            exported = GPT2LMHeadModel.from_pretrained(staging, dtype=torch.float32).eval()
+            delta = _checked_delta(exported, model.float().eval(), staging, verify_tolerance)
+
+    return write_model_folder(gpt2, out_path, tokenizer_from=tokenizer_from, force=force, finish=finish), delta
