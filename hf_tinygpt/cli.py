@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+from huggingface_hub.errors import HfHubHTTPError
+
 from .configuration_tinygpt import TinyGPTConfig
 from .gpt2_layout import gpt2_config_to_tinygpt, read_config_dict
 from .params import parameter_breakdown
@@ -79,6 +81,49 @@ def convert_command(args) -> int:
     return 0
 
 
+def push_command(args) -> int:
+    from .hub import push_to_hub, stage_for_hub
+
+    def show(files):
+        width = max(map(len, files))
+        for name, size in files.items():
+            print(f"  {name:<{width}}  {size:>14,} bytes")
+        print(f"  {len(files)} files, {sum(files.values()):,} bytes")
+
+    options = dict(tokenizer=args.tokenizer, base_model=args.base_model, license=args.license)
+    if args.dry_run:
+        files = stage_for_hub(args.src, args.dry_run, args.repo_id, force=args.force, **options)
+        print(f"dry run: staged in {args.dry_run} what would be uploaded to {args.repo_id}:")
+        show(files)
+        return 0
+
+    def staged(files):
+        print(f"uploading to {args.repo_id}:")
+        show(files)
+
+    info = push_to_hub(
+        args.src, args.repo_id, private=args.private, revision=args.revision, commit_message=args.commit_message,
+        create_pr=args.create_pr, token=args.token, on_staged=staged, **options,
+    )  # fmt: skip
+    print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
+    return 0
+
+
+def add_push_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("src", help="tinygpt folder or Hub id, or any GPT-2 source (converted and verified first)")
+    parser.add_argument("repo_id", help="owner/name on the Hub")
+    parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
+    parser.add_argument("--revision", "--branch", dest="revision", help="branch to commit to (created if needed)")
+    parser.add_argument("--commit-message", help="commit message (default: says what was uploaded)")
+    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
+    parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
+    parser.add_argument("--dry-run", metavar="DIR", help="only stage the files into DIR and list them")
+    parser.add_argument("--force", action="store_true", help="with --dry-run: replace DIR if it exists")
+    parser.add_argument("--tokenizer", choices=["gpt2"], help="bundle the GPT-2 BPE tokenizer instead of SRC's")
+    parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card")
+    parser.add_argument("--license", default="mit", help="licence for the model card (default: mit)")
+
+
 def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
                                     "(with --to gpt2: a tinygpt folder or Hub id)")  # fmt: skip
@@ -112,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert = verbs.add_parser("convert", help="GPT-2 / nanoGPT checkpoint → tinygpt folder (or back with --to gpt2)")
     add_convert_arguments(convert)
     convert.set_defaults(run=convert_command)
+
+    push = verbs.add_parser("push", help="publish a tinygpt (or converted GPT-2) model to the Hub, with its card")
+    add_push_arguments(push)
+    push.set_defaults(run=push_command)
     return parser
 
 
@@ -119,7 +168,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError, FileExistsError, OSError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError, OSError, HfHubHTTPError) as error:
         print(f"hf-tinygpt {args.verb}: error: {error}", file=sys.stderr)
         return 2
 

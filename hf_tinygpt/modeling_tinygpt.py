@@ -444,10 +444,14 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             pretrained_model_name_or_path, kwargs["config"], kwargs["state_dict"] = None, config, state_dict
 
         wants_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(
-            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
+        model, info = super().from_pretrained(  # mismatches are collected here and raised below, by name
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
         )
-        mismatched = [] if kwargs.get("ignore_mismatched_sizes") else info["mismatched_keys"]
+        mismatched = [] if ignore_mismatched else [  # (name, checkpoint shape, model shape)
+            f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
+            for key, theirs, ours in info["mismatched_keys"]
+        ]
         if info["missing_keys"] or mismatched:
             raise ValueError(
                 f"{pretrained_model_name_or_path}: the checkpoint does not hold every tensor of the model. "

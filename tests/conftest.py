@@ -33,6 +33,39 @@ def random_gpt2(seed=0, **overrides) -> GPT2LMHeadModel:
     return GPT2LMHeadModel(GPT2Config(**{**fields, **overrides})).eval()
 
 
+@pytest.fixture
+def online(monkeypatch):
+    """Lift the offline switch for tests that talk to the loopback Hub server (tests/hub_server.py) only."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _detect_agent
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    # Building request headers fetches an "agent harness" list from the default endpoint once per process: pin it
+    # to the empty list so nothing ever tries huggingface.co.
+    monkeypatch.setattr(_detect_agent, "_registry", {"standardEnvVars": [], "harnesses": {}})
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+
+
+HUB_TOKEN, OTHER_HUB_TOKEN = "hf_test_token", "hf_other_token"
+
+
+@pytest.fixture
+def hub(tmp_path, online):
+    """A Hub look-alike on loopback that accepts HUB_TOKEN and OTHER_HUB_TOKEN."""
+    from hub_server import HubServer
+
+    with HubServer(tmp_path / "hub", tokens={HUB_TOKEN, OTHER_HUB_TOKEN}) as server:
+        yield server
+    assert server.errors == []
+
+
+def hub_subprocess_env(hub, tmp_path, **extra) -> dict:
+    """The environment of a fresh interpreter that sees only the loopback Hub (no HF_* settings of ours leak in)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "TRANSFORMERS_"))}
+    return env | {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf_home"),
+                  "HF_HUB_CACHE": str(tmp_path / "hf_cache"), **extra}  # fmt: skip
+
+
 @pytest.fixture(params=POSITION_SCHEMES)
 def scheme(request):
     return request.param

@@ -1,0 +1,141 @@
+"""Publishing to the Hub: stage exactly the files a tinygpt repo needs, then one `upload_folder` commit.
+
+Everything that can be wrong with the input (repo id, missing files, tensors that do not fit the config) is found
+while staging, before any network call. The token is handed to huggingface_hub and nowhere else: never printed,
+logged or written into a staged file.
+"""
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from transformers import GenerationConfig
+
+from .configuration_tinygpt import TinyGPTConfig
+from .gpt2_layout import read_config_dict
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
+                   "added_tokens.json")  # fmt: skip
+WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def check_repo_id(repo_id: str) -> str:
+    """`owner/name`, valid by the Hub's rules (the card's usage snippet needs the owner), or a ValueError."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise ValueError(f"invalid repo id {repo_id!r}: {error}") from None
+    if repo_id.count("/") != 1:
+        raise ValueError(f"invalid repo id {repo_id!r}: expected owner/name")
+    return repo_id
+
+
+def _weight_files(folder: Path) -> list[str]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [index.name, *shards]
+    return ["model.safetensors"]
+
+
+def _tinygpt_folder(src: str, **hub_kwargs) -> Path | None:
+    """The local folder of a tinygpt SRC (a Hub id is downloaded through the HF cache), or None if SRC is GPT-2."""
+    config = read_config_dict(src, **hub_kwargs)
+    if config is None:
+        raise FileNotFoundError(f"{src}: no config.json: not a model folder or Hub repo")
+    if config.get("model_type") == "gpt2":
+        return None
+    if config.get("model_type") != TinyGPTConfig.model_type:
+        raise ValueError(f"{src}: model_type {config.get('model_type')!r} is neither tinygpt nor gpt2")
+    return Path(src) if Path(src).is_dir() else Path(snapshot_download(src, **hub_kwargs))
+
+
+def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: str | None = None):
+    """Copy what a tinygpt repo needs from `folder` into `staging` (nothing else: no optimizer states, logs or
+    stray files), after checking that the model loads, and write its card for `repo_id`."""
+    from . import GPT2_TOKENIZER_DIR
+    from .convert import load_tokenizer
+    from .model_card import rerender_for
+    from .modeling_tinygpt import TinyGPTForCausalLM
+
+    config = json.loads((folder / "config.json").read_text())
+    code_files = sorted(p.name for p in folder.glob("*.py"))
+    needed_code = {f"{ref.split('.')[0]}.py" for ref in config.get("auto_map", {}).values()}
+    missing = [name for name in _weight_files(folder) if not (folder / name).is_file()]
+    missing += sorted(needed_code - set(code_files)) if needed_code else ["config.json's auto_map (re-save the model)"]
+    tokenizer_files = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    if tokenizer is None and not {"tokenizer.json", "vocab.json"} & set(tokenizer_files):
+        missing.append("tokenizer files (tokenizer.json or vocab.json + merges.txt; or pass --tokenizer gpt2)")
+    if missing:
+        raise FileNotFoundError(f"{folder}: cannot publish, missing: {', '.join(missing)}")
+    model = TinyGPTForCausalLM.from_pretrained(folder)  # raises, naming tensors, if the weights do not fit
+
+    staging.mkdir(parents=True)
+    for name in ["config.json", *code_files, *_weight_files(folder), *([] if tokenizer else tokenizer_files)]:
+        shutil.copy2(folder / name, staging / name)
+    if (folder / "generation_config.json").is_file():
+        shutil.copy2(folder / "generation_config.json", staging / "generation_config.json")
+    else:
+        GenerationConfig.from_model_config(model.config).save_pretrained(staging)
+    if tokenizer == "gpt2":
+        load_tokenizer(str(GPT2_TOKENIZER_DIR)).save_pretrained(staging)
+    rerender_for(folder, model.config, repo_id).save(staging / "README.md")
+
+
+def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str | None = None,
+                  base_model: str | None = None, license: str = "mit", verify_tolerance: float = 1e-4,
+                  force: bool = False, **hub_kwargs) -> dict[str, int]:  # fmt: skip
+    """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
+    any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
+    from .convert import _refuse_existing, gpt2_to_tinygpt
+    from .model_card import render_model_card, read_card
+
+    check_repo_id(repo_id)
+    staging = Path(staging)
+    _refuse_existing(staging, force)
+    if not Path(src).exists() and (src.startswith((".", "/")) or src.count("/") > 1):
+        raise FileNotFoundError(f"{src}: no such file or folder")
+    folder = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{staging.name}.partial-", dir=staging.parent))
+    try:
+        if folder is not None:
+            stage_tinygpt_folder(folder, work / "out", repo_id, tokenizer=tokenizer)
+        else:  # GPT-2, nanoGPT or a lone weights file: convert (verified), then re-render the card for repo_id
+            out, source, _ = gpt2_to_tinygpt(src, work / "out", tokenizer=tokenizer, base_model=base_model,
+                                             license=license, verify_tolerance=verify_tolerance, **hub_kwargs)  # fmt: skip
+            card = read_card(out)
+            render_model_card(source.config, model_id=repo_id, provenance=card.data.tinygpt, license=license,
+                              base_model=card.data.base_model).save(out / "README.md")  # fmt: skip
+        if staging.exists():
+            shutil.rmtree(staging)
+        (work / "out").rename(staging)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
+
+
+def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str | None = None,
+                commit_message: str | None = None, create_pr: bool = False, token: str | None = None,
+                endpoint: str | None = None, tokenizer: str | None = None, base_model: str | None = None,
+                license: str = "mit", on_staged=None):  # fmt: skip
+    """Stage SRC for `repo_id`, create the repo (and branch `revision`) if needed, and upload everything in one
+    commit (or pull request). `token=None` uses the token huggingface_hub already knows. Returns its CommitInfo.
+    `on_staged(files)` is called with {path: bytes} once staging succeeded, before any network call."""
+    check_repo_id(repo_id)
+    with tempfile.TemporaryDirectory() as scratch:
+        staged = Path(scratch) / "staged"
+        files = stage_for_hub(src, staged, repo_id, tokenizer=tokenizer, base_model=base_model, license=license)
+        if on_staged is not None:
+            on_staged(files)
+        api = HfApi(endpoint=endpoint, token=token)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision not in (None, "main"):
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        return api.upload_folder(
+            repo_id=repo_id, folder_path=staged, revision=revision, create_pr=create_pr,
+            commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
+        )  # fmt: skip

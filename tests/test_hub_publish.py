@@ -1,0 +1,236 @@
+"""Publishing: `hf-tinygpt push` stages exactly a loadable repo with its card and uploads it through huggingface_hub.
+
+The Hub is tests/hub_server.py on loopback: real huggingface_hub and transformers talk HTTP to it."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import HUB_TOKEN, OTHER_HUB_TOKEN, hub_subprocess_env, random_gpt2
+from huggingface_hub import ModelCard, hf_hub_download
+from huggingface_hub.errors import RepositoryNotFoundError
+from test_hf_integration import REMOTE_CODE_SCRIPT, save_with_tokenizer, text_model
+
+import hf_tinygpt
+from hf_tinygpt.cli import main
+from hf_tinygpt.hub import push_to_hub, stage_for_hub
+from hf_tinygpt.params import parameter_breakdown
+
+REPO = "tester/tinygpt"
+PROMPT = "Now is the winter of our discontent"
+REPO_FILES = {"config.json", "configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py", "model.safetensors",
+              "generation_config.json", "tokenizer.json", "tokenizer_config.json", "README.md"}  # fmt: skip
+
+
+def tinygpt_folder(tmp_path, scheme="rope"):
+    """A saved tinygpt with tokenizer, plus the clutter a training folder has, which must not be published."""
+    model = text_model(scheme)
+    folder = save_with_tokenizer(model, tmp_path / "model")
+    (folder / "optimizer.pt").write_bytes(b"not for the hub")
+    (folder / "checkpoint-10").mkdir()
+    (folder / "checkpoint-10" / "model.safetensors").write_bytes(b"old")
+    return model, folder
+
+
+def greedy_tokens(model, prompt=PROMPT, new=8):
+    ids = hf_tinygpt.gpt2_tokenizer()(prompt, return_tensors="pt").input_ids
+    return model.generate(ids, max_new_tokens=new, do_sample=False, pad_token_id=50256)[0].tolist()
+
+
+def folder_bytes(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+# ---- staging and the card ------------------------------------------------------------------------------------
+
+
+def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
+    model, folder = tinygpt_folder(tmp_path)
+    assert main(["push", str(folder), REPO, "--dry-run", str(tmp_path / "staged")]) == 0
+    staged = tmp_path / "staged"
+    assert {p.name for p in staged.iterdir()} == REPO_FILES  # no optimizer state, no old checkpoints
+    assert (staged / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+    listing = capsys.readouterr().out
+    size = (staged / "model.safetensors").stat().st_size
+    assert re.search(rf"model\.safetensors\s+{size:,} bytes", listing)
+    assert f"{len(REPO_FILES)} files" in listing
+
+    # an existing staging folder is never replaced without --force
+    assert main(["push", str(folder), REPO, "--dry-run", str(staged)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["push", str(folder), REPO, "--dry-run", str(staged), "--force"]) == 0
+
+
+def test_card_metadata_and_architecture_table(tmp_path):
+    model, folder = tinygpt_folder(tmp_path, scheme="alibi")
+    stage_for_hub(str(folder), tmp_path / "staged", REPO)
+    card = ModelCard.load(tmp_path / "staged" / "README.md")
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "text-generation"
+    assert card.data.license == "mit"
+    assert {"tinygpt", "alibi-positions"} <= set(card.data.tags)
+    exact = parameter_breakdown(model.config)["total"]
+    assert exact == model.num_parameters()
+    assert f"| parameters | {exact:,} " in card.text
+    assert f"| layers | {model.config.n_layer} |" in card.text and "| position scheme | `alibi` |" in card.text
+    assert f'model="{REPO}"' in card.text  # the usage snippet names the repo it is published as
+    assert "was not recorded" in card.text  # a bare save_pretrained folder: the card does not invent a history
+
+
+def test_gpt2_source_is_converted_verified_and_carded_with_its_base_model(tmp_path):
+    gpt2 = random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256)
+    gpt2.save_pretrained(tmp_path / "gpt2")
+    files = stage_for_hub(str(tmp_path / "gpt2"), tmp_path / "staged", REPO, tokenizer="gpt2",
+                          base_model="openai-community/gpt2")  # fmt: skip
+    assert set(files) == REPO_FILES
+    card = ModelCard.load(tmp_path / "staged" / "README.md")
+    assert card.data.base_model == "openai-community/gpt2"
+    assert card.data.tinygpt["made_by"] == "conversion"
+    assert card.data.tinygpt["max_abs_logit_delta"] <= 1e-5
+    assert "max |Δlogits| =" in card.text and f'model="{REPO}"' in card.text
+
+
+def test_staged_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path):
+    model, folder = tinygpt_folder(tmp_path, scheme="rope")
+    stage_for_hub(str(folder), tmp_path / "staged", REPO)
+    run = subprocess.run(
+        [sys.executable, "-c", REMOTE_CODE_SCRIPT, str(tmp_path / "staged"), PROMPT],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env={**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["class"].startswith("transformers_modules.")
+    assert result["tokens"] == greedy_tokens(model)
+
+
+# ---- uploading -----------------------------------------------------------------------------------------------
+
+FROM_THE_HUB = textwrap.dedent(
+    """
+    import json, sys
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    class BlockHfTinygpt:  # as on a machine where hf_tinygpt is not installed
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "hf_tinygpt":
+                raise ImportError("blocked")
+
+    sys.meta_path.insert(0, BlockHfTinygpt())
+    repo, prompt, snippet = sys.argv[1], sys.argv[2], sys.argv[3]
+    exec(snippet)  # the usage snippet from the model card, exactly as written there
+    model = AutoModelForCausalLM.from_pretrained(repo, trust_remote_code=True)
+    ids = AutoTokenizer.from_pretrained(repo, trust_remote_code=True)(prompt, return_tensors="pt").input_ids
+    tokens = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
+    print(json.dumps({"class": type(model).__module__, "tokens": tokens}))
+    """
+)
+
+
+def card_snippet(card_text: str) -> str:
+    return re.search(r"```python\n(.*?)```", card_text, re.S).group(1)
+
+
+@pytest.mark.usefixtures("online")
+def test_push_uploads_the_staged_folder_byte_for_byte_and_it_loads_over_http(hub, tmp_path):
+    model, folder = tinygpt_folder(tmp_path, scheme="learned")
+    stage_for_hub(str(folder), tmp_path / "staged", REPO)
+    info = push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN, commit_message="first model")
+
+    assert hub.repo_files(REPO) == folder_bytes(tmp_path / "staged")
+    assert info.oid == hub.refs(REPO)["main"]
+    writes = [path.split("?")[0] for method, path in hub.requests if method == "POST"]
+    assert writes == ["/api/repos/create", "/api/validate-yaml",  # the card's metadata is checked first
+                      f"/api/models/{REPO}/preupload/main", f"/api/models/{REPO}/commit/main"]  # one commit  # fmt: skip
+
+    card = (tmp_path / "staged" / "README.md").read_text()
+    run = subprocess.run(
+        [sys.executable, "-c", FROM_THE_HUB, REPO, PROMPT, card_snippet(card)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300, env=hub_subprocess_env(hub, tmp_path),
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["class"].startswith("transformers_modules.")  # the repo's own code, over HTTP
+    assert result["tokens"] == greedy_tokens(model)
+    assert "To be, or not to be" in run.stdout  # the snippet ran and printed its generation
+
+
+@pytest.mark.usefixtures("online")
+def test_private_repo_on_a_branch(hub, tmp_path):
+    _, folder = tinygpt_folder(tmp_path)
+    push_to_hub(str(folder), REPO, private=True, revision="dev", endpoint=hub.url, token=HUB_TOKEN)
+    assert set(hub.refs(REPO)) == {"main", "dev"}
+    assert set(hub.repo_files(REPO, revision="dev")) == REPO_FILES
+    assert hub.repo_files(REPO, revision="main") == {}  # the branch was committed to, not main
+    hf_hub_download(REPO, "config.json", revision="dev", endpoint=hub.url, token=HUB_TOKEN, cache_dir=tmp_path / "c")
+    with pytest.raises(RepositoryNotFoundError):  # private: someone else's token sees nothing
+        hf_hub_download(REPO, "config.json", revision="dev", endpoint=hub.url, token=OTHER_HUB_TOKEN,
+                        cache_dir=tmp_path / "c2")  # fmt: skip
+
+
+def test_cli_push_opens_a_pull_request_and_never_reveals_the_token(hub, tmp_path):
+    secret = HUB_TOKEN
+    _, folder = tinygpt_folder(tmp_path)
+    push_to_hub(str(folder), REPO, endpoint=hub.url, token=secret)  # main exists; the PR proposes new weights
+    text_model("rope", seed=1).save_pretrained(folder)
+    (folder / "generation_config.json").unlink()  # made afresh while staging: the PR still has one
+    run = subprocess.run(
+        [sys.executable, "-m", "hf_tinygpt.cli", "push", str(folder), REPO, "--create-pr", "--commit-message", "v2"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=secret),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "pull request:" in run.stdout
+    proposed = hub.repo_files(REPO, revision="refs/pr/1")
+    assert set(proposed) == REPO_FILES
+    assert proposed["model.safetensors"] == (folder / "model.safetensors").read_bytes()
+    assert proposed["model.safetensors"] != hub.repo_files(REPO)["model.safetensors"]  # main untouched
+    assert set(hub.tokens_seen) == {secret}  # huggingface_hub found the token by itself and sent it
+    assert secret not in run.stdout + run.stderr
+    for path in tmp_path.rglob("*"):  # not in the model folder, the HF cache, or anything else written
+        if path.is_file() and "hub" not in path.relative_to(tmp_path).parts[:1]:
+            assert secret.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("bad-repo-id", "invalid repo id"),
+        ("no-owner", "expected owner/name"),
+        ("missing-src", "no such file or folder"),
+        ("not-a-model", "no config.json"),
+        ("no-weights", "missing: model.safetensors"),
+        ("no-tokenizer", "tokenizer files"),
+        ("wrong-shape", "Wrong shape"),
+    ],
+)
+def test_bad_inputs_fail_clearly_before_any_request(hub, tmp_path, capsys, case, message):
+    _, folder = tinygpt_folder(tmp_path)
+    src, repo = str(folder), REPO
+    if case == "bad-repo-id":
+        repo = "tester/not a name!"
+    elif case == "no-owner":
+        repo = "tinygpt"
+    elif case == "missing-src":
+        src = str(tmp_path / "nowhere")
+    elif case == "not-a-model":
+        (tmp_path / "notes").mkdir()
+        (tmp_path / "notes" / "notes.txt").write_text("hello")
+        src = str(tmp_path / "notes")
+    elif case == "no-weights":
+        (folder / "model.safetensors").unlink()
+    elif case == "no-tokenizer":
+        (folder / "tokenizer.json").unlink()
+    elif case == "wrong-shape":
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "n_embd": 32, "n_head": 2}))
+    argv = ["push", src, repo, "--token", HUB_TOKEN]
+    with torch.no_grad():
+        assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert hub.requests == []  # nothing reached the server
