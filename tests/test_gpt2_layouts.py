@@ -88,6 +88,40 @@ def test_hub_repo_id_resolves_through_the_hf_cache(tmp_path):
     assert_same_logits(by_commit.eval(), gpt2)
 
 
+HTTP_LOAD = """
+import sys, torch
+from hf_tinygpt import TinyGPTForCausalLM
+repo, revision, token, ids, out = sys.argv[1:]
+model = TinyGPTForCausalLM.from_pretrained(repo, revision=revision, token=token).eval()
+with torch.no_grad():
+    torch.save(model(torch.load(ids)).logits, out)
+"""
+
+
+def test_private_sharded_hub_repo_over_http_with_revision_and_token(hub, tmp_path):
+    """A Hub id through huggingface_hub's real HTTP path (tests/hub_server.py on loopback): a private repo whose
+    `dev` branch holds a sharded checkpoint; the token and revision travel as transformers passes them."""
+    from conftest import HUB_TOKEN, hub_subprocess_env
+    from huggingface_hub import HfApi
+
+    gpt2 = random_gpt2()
+    gpt2.save_pretrained(tmp_path / "gpt2", max_shard_size="20KB")
+    api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
+    api.create_repo("someone/tiny-gpt2", private=True)
+    api.create_branch("someone/tiny-gpt2", branch="dev")
+    api.upload_folder(repo_id="someone/tiny-gpt2", folder_path=tmp_path / "gpt2", revision="dev")
+    torch.save(IDS, tmp_path / "ids.pt")
+    run = subprocess.run(
+        [sys.executable, "-c", HTTP_LOAD, "someone/tiny-gpt2", "dev", HUB_TOKEN, tmp_path / "ids.pt", tmp_path / "o.pt"],
+        capture_output=True, text=True, timeout=300, env=hub_subprocess_env(hub, tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    with torch.no_grad():
+        assert (torch.load(tmp_path / "o.pt") - gpt2(IDS).logits).abs().max() <= 1e-5
+    shards = [path for method, path in hub.requests if method == "GET" and "model-0000" in path]
+    assert len(shards) > 1 and all("/resolve/" in path for path in shards)
+
+
 # ---- the conversion scripts ----------------------------------------------------------------------------------
 
 
