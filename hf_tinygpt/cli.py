@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import shlex
 import sys
 
 from huggingface_hub.errors import HfHubHTTPError
@@ -124,6 +125,70 @@ def add_push_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--license", default="mit", help="licence for the model card (default: mit)")
 
 
+def train_command(args) -> int:
+    from .training import TrainingSettings, train
+
+    config = {}
+    if args.config:
+        with open(args.config) as f:
+            config = json.load(f)
+    shape = {"position_embedding_type": args.position, "n_layer": args.n_layer, "n_embd": args.n_embd,
+             "n_head": args.n_head, "n_positions": args.n_positions, "resid_pdrop": args.dropout,
+             "embd_pdrop": args.dropout, "attn_pdrop": args.dropout}  # fmt: skip
+    config |= {key: value for key, value in shape.items() if value is not None}  # flags override the JSON
+    settings = TrainingSettings(
+        out=args.out, train=args.train, validation=args.validation or [], glob=args.glob, tokenizer=args.tokenizer,
+        config=config, block_size=args.block_size, batch_size=args.batch_size, steps=args.steps,
+        learning_rate=args.lr, min_lr_ratio=args.min_lr_ratio, warmup_steps=args.warmup_steps,
+        weight_decay=args.weight_decay, grad_clip=args.grad_clip, bf16=args.bf16, seed=args.seed,
+        eval_every=args.eval_every, save_every=args.save_every, save_dtype=args.save_dtype, resume=args.resume,
+        force=args.force, command=" ".join(["hf-tinygpt", *map(shlex.quote, sys.argv[1:])]),
+    )  # fmt: skip
+    try:
+        _, summary = train(settings)
+    except KeyboardInterrupt:
+        return 130
+    ppl = summary.get("validation_perplexity")
+    print(f"trained {summary['steps']} steps in {summary['wall_s'] / 60:.1f} min; final train loss "
+          f"{summary['final_train_loss']:.4f}" + (f"; validation perplexity {ppl:.2f}" if ppl else ""))  # fmt: skip
+    print(f"model: {os.path.join(args.out, 'model')}")
+    return 0
+
+
+def add_train_arguments(parser: argparse.ArgumentParser):
+    data = parser.add_argument_group("data")
+    data.add_argument("--train", nargs="+", required=True, help="text files or folders (folders: files matching --glob)")
+    data.add_argument("--validation", nargs="+", help="held-out text files (left out of --train folders)")
+    data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use (default: *.txt)")
+    data.add_argument("--tokenizer", help="tokenizer folder (default: the bundled GPT-2 BPE)")
+    model = parser.add_argument_group("model (flags override --config)")
+    model.add_argument("--config", help="JSON file of TinyGPTConfig fields")
+    model.add_argument("--position", choices=["learned", "sinusoidal", "rope", "alibi", "none"])
+    model.add_argument("--n-layer", type=int)
+    model.add_argument("--n-embd", type=int)
+    model.add_argument("--n-head", type=int)
+    model.add_argument("--n-positions", type=int, help="context the model allows (default: --block-size)")
+    model.add_argument("--dropout", type=float, help="resid/embd/attn dropout")
+    run = parser.add_argument_group("optimisation")
+    run.add_argument("--block-size", type=int, default=128, help="tokens per training sequence")
+    run.add_argument("--batch-size", type=int, default=16, help="sequences per step, over all processes")
+    run.add_argument("--steps", type=int, default=1000)
+    run.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
+    run.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decay ends at lr × this")
+    run.add_argument("--warmup-steps", type=int, default=100)
+    run.add_argument("--weight-decay", type=float, default=0.1)
+    run.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: no clipping)")
+    run.add_argument("--bf16", action="store_true", help="bf16 autocast (CPU or GPU)")
+    run.add_argument("--seed", type=int, default=0)
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", required=True, help="run folder: checkpoints/ and the final model/")
+    out.add_argument("--eval-every", type=int, default=200, help="steps between validation perplexities")
+    out.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
+    out.add_argument("--save-dtype", choices=["float32", "bfloat16", "float16"], help="dtype of the final weights")
+    out.add_argument("--resume", action="store_true", help="continue from OUT's last checkpoint")
+    out.add_argument("--force", action="store_true", help="replace an existing OUT")
+
+
 def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
                                     "(with --to gpt2: a tinygpt folder or Hub id)")  # fmt: skip
@@ -157,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert = verbs.add_parser("convert", help="GPT-2 / nanoGPT checkpoint → tinygpt folder (or back with --to gpt2)")
     add_convert_arguments(convert)
     convert.set_defaults(run=convert_command)
+
+    train = verbs.add_parser("train", help="train a TinyGPT from scratch on text files (accelerate)")
+    add_train_arguments(train)
+    train.set_defaults(run=train_command)
 
     push = verbs.add_parser("push", help="publish a tinygpt (or converted GPT-2) model to the Hub, with its card")
     add_push_arguments(push)

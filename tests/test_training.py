@@ -1,0 +1,175 @@
+"""Training from scratch: reproducible data order, data-parallel equals one process, Ctrl-C + --resume lose nothing,
+and the result is a complete model folder whose card states the measured validation perplexity."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import tiny_model
+from huggingface_hub import ModelCard
+from safetensors.torch import load_file
+
+from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt.training import batch_indices, pack, perplexity, text_files
+
+TINY = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "32", "--batch-size", "4",
+        "--warmup-steps", "2", "--eval-every", "5"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Two small training files, a file the glob skips, and a held-out file: a few thousand tokens."""
+    folder = tmp_path_factory.mktemp("corpus")
+    text = "\n".join(f"Line {i}: to be, or not to be, that is the question; {i % 7} times." for i in range(300))
+    (folder / "a_play.txt").write_text(text[: len(text) // 2])
+    (folder / "b_play.txt").write_text(text[len(text) // 2 :])
+    (folder / "notes.md").write_text("not a play")
+    (folder / "held_out.txt").write_text("\n".join(f"Line {i}: whether 'tis nobler in the mind." for i in range(40)))
+    return folder
+
+
+def train_cli(*args, cwd=None, **popen):
+    command = [sys.executable, "-m", "hf_tinygpt.cli", "train", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=cwd, **popen)
+
+
+# ---- data ----------------------------------------------------------------------------------------------------
+
+
+def test_text_files_hold_out_validation_and_follow_the_glob(corpus):
+    files = text_files([str(corpus)], "*.txt", exclude=[str(corpus / "held_out.txt")])
+    assert [f.name for f in files] == ["a_play.txt", "b_play.txt"]
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        text_files([str(corpus / "nowhere")])
+    with pytest.raises(ValueError, match="no text files"):
+        text_files([str(corpus)], "*.csv")
+
+
+def test_every_block_once_per_epoch_in_a_seeded_order():
+    n_blocks, batch = 10, 4
+    order = torch.cat([batch_indices(step, batch, n_blocks, seed=3) for step in range(5)])  # 20 = two epochs
+    assert sorted(order[:10].tolist()) == list(range(10)) and sorted(order[10:].tolist()) == list(range(10))
+    assert order[:10].tolist() != order[10:].tolist()  # each epoch is shuffled afresh
+    assert torch.equal(batch_indices(2, batch, n_blocks, seed=3), order[8:12])  # a pure function of (seed, step)
+    assert not torch.equal(batch_indices(0, batch, n_blocks, seed=4), order[:4])
+
+
+def test_pack_and_perplexity_agree_with_the_models_own_loss():
+    tokens = torch.arange(70) % 50
+    assert pack(tokens, 32).shape == (2, 32)
+    model = tiny_model(vocab_size=50)
+    blocks = pack(tokens, 32)
+    with torch.no_grad():
+        loss = model(blocks, labels=blocks).loss  # transformers' own shifted cross-entropy
+    assert perplexity(model, tokens[:64], 32) == pytest.approx(torch.exp(loss).item(), rel=1e-5)
+
+
+# ---- runs ----------------------------------------------------------------------------------------------------
+
+
+def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_path):
+    out = tmp_path / "run"
+    run = train_cli("--train", corpus, "--validation", corpus / "held_out.txt", *TINY, "--steps", 10, "--out", out,
+                    "--position", "rope", "--save-dtype", "bfloat16")  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    model_dir = out / "model"
+    assert {"config.json", "model.safetensors", "generation_config.json", "modeling_tinygpt.py", "tokenizer.json",
+            "README.md"} <= {p.name for p in model_dir.iterdir()}  # fmt: skip
+    assert all(t.dtype == torch.bfloat16 for t in load_file(model_dir / "model.safetensors").values())
+
+    card = ModelCard.load(model_dir / "README.md")
+    training = card.data.tinygpt["training"]
+    model = TinyGPTForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    held_out = torch.tensor(gpt2_tokenizer()((corpus / "held_out.txt").read_text()).input_ids + [50256])
+    measured = perplexity(model, held_out, 32)
+    assert training["validation_perplexity"] == pytest.approx(measured, rel=1e-6)  # the shipped weights' figure
+    assert card.data.eval_results[0].metric_value == pytest.approx(measured, rel=1e-6, abs=0.005)
+    assert training["command"].startswith("hf-tinygpt train") and "--position rope" in training["command"]
+    assert training["train_tokens"] > 0 and training["steps"] == 10
+    assert f"Validation perplexity: {training['validation_perplexity']:.2f}" in card.text
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["step"] for r in summary["history"]] == list(range(1, 11))
+    assert summary["history"][-1]["train_loss"] < summary["history"][0]["train_loss"]  # it learned something
+
+    again = train_cli("--train", corpus, *TINY, "--steps", 2, "--out", out)  # never overwritten silently
+    assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(corpus, tmp_path):
+    """Dropout is on, so the RNG state must be restored too, not only weights, optimizer and schedule."""
+    args = ["--train", corpus, "--validation", corpus / "held_out.txt", *TINY, "--dropout", "0.1", "--steps", 40,
+            "--save-every", 1000, "--eval-every", 1000]  # fmt: skip
+    straight = train_cli(*args, "--out", tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    log = tmp_path / "interrupted.log"
+    with open(log, "w") as stderr:
+        command = [sys.executable, "-m", "hf_tinygpt.cli", "train", *map(str, args), "--out", str(tmp_path / "cut")]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.time() + 300
+        while not re.search(r"\b([5-9]|[1-3]\d)/40\b", log.read_text()) and time.time() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=300) == 130, log.read_text()[-3000:]
+    assert "checkpoint saved at step" in log.read_text()
+    [checkpoint] = (tmp_path / "cut" / "checkpoints").iterdir()
+    stopped_at = json.loads((checkpoint / "progress.json").read_text())["step"]
+    assert 5 <= stopped_at < 40
+    assert not (tmp_path / "cut" / "model").exists()
+
+    changed = train_cli(*args, "--out", tmp_path / "cut", "--resume", "--lr", "0.5")
+    assert changed.returncode == 2 and "changed: learning_rate" in changed.stderr
+    resumed = train_cli(*args, "--out", tmp_path / "cut", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stdout
+    ours = load_file(tmp_path / "cut" / "model" / "model.safetensors")
+    reference = load_file(tmp_path / "straight" / "model" / "model.safetensors")
+    assert ours.keys() == reference.keys()
+    assert all(torch.equal(ours[key], reference[key]) for key in ours)
+
+
+DRIVER = """
+import json, sys, torch
+from accelerate import PartialState
+from hf_tinygpt.training import TrainingSettings, train
+
+settings = TrainingSettings(**json.loads(sys.argv[1]))
+model, summary = train(settings)
+state = PartialState()
+torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, f"{settings.out}-rank{state.process_index}.pt")
+if state.is_main_process:
+    json.dump([r["train_loss"] for r in summary["history"]], open(settings.out + "-losses.json", "w"))
+"""
+
+
+def test_two_process_data_parallel_run_matches_one_process(corpus, tmp_path):
+    """torchrun, 2 CPU processes (gloo): the ranks end identical, and match a 1-process run on the same global batch
+    (to float rounding: all-reduced gradients are summed in another order). The learning-rate schedule must advance
+    once per step, not once per process as a schedule prepared by accelerate would."""
+    settings = {"train": [str(corpus)], "validation": [str(corpus / "held_out.txt")], "block_size": 32,
+                "batch_size": 4, "steps": 6, "warmup_steps": 2, "eval_every": 3, "save_every": 3,
+                "config": {"n_layer": 1, "n_embd": 16, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+                           "attn_pdrop": 0.0}}  # fmt: skip
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name, launcher in [("one", [sys.executable]), ("two", [sys.executable, "-m", "torch.distributed.run",
+                                                                "--standalone", "--nproc_per_node", "2"])]:  # fmt: skip
+        run = subprocess.run([*launcher, str(driver), json.dumps({**settings, "out": str(tmp_path / name)})],
+                             capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+        assert run.returncode == 0, run.stderr[-4000:]
+
+    rank0, rank1 = torch.load(tmp_path / "two-rank0.pt"), torch.load(tmp_path / "two-rank1.pt")
+    assert all(torch.equal(rank0[key], rank1[key]) for key in rank0)
+    single = torch.load(tmp_path / "one-rank0.pt")
+    assert max((rank0[key] - single[key]).abs().max().item() for key in single) < 1e-5
+    losses_two = json.loads((tmp_path / "two-losses.json").read_text())
+    losses_one = json.loads((tmp_path / "one-losses.json").read_text())
+    assert len(losses_two) == len(losses_one) == 6
+    assert losses_two == pytest.approx(losses_one, abs=1e-5)
