@@ -13,6 +13,9 @@ from .params import parameter_breakdown
 
 # OpenAI's GPT-2 BPE files (vocab.json + merges.txt), bundled so that nothing needs the network.
 GPT2_TOKENIZER_DIR = Path(__file__).parent / "tokenizer"
+# The shipped model: a small learned-position TinyGPT trained on Shakespeare (card: model_cards/shakespeare.md).
+# It uses the bundled GPT-2 tokenizer, so its folder holds only config, generation config and weights.
+DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 
 
 def gpt2_tokenizer() -> GPT2TokenizerFast:
@@ -30,6 +33,7 @@ TinyGPTModel.register_for_auto_class("AutoModel")
 TinyGPTForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 
 __all__ = [
+    "DEFAULT_MODEL_DIR",
     "GPT2_TOKENIZER_DIR",
     "POSITION_SCHEMES",
     "TinyGPTConfig",

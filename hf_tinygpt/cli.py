@@ -189,6 +189,31 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     out.add_argument("--force", action="store_true", help="replace an existing OUT")
 
 
+def generate_command(args) -> int:
+    from transformers.utils.logging import disable_progress_bar
+
+    from .generate import generate_text, load_for_generation
+
+    disable_progress_bar()  # the continuation is the output: no "Loading weights" bar around it
+    hub = {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
+    model, tokenizer = load_for_generation(args.model, **hub)
+    generate_text(args.prompt, model, tokenizer, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                  top_k=args.top_k or None, top_p=args.top_p, seed=args.seed)  # fmt: skip
+    return 0
+
+
+def add_generate_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("prompt", help="text to continue")
+    parser.add_argument("--model", help="tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)")
+    parser.add_argument("--max-new-tokens", type=int, default=60)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy decoding")
+    parser.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest tokens (0: all)")
+    parser.add_argument("--top-p", type=float, help="nucleus sampling: the smallest set with this probability")
+    parser.add_argument("--seed", type=int, help="for reproducible sampling")
+    parser.add_argument("--revision", help="Hub revision (branch, tag or commit)")
+    parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows)")
+
+
 def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
                                     "(with --to gpt2: a tinygpt folder or Hub id)")  # fmt: skip
@@ -210,6 +235,10 @@ def add_convert_arguments(parser: argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-tinygpt", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
+    generate = verbs.add_parser("generate", help="continue a prompt, streaming tokens (the main job)")
+    add_generate_arguments(generate)
+    generate.set_defaults(run=generate_command)
+
     params = verbs.add_parser("params", help="parameter breakdown of a model folder, Hub id or config.json")
     params.add_argument("model", help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
     params.set_defaults(run=params_command)

@@ -1,0 +1,50 @@
+"""The main job: load a model through `AutoModelForCausalLM` and stream its continuation of a prompt."""
+
+import sys
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer, set_seed
+
+from . import DEFAULT_MODEL_DIR, gpt2_tokenizer
+from .gpt2_layout import optional_file
+
+
+def load_for_generation(model: str | None = None, **hub_kwargs):
+    """(model, tokenizer) for a tinygpt or GPT-2 folder or Hub id; None means the shipped default model. A model
+    without tokenizer files (the default one) gets the bundled GPT-2 tokenizer."""
+    source = str(model or DEFAULT_MODEL_DIR)
+    loaded = AutoModelForCausalLM.from_pretrained(source, **hub_kwargs).eval()
+    has_tokenizer = any(optional_file(source, name, **hub_kwargs) for name in ("tokenizer.json", "vocab.json"))
+    tokenizer = AutoTokenizer.from_pretrained(source, **hub_kwargs) if has_tokenizer else gpt2_tokenizer()
+    return loaded, tokenizer
+
+
+@torch.no_grad()
+def generate_text(prompt: str, model=None, tokenizer=None, *, max_new_tokens: int = 60, temperature: float = 0.8,
+                  top_k: int | None = 40, top_p: float | None = None, seed: int | None = None,
+                  stream=None, quiet: bool = False) -> str:  # fmt: skip
+    """Continue `prompt`, writing tokens to `stream` (default: stdout) as they are produced, unless `quiet`; returns
+    the whole text. temperature 0 means greedy decoding."""
+    if model is None or isinstance(model, str):
+        model, tokenizer = load_for_generation(model)
+    if seed is not None:
+        set_seed(seed)
+    inputs = tokenizer(prompt, return_tensors="pt")
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
+    options = sampling if temperature > 0 else {"do_sample": False}
+    streamer = None if quiet else _Streamer(tokenizer, stream or sys.stdout)
+    output = model.generate(**inputs, max_new_tokens=max_new_tokens, streamer=streamer,
+                            pad_token_id=tokenizer.eos_token_id, **options)  # fmt: skip
+    return tokenizer.decode(output[0], skip_special_tokens=True)
+
+
+class _Streamer(TextStreamer):
+    """transformers' TextStreamer, writing to any stream (flushed per piece) instead of print()."""
+
+    def __init__(self, tokenizer, stream):
+        super().__init__(tokenizer, skip_special_tokens=True)
+        self.stream = stream
+
+    def on_finalized_text(self, text: str, stream_end: bool = False):
+        self.stream.write(text + ("\n" if stream_end else ""))
+        self.stream.flush()
