@@ -50,11 +50,12 @@ def usage_snippet(model_id: str) -> str:
 
 
 def render_model_card(config: TinyGPTConfig, *, model_id: str, provenance: dict, license: str = "mit",
-                      base_model: str | None = None) -> ModelCard:  # fmt: skip
+                      base_model: str | None = None, usage: str | None = None) -> ModelCard:  # fmt: skip
     """A card for the model `config` describes, published as `model_id` (a Hub repo id or a local path).
 
     `provenance["made_by"]` is "conversion" (with `source_description`, optional `max_abs_logit_delta`) or
-    "training" (with a `training` dict: data, steps, validation perplexity, command), and picks the template."""
+    "training" (with a `training` dict: data, steps, validation perplexity, command), and picks the template.
+    `usage` replaces the default snippet (a pipeline on `model_id`)."""
     made_by = provenance.get("made_by", "training")
     if made_by not in TEMPLATES:
         raise ValueError(f"provenance made_by={made_by!r} is not one of {sorted(TEMPLATES)}")
@@ -78,7 +79,7 @@ def render_model_card(config: TinyGPTConfig, *, model_id: str, provenance: dict,
         title=model_id.rstrip("/").split("/")[-1],
         architecture_table=architecture_table(config),
         position_scheme=scheme,
-        usage=usage_snippet(model_id),
+        usage=usage or usage_snippet(model_id),
         source_description=provenance.get("source_description", "a GPT-2 checkpoint"),
         max_abs_logit_delta=provenance.get("max_abs_logit_delta"),
         training=training,

@@ -1,0 +1,100 @@
+"""Length extrapolation: identical small models that differ only in their position scheme, trained at context L,
+scored at contexts from L/2 to 8L on held-out text.
+
+Perplexity at context C is measured over non-overlapping windows of C tokens (every token but each window's first
+is scored), so a longer C means both more context per prediction and more positions the model never saw in
+training. Learned positions have no rows beyond n_positions = L: those cells are "not applicable", not a crash.
+"""
+
+import csv
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from . import gpt2_tokenizer
+from .modeling_tinygpt import TinyGPTForCausalLM
+from .training import FINAL, TrainingSettings, perplexity, tokenize_files, train
+
+SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+# Evaluated without retraining: the RoPE model with dynamic NTK scaling switched on at evaluation time.
+ROPE_SCALED = ("rope+dynamic-ntk", {"rope_type": "dynamic", "factor": 8.0})
+
+
+def context_lengths(block_size: int) -> list[int]:
+    return [block_size // 2, block_size, 2 * block_size, 4 * block_size, 8 * block_size]
+
+
+def load_for_scheme(run_dir: Path, variant: str) -> TinyGPTForCausalLM:
+    if variant == ROPE_SCALED[0]:
+        model = TinyGPTForCausalLM.from_pretrained(run_dir / "rope" / FINAL)
+        theta = model.config.rope_parameters["rope_theta"]
+        return TinyGPTForCausalLM.from_pretrained(
+            run_dir / "rope" / FINAL, rope_parameters={**ROPE_SCALED[1], "rope_theta": theta}
+        ).eval()
+    return TinyGPTForCausalLM.from_pretrained(run_dir / variant / FINAL).eval()
+
+
+def study(base: TrainingSettings, out: str | Path, schemes=SCHEMES, rope_scaled: bool = True) -> list[dict]:
+    """Train one model per scheme with `base` settings (only the scheme differs), then score each at every
+    context length. Writes OUT/results.csv, OUT/results.json and OUT/perplexity_vs_context.png; returns the rows."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    train_seconds = {}
+    for scheme in schemes:
+        tick = time.perf_counter()
+        settings = replace(base, out=str(out / scheme), config={**base.config, "position_embedding_type": scheme})
+        train(settings)
+        train_seconds[scheme] = time.perf_counter() - tick
+
+    validation = tokenize_files([Path(p) for p in base.validation], gpt2_tokenizer())
+    variants = [*schemes, *([ROPE_SCALED[0]] if rope_scaled and "rope" in schemes else [])]
+    rows = []
+    for variant in variants:
+        model = load_for_scheme(out, variant)
+        for context in context_lengths(base.block_size):
+            limited = model.config.position_embedding_type == "learned" and context > model.config.n_positions
+            with torch.no_grad():
+                ppl = None if limited else perplexity(model, validation, context, batch_size=4)
+            rows.append({"scheme": variant, "train_context": base.block_size, "context": context,
+                         "perplexity": ppl, "train_seconds": train_seconds.get(variant.split("+")[0])})  # fmt: skip
+    total = time.perf_counter() - started
+
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "perplexity": "n/a" if row["perplexity"] is None else f"{row['perplexity']:.3f}"}
+                         for row in rows)  # fmt: skip
+    (out / "results.json").write_text(json.dumps({"rows": rows, "total_seconds": total}, indent=2) + "\n")
+    plot_study(rows, out / "perplexity_vs_context.png", title=f"trained at context {base.block_size}")
+    return rows
+
+
+def plot_study(rows: list[dict], path: Path, title: str = ""):
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7, 4.5), layout="constrained")
+    axes = figure.subplots()
+    for variant in dict.fromkeys(row["scheme"] for row in rows):
+        points = [(row["context"], row["perplexity"]) for row in rows if row["scheme"] == variant and row["perplexity"]]
+        axes.plot(*zip(*points), marker="o", label=variant, linestyle="--" if "+" in variant else "-")
+    axes.axvline(rows[0]["train_context"], color="grey", linewidth=0.8, label="training context")
+    axes.set(xscale="log", yscale="log", xlabel="evaluation context (tokens)", ylabel="validation perplexity",
+             title=f"Length extrapolation by position scheme ({title})")  # fmt: skip
+    axes.set_xticks([row["context"] for row in rows[: len({r["context"] for r in rows})]])
+    axes.set_xticklabels([str(row["context"]) for row in rows[: len({r["context"] for r in rows})]])
+    axes.legend(fontsize=8)
+    figure.savefig(path, dpi=120)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    contexts = sorted({row["context"] for row in rows})
+    lines = ["| scheme | " + " | ".join(f"C={c}" for c in contexts) + " |", "|---|" + "---:|" * len(contexts)]
+    for variant in dict.fromkeys(row["scheme"] for row in rows):
+        cells = {row["context"]: row["perplexity"] for row in rows if row["scheme"] == variant}
+        lines.append(f"| {variant} | " + " | ".join("n/a" if cells[c] is None else f"{cells[c]:.1f}" for c in contexts)
+                     + " |")  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,49 @@
+#!/usr/bin/env python
+"""Copy a trained run's model into the package as the default model, with its card in model_cards/.
+
+    python scripts/ship_default_model.py runs/shakespeare/model
+
+The shipped folder holds config.json, generation_config.json and model.safetensors only: it uses the bundled GPT-2
+tokenizer (hf_tinygpt/tokenizer/), which keeps the package small. The card keeps the run's measured validation
+perplexity and the exact training command; its usage snippet loads the model from the package.
+"""
+
+import shutil
+import sys
+from pathlib import Path
+
+from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig
+from hf_tinygpt.model_card import read_card, render_model_card
+
+FILES = ("config.json", "generation_config.json", "model.safetensors")
+CARD = Path(__file__).resolve().parent.parent / "model_cards" / "shakespeare.md"
+USAGE = """import hf_tinygpt
+from transformers import AutoModelForCausalLM, pipeline
+
+model = AutoModelForCausalLM.from_pretrained(hf_tinygpt.DEFAULT_MODEL_DIR)
+generator = pipeline("text-generation", model=model, tokenizer=hf_tinygpt.gpt2_tokenizer())
+print(generator("To be, or not to be", max_new_tokens=30, do_sample=False)[0]["generated_text"])"""
+
+
+def main(run_model: str) -> int:
+    source = Path(run_model)
+    card = read_card(source)
+    if card is None or card.data.tinygpt.get("made_by") != "training":
+        raise SystemExit(f"{source}: no training card (README.md); expected OUT/model of `hf-tinygpt train`")
+    staging = DEFAULT_MODEL_DIR.with_name(".default_model.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for name in FILES:
+        shutil.copy2(source / name, staging / name)
+    shutil.rmtree(DEFAULT_MODEL_DIR, ignore_errors=True)
+    staging.rename(DEFAULT_MODEL_DIR)
+    config = TinyGPTConfig.from_pretrained(DEFAULT_MODEL_DIR)
+    render_model_card(config, model_id="tinygpt-shakespeare", provenance=card.data.tinygpt,
+                      license=card.data.license, usage=USAGE).save(CARD)  # fmt: skip
+    size = sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir())
+    print(f"shipped {DEFAULT_MODEL_DIR} ({size:,} bytes) and {CARD}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

@@ -1,0 +1,32 @@
+"""The length-extrapolation study runs end to end (--quick) and reports what it measured, learned marked n/a."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "length_extrapolation.py"
+
+
+def test_quick_study_writes_csv_json_plot_and_marks_learned_beyond_its_rows(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    line = "Line {}: to be, or not to be, that is the question; whether 'tis nobler in the mind.\n"
+    (data / "one_gut.txt").write_text("".join(line.format(i) for i in range(120)))
+    (data / "hamlet_gut.txt").write_text("".join(line.format(i) for i in range(40)))
+    run = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--data", str(data), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    with open(tmp_path / "out" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    schemes = ["learned", "sinusoidal", "rope", "alibi", "none", "rope+dynamic-ntk"]
+    assert list(dict.fromkeys(row["scheme"] for row in rows)) == schemes
+    assert sorted({int(row["context"]) for row in rows}) == [8, 16, 32, 64, 128]  # L/2 .. 8L for L = 16
+    for row in rows:
+        beyond = int(row["context"]) > 16
+        if row["scheme"] == "learned" and beyond:
+            assert row["perplexity"] == "n/a"
+        else:
+            assert 1 < float(row["perplexity"]) < 1e6
+    assert (tmp_path / "out" / "perplexity_vs_context.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| learned |" in run.stdout and "n/a" in run.stdout
