@@ -1,6 +1,7 @@
 """GPT-2 checkpoints in every layout met in the wild, converted both ways, with self-verifying scripts."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -138,6 +139,7 @@ def test_convert_gpt2_folder_round_trip_with_verify(tmp_path):
                      "--verify", "--tolerance", "1e-5")  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "verify: max |Δlogits|" in out.stdout
+    assert re.search(r"\d+/\d+ \[", out.stderr)  # progress bars (transformers' own, for writing and loading)
     files = {p.name for p in (tmp_path / "tiny").iterdir()}
     assert {"config.json", "model.safetensors", "generation_config.json", "modeling_tinygpt.py",
             "configuration_tinygpt.py", "tokenizer.json", "tokenizer_config.json"} <= files  # fmt: skip
