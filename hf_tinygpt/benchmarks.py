@@ -117,3 +117,140 @@ def run_conversion_benchmark(out_json: str | None = None, **kwargs) -> dict:
     if out_json:
         Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+# ---- speed: TinyGPT against transformers' GPT-2 on the same weights ----------------------------------------------
+
+
+def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5) -> float:
+    """Bytes/s this machine streams (a large copy reads and writes each byte once: 2 × size per copy)."""
+    import time
+
+    import torch
+
+    source = torch.ones(bytes_ // 4)
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        target.copy_(source)
+        best = min(best, time.perf_counter() - start)
+    return 2 * bytes_ / best
+
+
+def _decode_bytes_per_step(model) -> int:
+    """Weights read for one decoding step: every parameter once (the tied embedding is read as the head)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _timed(fn) -> float:
+    import time
+
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int = 3, prefill_shapes=((1, 1024), (8, 128)),
+                    decode_batches=(1, 8), prompt_length: int = 32, new_tokens: int = 128,
+                    caches=("dynamic", "static"), seed: int = 0) -> dict:  # fmt: skip
+    """Side-by-side timings of transformers' GPT2LMHeadModel and TinyGPT loaded from the same GPT-2 `folder`.
+
+    Each measurement alternates the two models (HF, TinyGPT, HF, TinyGPT, …) `repeats` times after one warm-up
+    each, and reports medians, so drifting clocks or background load hit both alike."""
+    import statistics
+
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    from .modeling_tinygpt import TinyGPTForCausalLM
+
+    torch.manual_seed(seed)
+    bandwidth = memory_bandwidth()
+    result = {"memory_bandwidth_GBps": bandwidth / 1e9, "threads": torch.get_num_threads(), "rows": []}
+    for dtype_name in dtypes:
+        dtype = getattr(torch, dtype_name)
+        models = {
+            "hf": GPT2LMHeadModel.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa").eval(),
+            "tinygpt": TinyGPTForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa").eval(),
+        }
+        vocab = models["hf"].config.vocab_size
+        bytes_per_step = _decode_bytes_per_step(models["tinygpt"])
+
+        def run_pair(label, make_fn, tokens):
+            for fn in (make_fn("hf"), make_fn("tinygpt")):  # warm-up
+                fn()
+            times = {"hf": [], "tinygpt": []}
+            for _ in range(repeats):
+                for name in ("hf", "tinygpt"):
+                    times[name].append(_timed(make_fn(name)))
+            row = {"dtype": dtype_name, "measure": label}
+            for name in ("hf", "tinygpt"):
+                row[f"{name}_tok_s"] = tokens / statistics.median(times[name])
+            row["ratio"] = row["tinygpt_tok_s"] / row["hf_tok_s"]
+            return row
+
+        with torch.inference_mode():
+            for batch, length in prefill_shapes:
+                ids = torch.randint(0, vocab, (batch, length))
+
+                def prefill(name, ids=ids):
+                    return lambda: models[name](ids, use_cache=True, logits_to_keep=1)
+
+                result["rows"].append(run_pair(f"prefill {batch}×{length}", prefill, batch * length))
+            for batch in decode_batches:
+                ids = torch.randint(0, vocab, (batch, prompt_length))
+                for cache in caches:
+
+                    def decode(name, ids=ids, cache=cache):
+                        kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                                      pad_token_id=0, attention_mask=torch.ones_like(ids))  # fmt: skip
+                        if cache == "static":
+                            kwargs["cache_implementation"] = "static"
+                        return lambda: models[name].generate(ids, **kwargs)
+
+                    row = run_pair(f"decode batch {batch}, {cache} cache", decode, batch * new_tokens)
+                    ceiling = bandwidth / bytes_per_step * batch  # tok/s if each step only streamed the weights
+                    row |= {"ceiling_tok_s": ceiling, "hf_of_ceiling": row["hf_tok_s"] / ceiling,
+                            "tinygpt_of_ceiling": row["tinygpt_tok_s"] / ceiling}  # fmt: skip
+                    result["rows"].append(row)
+    return result
+
+
+def format_speed_table(result: dict) -> str:
+    lines = [
+        f"memory bandwidth {result['memory_bandwidth_GBps']:.1f} GB/s, {result['threads']} threads",
+        "| dtype | measure | HF GPT-2 tok/s | TinyGPT tok/s | TinyGPT/HF | HF % of ceiling | TinyGPT % of ceiling |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in result["rows"]:
+        ceiling = (f"{100 * row['hf_of_ceiling']:.0f} % | {100 * row['tinygpt_of_ceiling']:.0f} %"
+                   if "ceiling_tok_s" in row else " | ")  # fmt: skip
+        lines.append(f"| {row['dtype']} | {row['measure']} | {row['hf_tok_s']:,.1f} | {row['tinygpt_tok_s']:,.1f} "
+                     f"| {row['ratio']:.2f}× | {ceiling} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def run_speed_benchmark(model: str | None = None, out_json: str | None = None, gpt2_config: dict | None = None,
+                        load_memory: bool = True, **kwargs) -> dict:  # fmt: skip
+    """The whole benchmark on `model` (a GPT-2 folder), or on a GPT-2-small-shaped one made here with a seed."""
+    from .verify import random_gpt2_folder
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = model or random_gpt2_folder(scratch, seed=kwargs.get("seed", 0), **(gpt2_config or {}))
+        result = speed_benchmark(folder, **kwargs)
+        if load_memory:
+            checkpoint = weights_bytes(folder)
+            result["from_pretrained"] = {}
+            for name, statement in [("hf", f"model = GPT2LMHeadModel.from_pretrained({str(folder)!r})\n" + _TOUCH),
+                                    ("tinygpt", f"model = TinyGPTForCausalLM.from_pretrained({str(folder)!r})\n"
+                                     + _TOUCH)]:  # fmt: skip
+                measured = measure_in_subprocess(_IMPORTS, statement)
+                result["from_pretrained"][name] = {**measured, "peak_added_per_weight_byte": measured["peak_added"] / checkpoint}
+    print(format_speed_table(result))
+    for name, measured in result.get("from_pretrained", {}).items():
+        print(f"from_pretrained {name}: {measured['wall_s']:.2f} s, peak RSS +{measured['peak_added'] / 2**20:,.0f} MiB "
+              f"({measured['peak_added_per_weight_byte']:.2f}× the weights)")  # fmt: skip
+    if out_json:
+        Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
+    return result

@@ -214,6 +214,41 @@ def add_generate_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows)")
 
 
+def plot_positions_command(args) -> int:
+    from transformers.utils.logging import disable_progress_bar
+
+    from .plots import load_for_plots, plot_positions, written_files
+
+    disable_progress_bar()
+    model, label = load_for_plots(args.model, seed=args.seed)
+    prompt = {} if args.prompt is None else {"prompt": args.prompt}
+    arrays = plot_positions(model, args.out, svg=args.svg, seed=args.seed, n_dims=args.dims,
+                            max_positions=args.max_positions, label=label, **prompt)  # fmt: skip
+    files = written_files(args.out, arrays, svg=args.svg)
+    count = f"{len(files)} file" + "s" * (len(files) != 1)
+    print(f"{label}: {model.config.position_embedding_type} positions; wrote {count}:")
+    for path in files:
+        print(f"  {path}")
+    tokens = arrays["token_vs_position"]
+    if tokens["pair"]:
+        first, second = tokens["pair"]
+        print(f"repeated token {tokens['tokens'][first]!r} at positions {first} and {second}: cosine similarity "
+              f"{tokens['before']:.4f} before positions, {tokens['after']:.4f} after")  # fmt: skip
+    return 0
+
+
+def add_plot_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("model", help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name "
+                                      "(learned, sinusoidal, rope, alibi, none: an untrained small model)")  # fmt: skip
+    parser.add_argument("--out", required=True, help="folder for the pictures (created if needed)")
+    parser.add_argument("--svg", action="store_true", help="write NAME.svg next to each NAME.png")
+    parser.add_argument("--seed", type=int, default=0, help="picks the traced dimensions and any random init")
+    parser.add_argument("--dims", type=int, default=8, help="how many single dimensions to trace (default: 8)")
+    parser.add_argument("--max-positions", type=int, help="positions/offsets/distances to plot (default: n_positions)")
+    parser.add_argument("--prompt", help="text for the token-vs-position picture; repeat a word to see it diverge "
+                                         "(default: 'The cat sat on the mat by the door')")  # fmt: skip
+
+
 def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
                                     "(with --to gpt2: a tinygpt folder or Hub id)")  # fmt: skip
@@ -242,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     params = verbs.add_parser("params", help="parameter breakdown of a model folder, Hub id or config.json")
     params.add_argument("model", help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
     params.set_defaults(run=params_command)
+    plot = verbs.add_parser("plot-positions", help="pictures of a model's position scheme (PNG, SVG on request)")
+    add_plot_arguments(plot)
+    plot.set_defaults(run=plot_positions_command)
     verify = verbs.add_parser("verify-gpt2", help="compare TinyGPT with transformers' GPT-2 on the same weights")
     verify.add_argument("model", nargs="?", help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)")
     verify.add_argument("--text", default="To be, or not to be, that is the question:")

@@ -1,0 +1,546 @@
+"""Pictures of what a model's position scheme computes, drawn from the model's own methods.
+
+Every number plotted comes from the model: learned rows are `wpe.weight`, sinusoidal rows are `wpe.rows()`, what is
+added to the token embeddings is `wpe.add_to_embeddings()`, RoPE angles come from `wpe.inv_freq` and its cos/sin
+from `wpe.rotary_cos_sin()` + `apply_rotary()`, ALiBi biases from `wpe.bias()`. Nothing is re-derived here.
+
+    model, label = load_for_plots("out/tinygpt")              # or a GPT-2 folder / Hub id, a config.json, "rope"
+    arrays = plot_positions(model, "plots/", label=label)     # {picture name: {array name: numpy array}}
+
+Which pictures apply (`PICTURES`):
+    learned, sinusoidal  position_matrix, dimension_traces, cosine_similarity, token_vs_position
+    rope                 rope_frequencies, rope_similarity, token_vs_position
+    alibi                alibi_bias, token_vs_position
+    none                 token_vs_position   (its title says that no position information enters at all)
+
+Figures are `matplotlib.figure.Figure` objects saved straight to files: no pyplot, no global state, no window, so
+this works headless and nothing leaks between calls (the same as the Agg backend, without switching backends).
+"""
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+
+from . import POSITION_SCHEMES, gpt2_tokenizer
+from .configuration_tinygpt import TinyGPTConfig
+from .modeling_tinygpt import PositionScheme, TinyGPTForCausalLM, apply_rotary
+
+PICTURES = {
+    "learned": ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position"),
+    "sinusoidal": ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position"),
+    "rope": ("rope_frequencies", "rope_similarity", "token_vs_position"),
+    "alibi": ("alibi_bias", "token_vs_position"),
+    "none": ("token_vs_position",),
+}
+ROWS_SCHEMES = ("learned", "sinusoidal")  # the schemes that add a row per position to the token embeddings
+DEFAULT_PROMPT = "The cat sat on the mat by the door"  # " the" twice: one token, two positions
+# A bare scheme name builds this (untrained) model: GPT-2's vocabulary, so the bundled tokenizer's ids fit.
+BARE_CONFIG = dict(n_embd=128, n_positions=256, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+WHERE_POSITIONS_ACT = {
+    "rope": "rope adds nothing to the embeddings: it rotates q and k inside attention",
+    "alibi": "alibi adds nothing to the embeddings: it biases the attention scores by distance",
+    "none": "no position information at all: only the causal mask orders the tokens",
+}
+
+
+# ---- loading ---------------------------------------------------------------------------------------------------
+
+
+def load_for_plots(model_or_config: str, scheme: str | None = None, *, seed: int = 0, **config_overrides):
+    """(model in eval mode and float32, label for titles) from any of:
+
+    - a bare scheme name ("learned", "sinusoidal", "rope", "alibi", "none"): an untrained TinyGPT of `BARE_CONFIG`
+      (GPT-2 vocabulary, n_embd 128, 256 positions), randomly initialised with `seed`; `config_overrides` change it;
+    - a `config.json` file (tinygpt or GPT-2): that shape, untrained, seeded; `scheme` and `config_overrides`
+      change it;
+    - a model folder or Hub id, tinygpt or GPT-2 (GPT-2 converts on the fly): the trained weights. Its scheme is
+      fixed by the weights, so `scheme` may only repeat it.
+
+    The label names the source and says when the weights are untrained; titles add the scheme."""
+    source = str(model_or_config)
+    if source in POSITION_SCHEMES and not os.path.exists(source):
+        if scheme not in (None, source):
+            raise ValueError(f"{source!r} is a scheme name; scheme={scheme!r} contradicts it")
+        config = TinyGPTConfig(**{**BARE_CONFIG, **config_overrides, "position_embedding_type": source})
+        return _untrained(config, seed, "untrained TinyGPT")
+    if os.path.isfile(source):
+        from .cli import load_config  # reads tinygpt and GPT-2 config.json files alike
+
+        config = load_config(source)
+        if scheme is not None or config_overrides:
+            fields = {**config.to_dict(), **config_overrides}
+            if scheme is not None:
+                fields["position_embedding_type"] = scheme
+            if fields["position_embedding_type"] != "rope":
+                fields["rope_parameters"] = None
+            config = TinyGPTConfig.from_dict(fields)
+        return _untrained(config, seed, f"{Path(source).name} (untrained)")
+    if config_overrides:
+        raise ValueError(f"{source}: a checkpoint's shape is fixed by its weights; cannot apply {config_overrides}")
+
+    from .gpt2_layout import read_config_dict
+
+    config_dict = read_config_dict(source)
+    if config_dict is None:
+        raise FileNotFoundError(
+            f"{source}: not a scheme name ({', '.join(POSITION_SCHEMES)}), a config.json file, a model folder or a "
+            "reachable Hub id"
+        )
+    model = TinyGPTForCausalLM.from_pretrained(source).float().eval()
+    found = model.config.position_embedding_type
+    if scheme not in (None, found):
+        raise ValueError(f"{source} has {found} positions (fixed by its weights), not {scheme}")
+    name = Path(source).resolve().name if os.path.isdir(source) else source
+    return model, name + (" (GPT-2 checkpoint)" if config_dict.get("model_type") == "gpt2" else "")
+
+
+def _untrained(config: TinyGPTConfig, seed: int, name: str):
+    torch.manual_seed(seed)
+    model = TinyGPTForCausalLM(config).float().eval()
+    shape = f"n_embd {config.n_embd}, {config.n_positions} positions, {config.n_head} heads"
+    return model, f"{name}, random init seed {seed} ({shape})"
+
+
+# ---- shared helpers --------------------------------------------------------------------------------------------
+
+
+def _body(model):
+    body = getattr(model, "transformer", model)
+    if not isinstance(getattr(body, "wpe", None), PositionScheme):
+        raise TypeError(f"{type(model).__name__} is not a TinyGPT model: load GPT-2 ones with load_for_plots()")
+    return body
+
+
+def _scheme(model) -> str:
+    return model.config.position_embedding_type
+
+
+def _label(model, label: str | None) -> str:
+    if label:
+        return label
+    name = model.config.name_or_path
+    return Path(name).name if name else f"TinyGPT (n_embd {model.config.n_embd}, {model.config.n_positions} positions)"
+
+
+def _title(fig: Figure, what: str, model, label):
+    scheme = _scheme(model)
+    positions = "no positions (scheme none)" if scheme == "none" else f"{scheme} positions"
+    fig.suptitle(f"{what}\n{_label(model, label)} — {positions}", fontsize=11)
+
+
+def _requires(model, picture: str):
+    if picture not in PICTURES[_scheme(model)]:
+        applies = [scheme for scheme, names in PICTURES.items() if picture in names]
+        raise ValueError(f"{picture} applies to {', '.join(applies)} positions, not {_scheme(model)}")
+
+
+def _positions(model, max_positions: int | None) -> int:
+    """How many positions to plot: `max_positions`, default n_positions; learned has no rows past n_positions."""
+    n = model.config.n_positions if max_positions is None else int(max_positions)
+    if n < 1:
+        raise ValueError(f"max_positions must be at least 1, got {n}")
+    if _scheme(model) == "learned" and n > model.config.n_positions:
+        raise ValueError(f"learned positions have n_positions={model.config.n_positions} rows; cannot plot {n}")
+    return n
+
+
+def _save(fig: Figure, out_dir, name: str, svg: bool):
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / f"{name}.png", dpi=110)
+    if svg:
+        fig.savefig(out / f"{name}.svg", metadata={"Date": None})  # no timestamp: same model, same file
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().float().cpu().numpy()
+
+
+def _heatmap(fig, ax, matrix, *, cmap="RdBu_r", limit=None, label="value"):
+    """A colour-mapped matrix, symmetric around 0, with its colour bar."""
+    if limit is None:
+        limit = float(np.abs(matrix).max()) or 1.0
+    # "auto": nearest when magnified (crisp cells), antialiased when shrunk, so interleaved sin/cos columns do not
+    # alias into false bands; smoothing the data (not the colours) keeps every pixel on the colour map
+    image = ax.imshow(
+        matrix, aspect="auto", cmap=cmap, vmin=-limit, vmax=limit, interpolation="auto", interpolation_stage="data"
+    )
+    fig.colorbar(image, ax=ax, label=label, shrink=0.9)
+    return image
+
+
+def _position_rows(model, n: int) -> torch.Tensor:
+    """(n, n_embd) float32: what `wpe.add_to_embeddings` adds at positions 0..n-1 (learned: `wpe.weight` rows,
+    sinusoidal: `wpe.rows()`)."""
+    body = _body(model)
+    zeros = torch.zeros(1, n, model.config.n_embd)
+    return body.wpe.add_to_embeddings(zeros, torch.arange(n)[None])[0].float()
+
+
+# ---- learned and sinusoidal ------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def plot_position_matrix(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
+    """`position_matrix`: heatmap of the rows added to the token embeddings, positions × dimensions.
+    Returns {"matrix": (positions, n_embd)}."""
+    _requires(model, "position_matrix")
+    matrix = _numpy(_position_rows(model, _positions(model, max_positions)))
+    fig = Figure(figsize=(10, 6), layout="constrained")
+    ax = fig.add_subplot()
+    _heatmap(fig, ax, matrix, label="value added to the token embedding")
+    ax.set(xlabel="embedding dimension", ylabel="position")
+    shape = f"{matrix.shape[0]} positions × {matrix.shape[1]} dimensions"
+    _title(fig, f"Position matrix: the row added at each position ({shape})", model, label)
+    _save(fig, out_dir, "position_matrix", svg)
+    return {"matrix": matrix}
+
+
+def trace_dimensions(n_embd: int, n_dims: int = 8, seed: int = 0) -> np.ndarray:
+    """The dimensions `plot_dimension_traces` shows: `n_dims` of `n_embd` drawn by a seeded permutation, sorted."""
+    if n_dims < 1:
+        raise ValueError(f"n_dims must be at least 1, got {n_dims}")
+    generator = torch.Generator().manual_seed(seed)
+    return np.sort(torch.randperm(n_embd, generator=generator)[: min(n_dims, n_embd)].numpy())
+
+
+@torch.no_grad()
+def plot_dimension_traces(model, out_dir, *, label=None, svg=False, n_dims=8, seed=0,
+                          max_positions=None) -> dict[str, np.ndarray]:  # fmt: skip
+    """`dimension_traces`: one small plot per chosen dimension (see `trace_dimensions`), its value across positions.
+    Returns {"dims": (n_dims,), "traces": (positions, n_dims)}."""
+    _requires(model, "dimension_traces")
+    rows = _numpy(_position_rows(model, _positions(model, max_positions)))
+    dims = trace_dimensions(rows.shape[1], n_dims, seed)
+    traces = rows[:, dims]
+    cols = min(4, len(dims))
+    grid_rows = math.ceil(len(dims) / cols)
+    fig = Figure(figsize=(3.2 * cols, 2.3 * grid_rows + 0.8), layout="constrained")
+    axes = fig.subplots(grid_rows, cols, sharex=True, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(dims):
+            ax.set_visible(False)
+            continue
+        ax.plot(np.arange(len(traces)), traces[:, i], lw=1.2)
+        ax.axhline(0, color="0.7", lw=0.6)
+        ax.set_title(f"dimension {dims[i]}", fontsize=9)
+        if i % cols == 0:
+            ax.set_ylabel("value")
+        if i // cols == grid_rows - 1 or i + cols >= len(dims):
+            ax.set_xlabel("position")
+    _title(fig, f"Single dimensions of the position rows across positions ({len(dims)} chosen with seed {seed})",
+           model, label)  # fmt: skip
+    _save(fig, out_dir, "dimension_traces", svg)
+    return {"dims": dims, "traces": traces}
+
+
+@torch.no_grad()
+def plot_cosine_similarity(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
+    """`cosine_similarity`: cosine similarity between position rows (positions × positions) and between embedding
+    dimensions, each a column over the plotted positions (n_embd × n_embd).
+    Returns {"positions": (P, P), "dimensions": (n_embd, n_embd)}."""
+    _requires(model, "cosine_similarity")
+    rows = _position_rows(model, _positions(model, max_positions))
+    by_position = F.normalize(rows, dim=1)
+    by_dimension = F.normalize(rows, dim=0)
+    positions, dimensions = _numpy(by_position @ by_position.T), _numpy(by_dimension.T @ by_dimension)
+    fig = Figure(figsize=(13, 6), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    _heatmap(fig, left, positions, limit=1.0, label="cosine similarity")
+    left.set(xlabel="position", ylabel="position", title="between positions (rows)")
+    _heatmap(fig, right, dimensions, limit=1.0, label="cosine similarity")
+    right.set(xlabel="embedding dimension", ylabel="embedding dimension",
+              title=f"between dimensions (columns over {len(rows)} positions)")  # fmt: skip
+    _title(fig, "Cosine similarity of the position rows", model, label)
+    _save(fig, out_dir, "cosine_similarity", svg)
+    return {"positions": positions, "dimensions": dimensions}
+
+
+# ---- rope ------------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def plot_rope_frequencies(model, out_dir, *, label=None, svg=False) -> dict[str, np.ndarray]:
+    """`rope_frequencies`: θ_i, the angle (radians per position) by which rotated pair i of each head turns, from the
+    model's `wpe.inv_freq`, and its wavelength 2π/θ_i in positions. Returns {"theta": (rotary_dim/2,),
+    "wavelength": (rotary_dim/2,)}."""
+    _requires(model, "rope_frequencies")
+    theta = _numpy(_body(model).wpe.inv_freq)
+    wavelength = 2 * np.pi / theta
+    pairs = np.arange(len(theta))
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    left.semilogy(pairs, theta, "o-", ms=3)
+    left.set(xlabel="rotated pair i (dims i and i + rotary_dim/2 of each head)", ylabel="θ_i (radians per position)",
+             title="rotation frequency")  # fmt: skip
+    right.semilogy(pairs, wavelength, "o-", ms=3, color="C1")
+    right.axhline(model.config.n_positions, color="0.4", ls="--", lw=1,
+                  label=f"n_positions = {model.config.n_positions}")  # fmt: skip
+    right.set(xlabel="rotated pair i", ylabel="2π / θ_i (positions per full turn)", title="wavelength")
+    right.legend(loc="upper left")
+    rope_type = model.config.rope_parameters.get("rope_type", "default")
+    _title(fig, f"RoPE frequencies (rope_type {rope_type}, rotary_dim {model.config.rotary_dim} per head)", model,
+           label)  # fmt: skip
+    _save(fig, out_dir, "rope_frequencies", svg)
+    return {"theta": theta, "wavelength": wavelength}
+
+
+@torch.no_grad()
+def rope_similarity(model, max_offset: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets 0..n-1, similarity): q_m·k_0 / q_0·k_0 for q = k = the all-ones vector over one head's rotated dims,
+    q rotated to position m and k to position 0 by the model's own `rotary_cos_sin` and `apply_rotary`.
+
+    That is mean_i cos(m·θ_i) over the rotated pairs, which is also the expected q·k (normalised) for q = k with
+    i.i.d. zero-mean entries: how much RoPE alone lowers the score of a key that matches the query exactly, as it
+    moves m positions back. 1 at offset 0. Any attention scaling (YaRN) cancels in the ratio. With rope_type
+    "dynamic" and more than n_positions offsets, the model rescales its frequencies as a forward pass that long
+    would (and leaves them so until a shorter one), so the curve is what such a pass computes."""
+    body = _body(model)
+    n = _positions(model, max_offset)
+    ones = torch.ones(1, 1, n, model.config.rotary_dim)  # (batch, heads, positions, rotary_dim)
+    cos, sin = body.wpe.rotary_cos_sin(ones, torch.arange(n)[None])
+    query, key = apply_rotary(ones, ones, cos, sin)
+    scores = query[0, 0] @ key[0, 0, 0]  # query at every position m · key at position 0
+    return np.arange(n), _numpy(scores / scores[0])
+
+
+@torch.no_grad()
+def plot_rope_similarity(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
+    """`rope_similarity`: `rope_similarity()` against the offset. Returns {"offsets": (n,), "similarity": (n,)}."""
+    _requires(model, "rope_similarity")
+    offsets, similarity = rope_similarity(model, max_positions)
+    fig = Figure(figsize=(10, 5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(offsets, similarity, lw=1.3)
+    ax.axhline(0, color="0.7", lw=0.6)
+    if offsets[-1] >= model.config.n_positions:
+        ax.axvline(model.config.n_positions, color="0.4", ls="--", lw=1, label="n_positions")
+        ax.legend()
+    ax.set(xlabel="relative offset m = query position − key position", ylim=(min(-0.2, similarity.min() - 0.05), 1.05),
+           ylabel="q·k at offset m / q·k at offset 0")  # fmt: skip
+    ax.text(0.98, 0.95, "q = k = all-ones over the rotated dims\n= mean over pairs i of cos(m·θ_i)",
+            transform=ax.transAxes, ha="right", va="top", fontsize=9, bbox=dict(fc="white", ec="0.8"))  # fmt: skip
+    _title(fig, "RoPE: similarity of identical q and k as their offset grows", model, label)
+    _save(fig, out_dir, "rope_similarity", svg)
+    return {"offsets": offsets, "similarity": similarity}
+
+
+# ---- alibi -----------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def plot_alibi_bias(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
+    """`alibi_bias`: the bias each head adds to the attention score of a key d positions before the query, from the
+    model's `wpe.bias()` (last query against all keys). Returns {"distances": (n,), "bias": (n_head, n),
+    "slopes": (n_head,)}."""
+    _requires(model, "alibi_bias")
+    wpe = _body(model).wpe
+    n = _positions(model, max_positions)
+    bias = _numpy(wpe.bias(1, n, n - 1)[0, :, 0].flip(-1))  # key slot n-1-d is d positions before the query
+    distances, slopes = np.arange(n), _numpy(wpe.slopes)
+    fig = Figure(figsize=(10, 5.5), layout="constrained")
+    ax = fig.add_subplot()
+    colours = _colour_cycle(len(slopes))
+    for head, (row, slope) in enumerate(zip(bias, slopes)):
+        ax.plot(distances, row, color=colours[head], lw=1.2, label=f"head {head}: slope {slope:.3g}")
+    ax.set(xlabel="distance i − j (query position − key position)", ylabel="bias added to the attention score")
+    ax.legend(fontsize=8, ncol=2 if len(slopes) > 8 else 1, loc="lower left")
+    _title(fig, "ALiBi: per-head bias against distance (−slope × distance)", model, label)
+    _save(fig, out_dir, "alibi_bias", svg)
+    return {"distances": distances, "bias": bias, "slopes": slopes}
+
+
+def _colour_cycle(n: int):
+    from matplotlib import colormaps
+
+    return colormaps["viridis"](np.linspace(0, 0.9, n))
+
+
+# ---- every scheme: token vs position ---------------------------------------------------------------------------
+
+
+def _fit_vocabulary(ids: list[int], vocab_size: int) -> tuple[list[int], bool]:
+    """`ids`, or (when some do not fit a small model's vocabulary) distinct tokens mapped to distinct ids < vocab_size
+    (id mod vocab_size, next free one on a clash): equal tokens stay equal, different ones stay different."""
+    if max(ids) < vocab_size:
+        return ids, False
+    distinct = list(dict.fromkeys(ids))
+    if len(distinct) > vocab_size:
+        raise ValueError(f"the prompt has {len(distinct)} distinct tokens; the model's vocabulary only {vocab_size}")
+    mapping, taken = {}, set()
+    for token in distinct:
+        new = token % vocab_size
+        while new in taken:
+            new = (new + 1) % vocab_size
+        mapping[token] = new
+        taken.add(new)
+    return [mapping[token] for token in ids], True
+
+
+@torch.no_grad()
+def token_vs_position(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> dict:
+    """The prompt's token embeddings, the position contribution, and their sum: what the first block sees (the model's
+    `hidden_states[0]` in eval mode). Token embeddings are `wte` rows (× √n_embd when scale_embeddings); the sum is
+    `wpe.add_to_embeddings(token, positions)`; the position part is `wpe.add_to_embeddings(0, positions)`, zero for
+    rope, alibi and none. `pair` is the first repeated token's two positions, and `before`/`after` the cosine
+    similarity of its two rows in `token`/`sum` (NaN when the prompt repeats no token)."""
+    body = _body(model)
+    tokenizer = tokenizer or gpt2_tokenizer()
+    raw_ids = tokenizer(prompt)["input_ids"]
+    if not raw_ids:
+        raise ValueError(f"the prompt {prompt!r} gives no tokens")
+    ids, remapped = _fit_vocabulary(raw_ids, model.config.vocab_size)
+    input_ids, positions = torch.tensor([ids]), torch.arange(len(ids))[None]
+    token = body.wte(input_ids).float()
+    if model.config.scale_embeddings:
+        token = token * math.sqrt(model.config.n_embd)
+    summed = body.wpe.add_to_embeddings(token, positions)[0].float()
+    position = body.wpe.add_to_embeddings(torch.zeros_like(token), positions)[0].float()
+    token = token[0]
+    seen, pair = {}, None
+    for index, token_id in enumerate(ids):
+        if token_id in seen:
+            pair = (seen[token_id], index)
+            break
+        seen[token_id] = index
+
+    def cosines(rows):
+        unit = F.normalize(rows, dim=1)
+        return unit @ unit.T
+
+    before, after = cosines(token), cosines(summed)
+    return {
+        "ids": np.array(ids),
+        "tokens": [tokenizer.decode([token_id]) for token_id in raw_ids],
+        "remapped": remapped,
+        "token": _numpy(token),
+        "position": _numpy(position),
+        "sum": _numpy(summed),
+        "token_similarity": _numpy(before),
+        "sum_similarity": _numpy(after),
+        "pair": pair,
+        "before": float(before[pair]) if pair else float("nan"),
+        "after": float(after[pair]) if pair else float("nan"),
+    }
+
+
+@torch.no_grad()
+def plot_token_vs_position(model, out_dir, *, label=None, svg=False, prompt=DEFAULT_PROMPT,
+                           tokenizer=None) -> dict:  # fmt: skip
+    """`token_vs_position`: token embedding, position contribution and their sum for `prompt` (tokens × dimensions),
+    the cosine similarity between the prompt's tokens before and after adding positions, and the repeated token's two
+    occurrences. Returns `token_vs_position()`'s dict."""
+    result = token_vs_position(model, prompt, tokenizer)
+    scheme = _scheme(model)
+    names = [f"{i}: {text!r}" for i, text in enumerate(result["tokens"])]
+    fig = Figure(figsize=(16, 9.5), layout="constrained")
+    axes = fig.subplots(2, 3)
+    panels = [("token", "token embedding" + (" × √n_embd" if model.config.scale_embeddings else "")),
+              ("position", "position contribution"), ("sum", "sum: what the first block sees")]  # fmt: skip
+    for ax, (key, title) in zip(axes[0], panels):
+        _heatmap(fig, ax, result[key], label="value")
+        ax.set(title=title, xlabel="embedding dimension", yticks=range(len(names)))
+        ax.set_yticklabels(names, fontsize=8)
+    if scheme not in ROWS_SCHEMES:
+        axes[0, 1].text(0.5, 0.5, WHERE_POSITIONS_ACT[scheme].replace(": ", ":\n"), transform=axes[0, 1].transAxes,
+                        ha="center", va="center", fontsize=9, bbox=dict(fc="white", ec="0.6"))  # fmt: skip
+    axes[0, 0].set_ylabel("prompt token (position: text)")
+    pair = result["pair"]
+    for ax, key, title in ((axes[1, 0], "token_similarity", "before positions (token embeddings)"),
+                           (axes[1, 1], "sum_similarity", "after positions (the sum)")):  # fmt: skip
+        matrix = result[key]
+        _heatmap(fig, ax, matrix, limit=1.0, label="cosine similarity")
+        ax.set(title=f"token–token cosine similarity\n{title}", xticks=range(len(names)), yticks=range(len(names)))
+        ax.set_xticklabels(names, fontsize=7, rotation=90)
+        ax.set_yticklabels(names, fontsize=7)
+        if len(names) <= 16:
+            for i in range(len(names)):
+                for j in range(len(names)):
+                    ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                            color="white" if abs(matrix[i, j]) > 0.6 else "black")  # fmt: skip
+        if pair:
+            for i, j in (pair, pair[::-1]):
+                ax.add_patch(_box(j, i))
+    bars = axes[1, 2]
+    if pair:
+        values = [result["before"], result["after"]]
+        bars.bar(["before positions\n(token embeddings)", "after positions\n(the sum)"], values, color=["C0", "C3"])
+        for x, value in enumerate(values):
+            bars.text(x, value, f"{value:.4f}", ha="center", va="bottom" if value >= 0 else "top", fontsize=10)
+        repeated = f"the repeated token {result['tokens'][pair[0]]!r} at positions {pair[0]} and {pair[1]}"
+        bars.set(ylim=(min(0.0, *values) - 0.1, 1.15), ylabel="cosine similarity", title=repeated)
+        bars.axhline(0, color="0.5", lw=0.6)
+    else:
+        bars.set_axis_off()
+        bars.text(0.5, 0.5, "the prompt repeats no token", ha="center", va="center", transform=bars.transAxes)
+    note = WHERE_POSITIONS_ACT.get(scheme, f"{scheme} positions add a row per position to the token embedding")
+    if result["remapped"]:
+        note += f"; GPT-2 token ids mapped into this model's {model.config.vocab_size}-token vocabulary"
+    _title(fig, f"Same token, two positions: token vs position vs sum for {prompt!r}\n({note})", model, label)
+    _save(fig, out_dir, "token_vs_position", svg)
+    return result
+
+
+def _box(x, y):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, ec="gold", lw=2)
+
+
+# ---- everything ------------------------------------------------------------------------------------------------
+
+
+def plot_positions(model, out_dir, *, svg=False, seed=0, n_dims=8, max_positions=None, prompt=DEFAULT_PROMPT,
+                   label=None, tokenizer=None) -> dict[str, dict]:  # fmt: skip
+    """Write every picture that applies to the model's scheme (`PICTURES`) into `out_dir` as NAME.png (and NAME.svg
+    with `svg`); return {NAME: the arrays that picture plotted}. `seed` picks the traced dimensions, `max_positions`
+    (default n_positions) how many positions/offsets/distances to plot."""
+    _body(model)
+    _positions(model, max_positions)  # refuse bad arguments before writing anything
+    if n_dims < 1 and "dimension_traces" in PICTURES[_scheme(model)]:
+        raise ValueError(f"n_dims must be at least 1, got {n_dims}")
+    names = PICTURES[_scheme(model)]
+    common = dict(label=label, svg=svg)
+    pictures = {
+        "position_matrix": lambda: plot_position_matrix(model, out_dir, max_positions=max_positions, **common),
+        "dimension_traces": lambda: plot_dimension_traces(
+            model, out_dir, n_dims=n_dims, seed=seed, max_positions=max_positions, **common
+        ),  # fmt: skip
+        "cosine_similarity": lambda: plot_cosine_similarity(model, out_dir, max_positions=max_positions, **common),
+        "rope_frequencies": lambda: plot_rope_frequencies(model, out_dir, **common),
+        "rope_similarity": lambda: plot_rope_similarity(model, out_dir, max_positions=max_positions, **common),
+        "alibi_bias": lambda: plot_alibi_bias(model, out_dir, max_positions=max_positions, **common),
+        "token_vs_position": lambda: plot_token_vs_position(
+            model, out_dir, prompt=prompt, tokenizer=tokenizer, **common
+        ),  # fmt: skip
+    }
+    return {name: pictures[name]() for name in names}
+
+
+def written_files(out_dir, names, svg: bool = False) -> list[Path]:
+    """The files `plot_positions` writes for picture `names`."""
+    return [Path(out_dir) / f"{name}.{ext}" for name in names for ext in (("png", "svg") if svg else ("png",))]
+
+
+__all__ = [
+    "DEFAULT_PROMPT",
+    "PICTURES",
+    "load_for_plots",
+    "plot_alibi_bias",
+    "plot_cosine_similarity",
+    "plot_dimension_traces",
+    "plot_position_matrix",
+    "plot_positions",
+    "plot_rope_frequencies",
+    "plot_rope_similarity",
+    "plot_token_vs_position",
+    "rope_similarity",
+    "token_vs_position",
+    "trace_dimensions",
+    "written_files",
+]

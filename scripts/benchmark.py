@@ -1,0 +1,26 @@
+#!/usr/bin/env python
+"""TinyGPT against transformers' GPT2LMHeadModel on the same weights: prefill and decode throughput (dynamic and
+static cache), fp32 and bf16, from_pretrained time and memory, and the decode ceiling set by memory bandwidth.
+
+    python scripts/benchmark.py [--model GPT2_FOLDER] [--json OUT.json]     # default: random GPT-2 small, seed 0
+    python scripts/benchmark.py --tiny                                       # a smoke run on a tiny model
+"""
+
+import argparse
+
+from hf_tinygpt.benchmarks import run_speed_benchmark
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a GPT-2 folder (default: GPT-2 small's shape, random weights, made here)")
+    parser.add_argument("--json", help="also write the measurements here")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--tiny", action="store_true", help="tiny model, short inputs: checks the script only")
+    args = parser.parse_args()
+    options = dict(repeats=args.repeats, new_tokens=args.new_tokens, dtypes=args.dtypes)
+    if args.tiny:
+        options |= dict(repeats=1, new_tokens=4, prefill_shapes=((1, 32), (2, 16)), decode_batches=(1, 2),
+                        prompt_length=8, gpt2_config=dict(n_layer=2, n_embd=32, n_head=2, vocab_size=211))  # fmt: skip
+    run_speed_benchmark(args.model, args.json, **options)

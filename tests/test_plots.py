@@ -1,0 +1,232 @@
+"""Position pictures (hf_tinygpt.plots): the numbers each picture plots are the model's own, and the files are real."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import random_gpt2, tiny_config, tiny_model
+
+from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.cli import main
+from hf_tinygpt.plots import (
+    PICTURES,
+    load_for_plots,
+    plot_alibi_bias,
+    plot_cosine_similarity,
+    plot_dimension_traces,
+    plot_position_matrix,
+    plot_positions,
+    plot_rope_frequencies,
+    plot_rope_similarity,
+    plot_token_vs_position,
+    token_vs_position,
+    trace_dimensions,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SMALL = dict(n_embd=32, n_positions=32, n_head=4)  # shrinks the bare-scheme model, to keep the tests fast
+SHORT_PROMPT = " one to one"  # three tokens (fast to draw), ' one' twice
+
+
+def is_png(path) -> bool:
+    return path.read_bytes()[:8] == PNG_MAGIC
+
+
+# ---- learned and sinusoidal ------------------------------------------------------------------------------------
+
+
+def test_sinusoidal_cosine_similarity_is_symmetric_with_unit_diagonal_and_decays(tmp_path):
+    model = tiny_model("sinusoidal")
+    matrix = plot_position_matrix(model, tmp_path)["matrix"]
+    assert torch.equal(torch.from_numpy(matrix), model.transformer.wpe.rows(torch.arange(64)))
+    sims = plot_cosine_similarity(model, tmp_path)
+    for key, size in (("positions", 64), ("dimensions", 32)):
+        sim = sims[key]
+        assert sim.shape == (size, size)
+        np.testing.assert_allclose(sim, sim.T, atol=1e-6)
+        np.testing.assert_allclose(np.diag(sim), 1.0, atol=1e-5)
+    by_offset = np.array([np.diag(sims["positions"], k).mean() for k in range(64)])
+    assert by_offset[1:8].mean() > by_offset[8:24].mean() > by_offset[24:].mean()  # decays with distance on average
+    assert np.corrcoef(np.arange(64), by_offset)[0, 1] < -0.5
+    assert is_png(tmp_path / "position_matrix.png") and is_png(tmp_path / "cosine_similarity.png")
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "tinygpt"])
+def test_learned_heatmap_rows_are_the_checkpoints_wpe(tmp_path, kind):
+    source = random_gpt2(seed=3) if kind == "gpt2" else tiny_model("learned", seed=3)
+    source.save_pretrained(tmp_path / "model")
+    model, label = load_for_plots(str(tmp_path / "model"))
+    assert isinstance(model, TinyGPTForCausalLM) and model.config.position_embedding_type == "learned"
+    assert label.startswith("model") and ("GPT-2 checkpoint" in label) == (kind == "gpt2")
+    matrix = plot_position_matrix(model, tmp_path / "out", label=label)["matrix"]
+    assert torch.equal(torch.from_numpy(matrix), source.transformer.wpe.weight.detach())
+    part = plot_position_matrix(model, tmp_path / "out", max_positions=10)["matrix"]
+    assert torch.equal(torch.from_numpy(part), source.transformer.wpe.weight[:10].detach())
+    with pytest.raises(ValueError, match="n_positions=64"):
+        plot_position_matrix(model, tmp_path / "out", max_positions=65)
+
+
+def test_dimension_traces_are_seeded_columns_of_the_position_rows(tmp_path):
+    model = tiny_model("sinusoidal")
+    dims = trace_dimensions(32, 6, seed=0)
+    assert len(dims) == 6 and len(set(dims)) == 6 and list(dims) == sorted(dims)
+    assert np.array_equal(dims, trace_dimensions(32, 6, seed=0))  # same seed, same dimensions
+    assert not np.array_equal(dims, trace_dimensions(32, 6, seed=1))
+    assert len(trace_dimensions(32, 100)) == 32  # at most every dimension
+    plotted = plot_dimension_traces(model, tmp_path, seed=0, n_dims=6)
+    assert np.array_equal(plotted["dims"], dims)
+    rows = model.transformer.wpe.rows(torch.arange(64)).numpy()
+    assert np.array_equal(plotted["traces"], rows[:, dims])
+    assert is_png(tmp_path / "dimension_traces.png")
+
+
+# ---- rope --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rope", [{}, {"partial_rotary_factor": 0.5, "rope_theta": 500.0},
+                                  {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}}],
+                         ids=["default", "partial", "yarn"])  # fmt: skip
+def test_rope_frequencies_and_offset_similarity_are_the_models(tmp_path, rope):
+    model = tiny_model("rope", n_embd=64, **rope)
+    wpe = model.transformer.wpe
+    theta = plot_rope_frequencies(model, tmp_path)["theta"]
+    assert torch.equal(torch.from_numpy(theta), wpe.inv_freq)
+    assert torch.equal(torch.from_numpy(theta), wpe.frequencies()[0])
+    assert len(theta) == model.config.rotary_dim // 2
+    curve = plot_rope_similarity(model, tmp_path)
+    offsets, similarity = curve["offsets"], curve["similarity"]
+    assert offsets[0] == 0 and len(offsets) == 64
+    assert similarity[0] == pytest.approx(1.0, abs=1e-6)
+    assert np.all(similarity <= 1 + 1e-5) and similarity[1:].max() < 1
+    expected = np.cos(offsets[:, None] * theta[None, :]).mean(axis=1)  # mean over pairs of cos(m·θ_i)
+    np.testing.assert_allclose(similarity, expected, atol=1e-5)
+    assert is_png(tmp_path / "rope_frequencies.png") and is_png(tmp_path / "rope_similarity.png")
+
+
+# ---- alibi -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_head", [4, 6])
+def test_alibi_bias_is_minus_slope_times_distance_as_the_model_adds_it(tmp_path, n_head):
+    model = tiny_model("alibi", n_embd=48, n_head=n_head)
+    wpe = model.transformer.wpe
+    result = plot_alibi_bias(model, tmp_path, max_positions=20)
+    distances, bias = result["distances"], result["bias"]
+    assert bias.shape == (n_head, 20) and list(distances) == list(range(20))
+    assert torch.equal(torch.from_numpy(result["slopes"]), wpe.slopes)
+    np.testing.assert_allclose(bias, -wpe.slopes.numpy()[:, None] * distances[None, :], rtol=0, atol=1e-6)
+    causal = torch.ones(20, 20, dtype=torch.bool).tril()[None, None]
+    added = wpe.bias_attention(causal, 20, 0, torch.float32)[0, :, -1]  # what attention adds for the last query
+    assert torch.equal(torch.from_numpy(bias), added.flip(-1))
+
+
+# ---- token vs position -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", [{}, {"scale_embeddings": True}], ids=["plain", "scaled"])
+def test_token_plus_position_is_what_the_first_block_sees(scheme, variant):
+    model = tiny_model(scheme, **variant)
+    result = token_vs_position(model)
+    np.testing.assert_allclose(result["sum"], result["token"] + result["position"], atol=1e-6)
+    with torch.no_grad():
+        hidden = model.transformer(torch.from_numpy(result["ids"])[None], output_hidden_states=True).hidden_states[0]
+    np.testing.assert_allclose(result["sum"], hidden[0].numpy(), rtol=0, atol=1e-6)
+    first, second = result["pair"]
+    assert result["tokens"][first] == result["tokens"][second] == " the"
+    assert np.array_equal(result["token"][first], result["token"][second])  # same token, same row
+    assert result["before"] == pytest.approx(1.0, abs=1e-6)
+    if scheme in ("learned", "sinusoidal"):
+        assert not np.allclose(result["sum"][first], result["sum"][second])
+        assert result["after"] < 0.999
+    else:  # rope, alibi and none add nothing to the embeddings: the first block sees one row twice
+        assert not result["position"].any()
+        assert np.array_equal(result["sum"][first], result["sum"][second])
+        assert result["after"] == pytest.approx(1.0, abs=1e-6)
+    assert result["remapped"]  # GPT-2 ids do not fit the 211-token test vocabulary: distinct ids stay distinct
+    assert len(set(result["ids"].tolist())) == len(set(result["tokens"]))
+
+
+def test_token_vs_position_picture_plots_those_arrays(tmp_path):
+    model = tiny_model("learned")
+    plotted = plot_token_vs_position(model, tmp_path)
+    computed = token_vs_position(model)
+    for key in ("token", "position", "sum", "token_similarity", "sum_similarity"):
+        assert np.array_equal(plotted[key], computed[key])
+    assert plotted["pair"] == computed["pair"] == (4, 7)
+    assert is_png(tmp_path / "token_vs_position.png")
+    none = token_vs_position(model, prompt="the cat sat on the mat")  # 'the' ≠ ' the': no repeated token
+    assert none["pair"] is None and np.isnan(none["before"]) and np.isnan(none["after"])
+
+
+# ---- every scheme, files -----------------------------------------------------------------------------------------
+
+
+def test_every_bare_scheme_writes_only_its_pictures(tmp_path, scheme):
+    model, label = load_for_plots(scheme, **SMALL)
+    assert model.config.position_embedding_type == scheme and "untrained" in label
+    arrays = plot_positions(model, tmp_path, label=label, max_positions=24, prompt=SHORT_PROMPT)
+    assert tuple(arrays) == PICTURES[scheme]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.png" for name in PICTURES[scheme])
+    assert all(is_png(path) for path in tmp_path.iterdir())  # and no SVG without svg=True
+    assert arrays["token_vs_position"]["remapped"] is False  # a bare model has GPT-2's vocabulary
+    tokens = arrays["token_vs_position"]
+    assert tokens["pair"] == (0, 2) and tokens["before"] == pytest.approx(1.0, abs=1e-6)
+    assert (tokens["after"] < 0.999) == (scheme in ("learned", "sinusoidal"))
+    for name in ("position_matrix", "dimension_traces", "cosine_similarity"):
+        assert (name in arrays) == (scheme in ("learned", "sinusoidal"))
+    if scheme in ("learned", "sinusoidal"):
+        assert arrays["position_matrix"]["matrix"].shape == (24, 32)
+
+
+def test_load_for_plots_config_file_and_scheme_checks(tmp_path):
+    tiny_config("learned").save_pretrained(tmp_path / "config")
+    config_file = tmp_path / "config" / "config.json"
+    model, label = load_for_plots(str(config_file), scheme="rope", seed=1)
+    assert model.config.position_embedding_type == "rope" and model.config.n_embd == 32
+    assert "untrained" in label and "seed 1" in label
+    again, _ = load_for_plots(str(config_file), scheme="rope", seed=1)
+    assert torch.equal(model.transformer.wte.weight, again.transformer.wte.weight)  # seeded
+    gpt2_folder = tmp_path / "gpt2"
+    random_gpt2().save_pretrained(gpt2_folder)
+    assert json.loads((gpt2_folder / "config.json").read_text())["model_type"] == "gpt2"
+    with pytest.raises(ValueError, match="learned positions"):
+        load_for_plots(str(gpt2_folder), scheme="rope")
+    with pytest.raises(ValueError, match="scheme name"):
+        load_for_plots("rope", scheme="alibi")
+    with pytest.raises(FileNotFoundError):
+        load_for_plots(str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="applies to rope"):
+        plot_rope_frequencies(tiny_model("learned"), tmp_path)
+
+
+# ---- command line ------------------------------------------------------------------------------------------------
+
+
+def test_cli_writes_every_picture_into_out(tmp_path, capsys):
+    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    out = tmp_path / "plots"
+    code = main(["plot-positions", str(tmp_path / "gpt2"), "--out", str(out), "--svg", "--dims", "4",
+                 "--max-positions", "16", "--prompt", "I saw a dog and a cat"])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    expected = sorted(f"{name}.{ext}" for name in PICTURES["learned"] for ext in ("png", "svg"))
+    assert sorted(p.name for p in out.iterdir()) == expected
+    for name in expected:
+        assert str(out / name) in printed
+    assert "GPT-2 checkpoint" in printed and "repeated token ' a' at positions 2 and 5" in printed
+    assert all(is_png(path) for path in out.glob("*.png"))
+    svg = (out / "position_matrix.svg").read_text()
+    assert svg.startswith("<?xml") and "<svg" in svg
+
+
+@pytest.mark.parametrize("args, message", [
+    (["/nonexistent/model"], "no such file or folder"),
+    (["learned", "--max-positions", "999"], "n_positions=256"),
+    (["sinusoidal", "--dims", "0"], "n_dims must be at least 1"),
+    (["rope", "--max-positions", "0"], "max_positions must be at least 1"),
+], ids=["bad-path", "learned-too-long", "no-dims", "no-positions"])  # fmt: skip
+def test_cli_refuses_with_exit_code_2_and_a_message(tmp_path, capsys, args, message):
+    assert main(["plot-positions", *args, "--out", str(tmp_path / "plots")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("hf-tinygpt plot-positions: error:") and message in error
