@@ -22,5 +22,5 @@ if __name__ == "__main__":
     options = dict(repeats=args.repeats, new_tokens=args.new_tokens, dtypes=args.dtypes)
     if args.tiny:
         options |= dict(repeats=1, new_tokens=4, prefill_shapes=((1, 32), (2, 16)), decode_batches=(1, 2),
-                        prompt_length=8, gpt2_config=dict(n_layer=2, n_embd=32, n_head=2, vocab_size=211))  # fmt: skip
+                        prompt_length=8, gpt2_config=dict(n_layer=2, n_embd=32, n_head=2, vocab_size=211, bos_token_id=0, eos_token_id=0))  # fmt: skip
     run_speed_benchmark(args.model, args.json, **options)

@@ -40,3 +40,21 @@ def test_conversion_benchmark_script_smoke(tmp_path):
     ]  # fmt: skip
     assert len(result["rows"]) == 5 and all(row["wall_s"] > 0 for row in result["rows"])
     assert "added / checkpoint" in out.stdout
+
+
+def test_speed_benchmark_script_smoke(tmp_path):
+    """Runs every measurement on a tiny model; no speed is asserted (that is what the script is for)."""
+    out = run_script("benchmark.py", "--tiny", "--json", tmp_path / "speed.json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads((tmp_path / "speed.json").read_text())
+    measures = [(row["dtype"], row["measure"]) for row in result["rows"]]
+    assert ("float32", "prefill 1×32") in measures and ("bfloat16", "decode batch 2, static cache") in measures
+    assert len(measures) == 2 * (2 + 2 * 2)  # two dtypes × (two prefill shapes + two batches × two caches)
+    for row in result["rows"]:
+        assert row["hf_tok_s"] > 0 and row["tinygpt_tok_s"] > 0
+        assert row["ratio"] == row["tinygpt_tok_s"] / row["hf_tok_s"]
+        if row["measure"].startswith("decode"):
+            assert 0 < row["tinygpt_of_ceiling"] and row["ceiling_tok_s"] > 0
+    assert result["memory_bandwidth_GBps"] > 0
+    assert set(result["from_pretrained"]) == {"hf", "tinygpt"}
+    assert "TinyGPT/HF" in out.stdout
