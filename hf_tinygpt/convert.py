@@ -155,7 +155,7 @@ def model_from_state_dict(config: TinyGPTConfig, state_dict: dict, dtype: torch.
     return model.eval()
 
 
-def _refuse_existing(out: Path, force: bool):
+def refuse_existing(out: Path, force: bool):
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
 
@@ -176,7 +176,7 @@ def write_model_folder(model, out: str | os.PathLike, *, tokenizer_from: str | N
     `finish(staging_folder)` runs on the complete folder before it is renamed into place: it may add files (the
     model card) or raise (a failed verification), in which case nothing is left behind."""
     out = Path(out)
-    _refuse_existing(out, force)
+    refuse_existing(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
@@ -230,7 +230,7 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
     from . import GPT2_TOKENIZER_DIR
     from .model_card import render_model_card
 
-    _refuse_existing(Path(out), force)  # before any expensive work
+    refuse_existing(Path(out), force)  # before any expensive work
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
     source = read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
@@ -271,7 +271,7 @@ def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, verify_tolerance
     """A GPT-2-compatible tinygpt (learned positions, tied, unscaled) → a folder `GPT2LMHeadModel` loads. With
     `verify_tolerance`, the written folder is read back by `GPT2LMHeadModel` and compared before the rename."""
     out_path = Path(out)
-    _refuse_existing(out_path, force)
+    refuse_existing(out_path, force)
     model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)
     gpt2_config = GPT2Config(**tinygpt_config_to_gpt2(model.config))  # ValueError naming what GPT-2 lacks
     with torch.device("meta"):

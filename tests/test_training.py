@@ -76,7 +76,7 @@ def test_pack_and_perplexity_agree_with_the_models_own_loss():
 def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_path):
     out = tmp_path / "run"
     run = train_cli("--train", corpus, "--validation", corpus / "held_out.txt", *TINY, "--steps", 10, "--out", out,
-                    "--position", "rope", "--save-dtype", "bfloat16")  # fmt: skip
+                    "--position", "rope", "--save-dtype", "bfloat16", "--bf16")  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     model_dir = out / "model"
     assert {"config.json", "model.safetensors", "generation_config.json", "modeling_tinygpt.py", "tokenizer.json",

