@@ -15,6 +15,7 @@ from .params import parameter_breakdown
 
 TEMPLATES = {"conversion": "converted_gpt2.md", "training": "trained.md"}
 SAMPLE_PROMPT = "To be, or not to be"
+REMOTE_CODE_NOTE = "The model's code travels with it, so `hf_tinygpt` need not be installed:"
 
 
 def template_path(name: str) -> Path:
@@ -50,12 +51,13 @@ def usage_snippet(model_id: str) -> str:
 
 
 def render_model_card(config: TinyGPTConfig, *, model_id: str, provenance: dict, license: str = "mit",
-                      base_model: str | None = None, usage: str | None = None) -> ModelCard:  # fmt: skip
+                      base_model: str | None = None, usage: str | None = None,
+                      usage_note: str = REMOTE_CODE_NOTE) -> ModelCard:  # fmt: skip
     """A card for the model `config` describes, published as `model_id` (a Hub repo id or a local path).
 
     `provenance["made_by"]` is "conversion" (with `source_description`, optional `max_abs_logit_delta`) or
     "training" (with a `training` dict: data, steps, validation perplexity, command), and picks the template.
-    `usage` replaces the default snippet (a pipeline on `model_id`)."""
+    `usage` replaces the default snippet (a pipeline on `model_id`), `usage_note` the sentence before it."""
     made_by = provenance.get("made_by", "training")
     if made_by not in TEMPLATES:
         raise ValueError(f"provenance made_by={made_by!r} is not one of {sorted(TEMPLATES)}")
@@ -80,6 +82,7 @@ def render_model_card(config: TinyGPTConfig, *, model_id: str, provenance: dict,
         architecture_table=architecture_table(config),
         position_scheme=scheme,
         usage=usage or usage_snippet(model_id),
+        usage_note=usage_note,
         source_description=provenance.get("source_description", "a GPT-2 checkpoint"),
         max_abs_logit_delta=provenance.get("max_abs_logit_delta"),
         training=training,

@@ -312,8 +312,11 @@ def _write_final_model(model, folder: Path, settings, tokenizer_from, n_files, t
             written = TinyGPTForCausalLM.from_pretrained(staging, dtype=torch.float32)
             ppl = perplexity(written, validation, settings.block_size, settings.eval_batch_size)
         measured["ppl"] = ppl
-        hardware = (f"{accelerator.num_processes} × {accelerator.device.type}"
-                    f"{' (bf16 autocast)' if settings.bf16 else ''}")  # fmt: skip
+        device = accelerator.device.type
+        if device == "cpu":
+            device = f"CPU ({torch.get_num_threads()} threads)"
+        hardware = (f"{accelerator.num_processes} process{'es' if accelerator.num_processes > 1 else ''} × {device}"
+                    f"{', bf16 autocast' if settings.bf16 else ''}")  # fmt: skip
         training = {
             "train_description": f"{n_files} text files ({', '.join(settings.train)}, `{settings.glob}`)",
             "train_tokens": int(train_tokens), "steps": settings.steps,

