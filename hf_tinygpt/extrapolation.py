@@ -75,6 +75,7 @@ def study(base: TrainingSettings, out: str | Path, schemes=SCHEMES, rope_scaled:
 
 def plot_study(rows: list[dict], path: Path, title: str = ""):
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     figure = Figure(figsize=(7, 4.5), layout="constrained")
     axes = figure.subplots()
@@ -84,8 +85,11 @@ def plot_study(rows: list[dict], path: Path, title: str = ""):
     axes.axvline(rows[0]["train_context"], color="grey", linewidth=0.8, label="training context")
     axes.set(xscale="log", yscale="log", xlabel="evaluation context (tokens)", ylabel="validation perplexity",
              title=f"Length extrapolation by position scheme ({title})")  # fmt: skip
-    axes.set_xticks([row["context"] for row in rows[: len({r["context"] for r in rows})]])
-    axes.set_xticklabels([str(row["context"]) for row in rows[: len({r["context"] for r in rows})]])
+    contexts = sorted({row["context"] for row in rows})
+    axes.set_xticks(contexts, [str(c) for c in contexts])
+    axes.xaxis.set_minor_formatter(NullFormatter())  # log axes label minor ticks too; the contexts are enough
+    axes.yaxis.set_major_formatter(ScalarFormatter())
+    axes.yaxis.set_minor_formatter(ScalarFormatter())
     axes.legend(fontsize=8)
     figure.savefig(path, dpi=120)
 

@@ -77,7 +77,7 @@ def test_saved_folder_carries_code_and_auto_map(tmp_path):
         assert "import hf_tinygpt" not in source and "from hf_tinygpt" not in source
 
 
-REMOTE_CODE_SCRIPT = textwrap.dedent(
+BLOCK_HF_TINYGPT = textwrap.dedent(
     """
     import json, sys
 
@@ -87,6 +87,10 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
                 raise ImportError("hf_tinygpt is blocked in this test")
 
     sys.meta_path.insert(0, BlockHfTinygpt())
+    """
+)
+REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
+    """
     try:
         import hf_tinygpt
         sys.exit("hf_tinygpt should not be importable here")

@@ -14,7 +14,7 @@ import torch
 from conftest import HUB_TOKEN, OTHER_HUB_TOKEN, hub_subprocess_env, random_gpt2
 from huggingface_hub import ModelCard, hf_hub_download
 from huggingface_hub.errors import RepositoryNotFoundError
-from test_hf_integration import REMOTE_CODE_SCRIPT, save_with_tokenizer, text_model
+from test_hf_integration import BLOCK_HF_TINYGPT, REMOTE_CODE_SCRIPT, save_with_tokenizer, text_model
 
 import hf_tinygpt
 from hf_tinygpt.cli import main
@@ -110,17 +110,10 @@ def test_staged_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path):
 
 # ---- uploading -----------------------------------------------------------------------------------------------
 
-FROM_THE_HUB = textwrap.dedent(
+FROM_THE_HUB = BLOCK_HF_TINYGPT + textwrap.dedent(
     """
-    import json, sys
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    class BlockHfTinygpt:  # as on a machine where hf_tinygpt is not installed
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "hf_tinygpt":
-                raise ImportError("blocked")
-
-    sys.meta_path.insert(0, BlockHfTinygpt())
     repo, prompt, snippet = sys.argv[1], sys.argv[2], sys.argv[3]
     exec(snippet)  # the usage snippet from the model card, exactly as written there
     model = AutoModelForCausalLM.from_pretrained(repo, trust_remote_code=True)
