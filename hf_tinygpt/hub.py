@@ -128,7 +128,9 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
     check_repo_id(repo_id)
     with tempfile.TemporaryDirectory() as scratch:
         staged = Path(scratch) / "staged"
-        files = stage_for_hub(src, staged, repo_id, tokenizer=tokenizer, base_model=base_model, license=license)
+        hub_kwargs = {} if token is None else {"token": token}  # also for reading a private Hub SRC
+        files = stage_for_hub(src, staged, repo_id, tokenizer=tokenizer, base_model=base_model, license=license,
+                              **hub_kwargs)  # fmt: skip
         if on_staged is not None:
             on_staged(files)
         api = HfApi(endpoint=endpoint, token=token)
