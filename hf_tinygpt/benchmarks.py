@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 _CHILD = r"""
@@ -54,7 +55,13 @@ from transformers import GPT2LMHeadModel
 from hf_tinygpt import TinyGPTForCausalLM
 from hf_tinygpt.convert import gpt2_to_tinygpt
 """
-_TOUCH = "sum(float(p.float().sum()) for p in model.parameters())  # read every weight once"
+
+
+def measure_load(model_class: str, folder: str | os.PathLike) -> dict:
+    """`model_class.from_pretrained(folder)` in a fresh process, then one read of every weight (so memory-mapped
+    tensors count in full): its wall time and peak RSS, as `measure_in_subprocess` gives them."""
+    touch = "sum(float(p.float().sum()) for p in model.parameters())"
+    return measure_in_subprocess(_IMPORTS, f"model = {model_class}.from_pretrained({str(folder)!r})\n{touch}")
 
 
 def conversion_benchmark(work_dir: str | os.PathLike, gpt2_config: dict | None = None, seed: int = 0) -> dict:
@@ -81,16 +88,16 @@ def conversion_benchmark(work_dir: str | os.PathLike, gpt2_config: dict | None =
                                                  "tokenizer='gpt2', force=True)"),
         ("convert pytorch_model.bin → tinygpt", f"gpt2_to_tinygpt({str(gpt2_bin)!r}, {str(tiny)!r}, "
                                                  "tokenizer='gpt2', force=True)"),
-        ("TinyGPT from_pretrained(tinygpt folder)", f"model = TinyGPTForCausalLM.from_pretrained({str(tiny)!r})\n"
-                                                     + _TOUCH),
-        ("TinyGPT from_pretrained(GPT-2 folder)", f"model = TinyGPTForCausalLM.from_pretrained({str(gpt2_st)!r})\n"
-                                                   + _TOUCH),
-        ("GPT2LMHeadModel from_pretrained (reference)", f"model = GPT2LMHeadModel.from_pretrained({str(gpt2_st)!r})\n"
-                                                         + _TOUCH),
     ]  # fmt: skip
+    loads = [
+        ("TinyGPT from_pretrained(tinygpt folder)", "TinyGPTForCausalLM", tiny),
+        ("TinyGPT from_pretrained(GPT-2 folder)", "TinyGPTForCausalLM", gpt2_st),
+        ("GPT2LMHeadModel from_pretrained (reference)", "GPT2LMHeadModel", gpt2_st),
+    ]
+    measurements = [(label, measure_in_subprocess(_IMPORTS, statement)) for label, statement in operations]
+    measurements += [(label, measure_load(model_class, folder)) for label, model_class, folder in loads]
     rows = []
-    for label, statement in operations:
-        measured = measure_in_subprocess(_IMPORTS, statement)
+    for label, measured in measurements:
         rows.append({"operation": label, **measured, "peak_added_per_checkpoint_byte": measured["peak_added"] / checkpoint_bytes})
     return {"checkpoint_bytes": checkpoint_bytes, "rows": rows}
 
@@ -125,8 +132,6 @@ def run_conversion_benchmark(out_json: str | None = None, **kwargs) -> dict:
 def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5) -> float:
     """Bytes/s this machine reads from memory: the best of `repeats` sums over a buffer far larger than the caches
     (reading, as a decoding step reads its weights; a copy would also count writes)."""
-    import time
-
     import torch
 
     source = torch.ones(bytes_ // 4)
@@ -144,8 +149,6 @@ def _decode_bytes_per_step(model) -> int:
 
 
 def _timed(fn) -> float:
-    import time
-
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
@@ -242,10 +245,8 @@ def run_speed_benchmark(model: str | None = None, out_json: str | None = None, g
         if load_memory:
             checkpoint = weights_bytes(folder)
             result["from_pretrained"] = {}
-            for name, statement in [("hf", f"model = GPT2LMHeadModel.from_pretrained({str(folder)!r})\n" + _TOUCH),
-                                    ("tinygpt", f"model = TinyGPTForCausalLM.from_pretrained({str(folder)!r})\n"
-                                     + _TOUCH)]:  # fmt: skip
-                measured = measure_in_subprocess(_IMPORTS, statement)
+            for name, model_class in [("hf", "GPT2LMHeadModel"), ("tinygpt", "TinyGPTForCausalLM")]:
+                measured = measure_load(model_class, folder)
                 result["from_pretrained"][name] = {**measured, "peak_added_per_weight_byte": measured["peak_added"] / checkpoint}
     print(format_speed_table(result))
     for name, measured in result.get("from_pretrained", {}).items():

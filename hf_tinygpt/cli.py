@@ -30,6 +30,11 @@ def load_config(model_or_config: str) -> TinyGPTConfig:
     return TinyGPTConfig.from_dict(config_dict)
 
 
+def hub_options(args) -> dict:
+    """--revision / --token as huggingface_hub keyword arguments (absent ones left to its defaults)."""
+    return {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
+
+
 def params_command(args) -> int:
     config = load_config(args.model)
     parts = parameter_breakdown(config)
@@ -65,7 +70,7 @@ def convert_command(args) -> int:
         if delta is not None:
             print(f"verify: max |Δlogits| = {delta:.3g} (tolerance {args.tolerance:g})")
 
-    hub = {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
+    hub = hub_options(args)
     tolerance = args.tolerance if args.verify else None
     if args.to == "gpt2":
         out, delta = convert.tinygpt_to_gpt2(args.src, args.out, force=args.force, verify_tolerance=tolerance, **hub)
@@ -195,7 +200,7 @@ def generate_command(args) -> int:
     from .generate import generate_text, load_for_generation
 
     disable_progress_bar()  # the continuation is the output: no "Loading weights" bar around it
-    hub = {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
+    hub = hub_options(args)
     model, tokenizer = load_for_generation(args.model, **hub)
     generate_text(args.prompt, model, tokenizer, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                   top_k=args.top_k or None, top_p=args.top_p, seed=args.seed)  # fmt: skip

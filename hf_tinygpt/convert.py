@@ -62,10 +62,11 @@ def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None =
     if config_dict.get("model_type") != "gpt2":
         raise ValueError(f"{src}: model_type is {config_dict.get('model_type')!r}, not 'gpt2'")
     config, state_dict = load_gpt2_checkpoint(src, config_dict, **hub_kwargs)
-    return Source(config, state_dict, "gpt2", src if _has_tokenizer(src, **hub_kwargs) else None)
+    return Source(config, state_dict, "gpt2", src if has_tokenizer(src, **hub_kwargs) else None)
 
 
-def _has_tokenizer(src, **hub_kwargs) -> bool:
+def has_tokenizer(src, **hub_kwargs) -> bool:
+    """Whether a folder or Hub repo carries tokenizer files (fast `tokenizer.json` or BPE `vocab.json`)."""
     return any(optional_file(src, name, **hub_kwargs) for name in ("tokenizer.json", "vocab.json"))
 
 
@@ -278,7 +279,7 @@ def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, verify_tolerance
         gpt2 = GPT2LMHeadModel(gpt2_config)
     gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(model.state_dict()), strict=False, assign=True)
     gpt2.tie_weights()
-    tokenizer_from = src if _has_tokenizer(src, **hub_kwargs) else None
+    tokenizer_from = src if has_tokenizer(src, **hub_kwargs) else None
     gpt2 = gpt2.to(model.dtype).eval()
     delta = None
 

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer, set_seed
 
 from . import DEFAULT_MODEL_DIR, gpt2_tokenizer
-from .gpt2_layout import optional_file
+from .convert import has_tokenizer
 
 
 def load_for_generation(model: str | None = None, **hub_kwargs):
@@ -14,8 +14,7 @@ def load_for_generation(model: str | None = None, **hub_kwargs):
     without tokenizer files (the default one) gets the bundled GPT-2 tokenizer."""
     source = str(model or DEFAULT_MODEL_DIR)
     loaded = AutoModelForCausalLM.from_pretrained(source, **hub_kwargs).eval()
-    has_tokenizer = any(optional_file(source, name, **hub_kwargs) for name in ("tokenizer.json", "vocab.json"))
-    tokenizer = AutoTokenizer.from_pretrained(source, **hub_kwargs) if has_tokenizer else gpt2_tokenizer()
+    tokenizer = AutoTokenizer.from_pretrained(source, **hub_kwargs) if has_tokenizer(source, **hub_kwargs) else gpt2_tokenizer()
     return loaded, tokenizer
 
 

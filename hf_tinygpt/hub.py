@@ -91,7 +91,7 @@ def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
     any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
     from .convert import gpt2_to_tinygpt, refuse_existing
-    from .model_card import read_card, render_model_card
+    from .model_card import rerender_for
 
     check_repo_id(repo_id)
     staging = Path(staging)
@@ -107,9 +107,7 @@ def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str
         else:  # GPT-2, nanoGPT or a lone weights file: convert (verified), then re-render the card for repo_id
             out, source, _ = gpt2_to_tinygpt(src, work / "out", tokenizer=tokenizer, base_model=base_model,
                                              license=license, verify_tolerance=verify_tolerance, **hub_kwargs)  # fmt: skip
-            card = read_card(out)
-            render_model_card(source.config, model_id=repo_id, provenance=card.data.tinygpt, license=license,
-                              base_model=card.data.base_model).save(out / "README.md")  # fmt: skip
+            rerender_for(out, source.config, repo_id).save(out / "README.md")
         if staging.exists():
             shutil.rmtree(staging)
         (work / "out").rename(staging)

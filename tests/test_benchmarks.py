@@ -5,7 +5,7 @@ import json
 from conftest import random_gpt2
 from test_gpt2_layouts import run_script
 
-from hf_tinygpt.benchmarks import measure_in_subprocess, weights_bytes
+from hf_tinygpt.benchmarks import measure_in_subprocess, measure_load, weights_bytes
 
 MiB = 2**20
 
@@ -22,11 +22,7 @@ def test_loading_a_gpt2_folder_costs_about_one_copy_of_its_weights(tmp_path):
     for a tinygpt folder and for a GPT-2 folder converted on the fly alike."""
     random_gpt2(vocab_size=50257, n_embd=256, n_layer=4, n_head=4, n_positions=256).save_pretrained(tmp_path / "gpt2")
     checkpoint = weights_bytes(tmp_path / "gpt2")
-    load = f"""
-model = TinyGPTForCausalLM.from_pretrained({str(tmp_path / "gpt2")!r})
-sum(float(p.float().sum()) for p in model.parameters())
-"""
-    measured = measure_in_subprocess("from hf_tinygpt import TinyGPTForCausalLM", load)
+    measured = measure_load("TinyGPTForCausalLM", tmp_path / "gpt2")
     assert measured["peak_added"] <= 1.3 * checkpoint, (measured["peak_added"] / MiB, checkpoint / MiB)
 
 
