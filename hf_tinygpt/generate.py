@@ -14,8 +14,9 @@ def load_for_generation(model: str | None = None, **hub_kwargs):
     without tokenizer files (the default one) gets the bundled GPT-2 tokenizer."""
     source = str(model or DEFAULT_MODEL_DIR)
     loaded = AutoModelForCausalLM.from_pretrained(source, **hub_kwargs).eval()
-    tokenizer = AutoTokenizer.from_pretrained(source, **hub_kwargs) if has_tokenizer(source, **hub_kwargs) else gpt2_tokenizer()
-    return loaded, tokenizer
+    if not has_tokenizer(source, **hub_kwargs):
+        return loaded, gpt2_tokenizer()
+    return loaded, AutoTokenizer.from_pretrained(source, **hub_kwargs)
 
 
 @torch.no_grad()
