@@ -1,0 +1,77 @@
+"""CompiledDecoder: the compiled, frozen decoding step gives what the eager model gives.
+
+Each decoder compiles once (a few seconds for these tiny models). The reference is always an uncompiled forward
+over the whole sequence, and for GPT-2 weights transformers' own GPT2LMHeadModel.
+"""
+
+import pytest
+import torch
+from conftest import VOCAB, random_gpt2, tiny_model
+from torch._dynamo.utils import counters
+
+from hf_tinygpt import POSITION_SCHEMES, TinyGPTForCausalLM
+from hf_tinygpt.compiled_decoding import CompiledDecoder
+
+GREEDY = dict(do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+
+
+def step_logits_against_full_forward(reference, prompt_length, generated):
+    """Max |difference| between each decoding step's logits and `reference`'s forward over the whole output."""
+    with torch.no_grad():
+        full = reference(generated.sequences).logits[:, prompt_length - 1 : -1]
+    steps = torch.stack(generated.logits, dim=1)
+    return (steps - full).abs().max().item()
+
+
+@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
+def test_compiled_decoding_equals_a_full_forward(scheme):
+    model = tiny_model(scheme)
+    prompt = torch.randint(1, VOCAB, (1, 9), generator=torch.Generator().manual_seed(1))
+    eager = model.generate(prompt, max_new_tokens=12, min_new_tokens=12, **GREEDY)
+    compiled = CompiledDecoder(model, max_length=32).generate(prompt, max_new_tokens=12, min_new_tokens=12, **GREEDY)
+    assert torch.equal(compiled.sequences, eager.sequences)
+    assert step_logits_against_full_forward(model, 9, compiled) < 1e-5
+
+
+def test_compiled_decoding_of_gpt2_weights_matches_gpt2lmheadmodel(tmp_path):
+    reference = random_gpt2()
+    reference.save_pretrained(tmp_path / "gpt2")
+    model = TinyGPTForCausalLM.from_pretrained(tmp_path / "gpt2")
+    prompt = torch.randint(1, VOCAB, (1, 7), generator=torch.Generator().manual_seed(2))
+    compiled = CompiledDecoder(model, max_length=40).generate(prompt, max_new_tokens=20, min_new_tokens=20, **GREEDY)
+    assert step_logits_against_full_forward(reference, 7, compiled) < 1e-5
+    assert torch.equal(compiled.sequences, reference.generate(prompt, max_new_tokens=20, min_new_tokens=20, **GREEDY).sequences)
+
+
+def test_later_prompts_reuse_the_compiled_step_and_its_cache():
+    """Freezing binds the compiled step to the decoder's cache: a new prompt must start from a clean cache, with
+    no recompilation (a fresh StaticCache per call would silently keep writing into the first one)."""
+    model = tiny_model("rope")
+    decoder = CompiledDecoder(model, max_length=32)
+    prompts = [torch.randint(1, VOCAB, (1, n), generator=torch.Generator().manual_seed(n)) for n in (5, 11, 5)]
+    decoder.generate(prompts[0], max_new_tokens=10)
+    graphs = counters["stats"]["unique_graphs"]
+    for prompt in prompts[1:]:
+        compiled = decoder.generate(prompt, max_new_tokens=10, min_new_tokens=10, **GREEDY)
+        assert step_logits_against_full_forward(model, prompt.shape[1], compiled) < 1e-5
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_left_padded_batch_equals_single_sequences():
+    model = tiny_model("alibi")
+    short, long = [1, 17, 42], [5, 9, 33, 21, 8, 60]
+    batch = torch.tensor([[0] * 3 + short, long])
+    mask = torch.tensor([[0] * 3 + [1] * 3, [1] * 6])
+    decoder = CompiledDecoder(model, batch_size=2, max_length=24)
+    out = decoder.generate(batch, attention_mask=mask, max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=0)
+    for row, prompt in zip(out, (short, long)):
+        alone = model.generate(torch.tensor([prompt]), max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=0)
+        assert row[-10:].tolist() == alone[0, -10:].tolist()
+
+
+def test_the_decoder_refuses_inputs_its_compiled_step_cannot_take():
+    decoder = CompiledDecoder(tiny_model(), max_length=16)
+    with pytest.raises(ValueError, match="built for batch size 1, got 2"):
+        decoder.generate(torch.ones(2, 4, dtype=torch.long), max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"Prompt \(10 tokens\) \+ max_new_tokens \(7\) exceeds .*max_length=16"):
+        decoder.generate(torch.ones(1, 10, dtype=torch.long), max_new_tokens=7)
