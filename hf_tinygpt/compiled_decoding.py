@@ -63,6 +63,7 @@ class CompiledDecoder:
             raise ValueError(f"Prompt ({length} tokens) + max_new_tokens ({max_new_tokens}) exceeds this decoder's "
                              f"max_length={self.max_length}: build it with a larger max_length.")  # fmt: skip
         self.cache.reset()
-        with torch._inductor.config.patch(INDUCTOR_SETTINGS):
+        known = {key: value for key, value in INDUCTOR_SETTINGS.items() if hasattr(torch._inductor.config, key)}
+        with torch._inductor.config.patch(known):  # (older torch lacks the two quieting keys)
             return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
                                        **{_CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""TinyGPT against transformers' GPT2LMHeadModel on the same weights: prefill and decode throughput (dynamic and
-static cache), fp32 and bf16, from_pretrained time and memory, and the decode ceiling set by memory bandwidth.
+"""TinyGPT against transformers' GPT2LMHeadModel on the same weights: prefill and decode throughput (dynamic cache,
+static cache, static cache + torch.compile through CompiledDecoder), fp32 and bf16, from_pretrained time and
+memory, and the decode ceiling set by memory bandwidth.
 
     python scripts/benchmark.py [--model GPT2_FOLDER] [--json OUT.json]     # default: random GPT-2 small, seed 0
     python scripts/benchmark.py --tiny                                       # a smoke run on a tiny model
