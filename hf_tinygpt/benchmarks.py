@@ -133,7 +133,7 @@ def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5) -> float:
     """Bytes/s this machine reads from memory: the best of `repeats` sums over a buffer far larger than the caches
     (reading, as a decoding step reads its weights; a copy would also count writes).
 
-    On the shared machine this was written on, the figure drifts between about 35 and 60 GB/s over minutes, so
+    On the shared machine this was written on, the figure drifts between about 35 and 68 GB/s over minutes, so
     the speed benchmark measures it again inside every decode row's repeats."""
     import torch
 

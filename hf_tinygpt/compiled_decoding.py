@@ -47,6 +47,12 @@ class CompiledDecoder:
             model.set_attn_implementation("eager")
         self.batch_size = batch_size
         self.max_length = max_length or model.config.n_positions
+        # Learned positions stop at n_positions. The eager model says so itself, but that check is skipped inside
+        # the compiled step, so it is made here, once (GPT-2's config has no position_embedding_type: learned).
+        learned = getattr(model.config, "position_embedding_type", "learned") == "learned"
+        if learned and self.max_length > model.config.n_positions:
+            raise ValueError(f"max_length={self.max_length} exceeds n_positions={model.config.n_positions}, the "
+                             "last position this model's learned position embeddings cover.")  # fmt: skip
         self.cache = StaticCache(config=model.config, max_cache_len=self.max_length)
         self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=None)
         # transformers auto-compiles the decoding step only on accelerators unless the config says all devices.

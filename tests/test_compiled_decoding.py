@@ -70,6 +70,11 @@ def test_left_padded_batch_equals_single_sequences():
 
 
 def test_the_decoder_refuses_inputs_its_compiled_step_cannot_take():
+    with pytest.raises(ValueError, match="max_length=65 exceeds n_positions=64"):
+        CompiledDecoder(tiny_model("learned"), max_length=65)
+    with pytest.raises(ValueError, match="max_length=65 exceeds n_positions=64"):
+        CompiledDecoder(random_gpt2(), max_length=65)
+    CompiledDecoder(tiny_model("rope"), max_length=65)  # positions computed, not looked up: any length
     decoder = CompiledDecoder(tiny_model(), max_length=16)
     with pytest.raises(ValueError, match="built for batch size 1, got 2"):
         decoder.generate(torch.ones(2, 4, dtype=torch.long), max_new_tokens=2)
