@@ -2,9 +2,9 @@
 
 A decoding step multiplies one token's activations by every weight matrix, so its speed is set by how fast the
 weights stream from memory. In eager mode on a CPU three things keep it far from that limit (measured and
-explained in README "Speed"): the GEMV kernels (MKL's bf16 path reads weights at about 15 GB/s where a plain sum
-reads 35 or more), ~100 small kernels of Python and dispatch per step, and SDPA's CPU kernel costing ~200 µs a call for one
-query. `CompiledDecoder` removes all three without writing a kernel of its own:
+explained in README "Speed"): the GEMV kernels (MKL's bf16 path reads weights at about 15 GB/s where a plain
+sum reads 35 or more), ~100 small kernels of Python and dispatch per step, and SDPA's CPU kernel costing ~200 µs
+a call for one query. `CompiledDecoder` removes all three without writing a kernel of its own:
 
 - a `StaticCache` lets `generate` compile the decoding step (transformers' auto-compile, with `compile_config`);
 - inductor *freezing* folds the weights into that step as constants, which lets inductor pre-pack them and pick

@@ -40,7 +40,8 @@ def test_compiled_decoding_of_gpt2_weights_matches_gpt2lmheadmodel(tmp_path):
     prompt = torch.randint(1, VOCAB, (1, 7), generator=torch.Generator().manual_seed(2))
     compiled = CompiledDecoder(model, max_length=40).generate(prompt, max_new_tokens=20, min_new_tokens=20, **GREEDY)
     assert step_logits_against_full_forward(reference, 7, compiled) < 1e-5
-    assert torch.equal(compiled.sequences, reference.generate(prompt, max_new_tokens=20, min_new_tokens=20, **GREEDY).sequences)
+    eager = reference.generate(prompt, max_new_tokens=20, min_new_tokens=20, **GREEDY)
+    assert torch.equal(compiled.sequences, eager.sequences)
 
 
 def test_later_prompts_reuse_the_compiled_step_and_its_cache():
@@ -63,9 +64,10 @@ def test_left_padded_batch_equals_single_sequences():
     batch = torch.tensor([[0] * 3 + short, long])
     mask = torch.tensor([[0] * 3 + [1] * 3, [1] * 6])
     decoder = CompiledDecoder(model, batch_size=2, max_length=24)
-    out = decoder.generate(batch, attention_mask=mask, max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=0)
+    ten_greedy = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=0)
+    out = decoder.generate(batch, attention_mask=mask, **ten_greedy)
     for row, prompt in zip(out, (short, long)):
-        alone = model.generate(torch.tensor([prompt]), max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=0)
+        alone = model.generate(torch.tensor([prompt]), **ten_greedy)
         assert row[-10:].tolist() == alone[0, -10:].tolist()
 
 
