@@ -23,13 +23,10 @@ from .modeling_tinygpt import _CACHE_FIELD
 
 # Inductor settings in force while the decoding step compiles (and recompiles). `torch.compile(options=...)` does
 # not apply `freezing` in torch 2.13, so they are patched into inductor's config around each `generate` instead.
-# The last two keep autotuning from printing every candidate kernel's timing to stderr.
-INDUCTOR_SETTINGS = {
-    "freezing": True,
-    "max_autotune": True,
-    "max_autotune_gemm_backends": "CPP,ATEN",
-    "autotune_num_choices_displayed": 0,
-    "max_autotune_report_choices_stats": False,
+# The last two keep autotuning from printing every candidate kernel's timing to stderr; older torch lacks them.
+_QUIET_AUTOTUNE = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
+INDUCTOR_SETTINGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"} | {
+    key: value for key, value in _QUIET_AUTOTUNE.items() if hasattr(torch._inductor.config, key)
 }
 
 
@@ -69,7 +66,6 @@ class CompiledDecoder:
             raise ValueError(f"Prompt ({length} tokens) + max_new_tokens ({max_new_tokens}) exceeds this decoder's "
                              f"max_length={self.max_length}: build it with a larger max_length.")  # fmt: skip
         self.cache.reset()
-        known = {key: value for key, value in INDUCTOR_SETTINGS.items() if hasattr(torch._inductor.config, key)}
-        with torch._inductor.config.patch(known):  # (older torch lacks the two quieting keys)
+        with torch._inductor.config.patch(INDUCTOR_SETTINGS):
             return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
                                        **{_CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip
