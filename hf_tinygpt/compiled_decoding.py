@@ -29,6 +29,10 @@ INDUCTOR_SETTINGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_
     key: value for key, value in _QUIET_AUTOTUNE.items() if hasattr(torch._inductor.config, key)
 }
 
+# Every decoder's step is one more compiled entry on the same code object (`Module.__call__`'s), and dynamo's
+# default limit of 8 entries would make the ninth decoder in a process fail under fullgraph=True.
+DYNAMO_SETTINGS = {"recompile_limit": 64}
+
 
 class CompiledDecoder:
     """`generate` for one batch size and at most `max_length` tokens (prompt + new), with the step compiled.
@@ -66,6 +70,6 @@ class CompiledDecoder:
             raise ValueError(f"Prompt ({length} tokens) + max_new_tokens ({max_new_tokens}) exceeds this decoder's "
                              f"max_length={self.max_length}: build it with a larger max_length.")  # fmt: skip
         self.cache.reset()
-        with torch._inductor.config.patch(INDUCTOR_SETTINGS):
+        with torch._inductor.config.patch(INDUCTOR_SETTINGS), torch._dynamo.config.patch(DYNAMO_SETTINGS):
             return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
                                        **{_CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip

@@ -58,6 +58,21 @@ def test_later_prompts_reuse_the_compiled_step_and_its_cache():
     assert counters["stats"]["unique_graphs"] == graphs
 
 
+def test_two_models_of_one_class_each_keep_their_own_compiled_step():
+    """Dynamo files every TinyGPT's compiled step under the same code object; only its guards on module state tell
+    one model's frozen step (its weights, its cache) from another's. Dropping them to save guard time
+    (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`) makes the second model run the first one's step."""
+    models = [tiny_model("rope", seed=0), tiny_model("rope", seed=1)]
+    prompt = torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert not torch.allclose(models[0](prompt).logits, models[1](prompt).logits, atol=1e-3)
+    decoders = [CompiledDecoder(model, max_length=32) for model in models]
+    for _ in range(2):  # each compiles on its first call; both then run again, alternately
+        for decoder, model in zip(decoders, models):
+            compiled = decoder.generate(prompt, max_new_tokens=10, min_new_tokens=10, **GREEDY)
+            assert step_logits_against_full_forward(model, 6, compiled) < 1e-5
+
+
 def test_left_padded_batch_equals_single_sequences():
     model = tiny_model("alibi")
     short, long = [1, 17, 42], [5, 9, 33, 21, 8, 60]
