@@ -167,9 +167,10 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                     caches=tuple(DECODE_CACHES), seed: int = 0) -> dict:  # fmt: skip
     """Side-by-side timings of transformers' GPT2LMHeadModel and TinyGPT loaded from the same GPT-2 `folder`.
 
-    Each measurement alternates the two models (HF, TinyGPT, HF, TinyGPT, …) `repeats` times after a warm-up
-    (two for compiled rows, whose first calls compile and then run slower for a while), and reports medians, so
-    drifting clocks or background load hit both alike. Memory bandwidth is measured in each of those repeats too,
+    Each measurement runs the two models back to back `repeats` times after a warm-up (two for compiled rows,
+    whose first calls compile and then run slower for a while), HF first in even repeats and TinyGPT first in odd
+    ones. It reports median tok/s, and as the ratio the median of each repeat's own TinyGPT/HF ratio: the two runs
+    of a pair see the same phase of the machine's drifting bandwidth, which a ratio of medians would not pair up. Memory bandwidth is measured in each of those repeats too,
     and a decode row's ceiling uses its median. Both models get the same treatment in every row; "compiled"
     decodes through a `CompiledDecoder` for each."""
     import statistics
@@ -196,14 +197,16 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                 for fn in (make_fn("hf"), make_fn("tinygpt")):
                     fn()
             times, bandwidths = {"hf": [], "tinygpt": []}, []
-            for _ in range(repeats):
+            for repeat in range(repeats):
                 bandwidths.append(memory_bandwidth())
-                for name in ("hf", "tinygpt"):
+                # Who goes first alternates, so that running right after the bandwidth probe favours neither.
+                for name in ("hf", "tinygpt") if repeat % 2 == 0 else ("tinygpt", "hf"):
                     times[name].append(_timed(make_fn(name)))
-            row = {"dtype": dtype_name, "measure": label, "memory_bandwidth_GBps": statistics.median(bandwidths) / 1e9}
+            paired = [hf / tinygpt for hf, tinygpt in zip(times["hf"], times["tinygpt"])]
+            row = {"dtype": dtype_name, "measure": label, "memory_bandwidth_GBps": statistics.median(bandwidths) / 1e9,
+                   "paired_ratios": paired, "ratio": statistics.median(paired)}  # fmt: skip
             for name in ("hf", "tinygpt"):
                 row[f"{name}_tok_s"] = tokens / statistics.median(times[name])
-            row["ratio"] = row["tinygpt_tok_s"] / row["hf_tok_s"]
             return row
 
         with torch.inference_mode():
@@ -260,16 +263,18 @@ def fastest_decode(rows: list[dict]) -> list[dict]:
 
 def format_speed_table(result: dict) -> str:
     lines = [
-        f"{result['threads']} threads; ceiling = memory read bandwidth (measured within the row) ÷ weight bytes per step",
-        "| dtype | measure | HF GPT-2 tok/s | TinyGPT tok/s | TinyGPT/HF | GB/s | ceiling tok/s | HF % of ceiling "
-        "| TinyGPT % of ceiling |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"{result['threads']} threads; TinyGPT/HF = median of the repeats' paired ratios (pairs: their range); "
+        "ceiling = memory read bandwidth (measured within the row) ÷ weight bytes per step",
+        "| dtype | measure | HF GPT-2 tok/s | TinyGPT tok/s | TinyGPT/HF | pairs | GB/s | ceiling tok/s "
+        "| HF % of ceiling | TinyGPT % of ceiling |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
         ceiling = (f"{row['ceiling_tok_s']:,.1f} | {100 * row['hf_of_ceiling']:.0f} % | {100 * row['tinygpt_of_ceiling']:.0f} %"
                    if "ceiling_tok_s" in row else " | | ")  # fmt: skip
+        pairs = f"{min(row['paired_ratios']):.2f}–{max(row['paired_ratios']):.2f}"
         lines.append(f"| {row['dtype']} | {row['measure']} | {row['hf_tok_s']:,.1f} | {row['tinygpt_tok_s']:,.1f} "
-                     f"| {row['ratio']:.2f}× | {row['memory_bandwidth_GBps']:.0f} | {ceiling} |")  # fmt: skip
+                     f"| {row['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} | {ceiling} |")  # fmt: skip
     for best in result.get("fastest_decode", []):
         lines.append(f"{best['dtype']} {best['decode']}: TinyGPT's fastest ({best['tinygpt_measure']}) "
                      f"{best['tinygpt_tok_s']:,.1f} tok/s = {best['ratio']:.2f}× HF GPT-2's default generate "

@@ -13,7 +13,8 @@ a call for one query. `CompiledDecoder` removes all three without writing a kern
 
 Freezing binds the compiled step to the cache's tensors and to the weights as they were when it compiled. So one
 decoder owns one cache (reset before every call, never replaced) for one batch size, and a decoder must be rebuilt
-after the weights change. The frozen, pre-packed weights are a second copy in memory.
+after the weights change. The frozen, pre-packed weights are a second copy in memory, which torch keeps even
+after the decoder and the model are gone (README "Speed" says what holds it).
 """
 
 import torch

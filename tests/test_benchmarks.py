@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from conftest import random_gpt2
 from test_gpt2_layouts import run_script
 
@@ -51,7 +52,9 @@ def test_speed_benchmark_script_smoke(tmp_path):
     for row in result["rows"]:
         assert row["dtype"] == "bfloat16" and row["memory_bandwidth_GBps"] > 0
         assert row["hf_tok_s"] > 0 and row["tinygpt_tok_s"] > 0
-        assert row["ratio"] == row["tinygpt_tok_s"] / row["hf_tok_s"]
+        # One repeat, so the median paired ratio is that pair's ratio, the ratio of the two throughputs.
+        assert len(row["paired_ratios"]) == 1 and row["ratio"] == row["paired_ratios"][0]
+        assert row["ratio"] == pytest.approx(row["tinygpt_tok_s"] / row["hf_tok_s"], rel=1e-9)
         if row["measure"].startswith("decode"):
             assert 0 < row["tinygpt_of_ceiling"] and row["ceiling_tok_s"] > 0
     fastest = {best["decode"]: best for best in result["fastest_decode"]}
