@@ -7,6 +7,7 @@ are done, so the figure is what the operation itself added, not what importing t
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -157,6 +158,21 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def paired_timings(make_fn, repeats: int, probe=memory_bandwidth) -> dict:
+    """Time `make_fn("hf")()` and `make_fn("tinygpt")()` back to back `repeats` times, `probe()` before each pair.
+
+    Who goes first alternates (HF in even repeats), so that running right after the probe favours neither. The
+    ratio is the median of each pair's own TinyGPT/HF ratio: the two runs of a pair see the same phase of the
+    machine's drifting bandwidth, which a ratio of two medians would not pair up."""
+    times, probes = {"hf": [], "tinygpt": []}, []
+    for repeat in range(repeats):
+        probes.append(probe())
+        for name in ("hf", "tinygpt") if repeat % 2 == 0 else ("tinygpt", "hf"):
+            times[name].append(_timed(make_fn(name)))
+    paired = [hf / tinygpt for hf, tinygpt in zip(times["hf"], times["tinygpt"])]
+    return {"times": times, "probes": probes, "paired_ratios": paired, "ratio": statistics.median(paired)}
+
+
 # How decode rows generate: transformers' default (dynamic cache), `cache_implementation="static"`, and a
 # CompiledDecoder (static cache + torch.compile, README "Speed").
 DECODE_CACHES = {"dynamic": "dynamic cache", "static": "static cache", "compiled": "static cache + torch.compile"}
@@ -167,14 +183,10 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                     caches=tuple(DECODE_CACHES), seed: int = 0) -> dict:  # fmt: skip
     """Side-by-side timings of transformers' GPT2LMHeadModel and TinyGPT loaded from the same GPT-2 `folder`.
 
-    Each measurement runs the two models back to back `repeats` times after a warm-up (two for compiled rows,
-    whose first calls compile and then run slower for a while), HF first in even repeats and TinyGPT first in odd
-    ones. It reports median tok/s, and as the ratio the median of each repeat's own TinyGPT/HF ratio: the two runs
-    of a pair see the same phase of the machine's drifting bandwidth, which a ratio of medians would not pair up. Memory bandwidth is measured in each of those repeats too,
-    and a decode row's ceiling uses its median. Both models get the same treatment in every row; "compiled"
+    Each measurement is `paired_timings` over `repeats` after a warm-up (two for compiled rows, whose first calls
+    compile and then run slower for a while): median tok/s, and the median of the pairs' TinyGPT/HF ratios. Memory
+    bandwidth is the probe before each pair, and a decode row's ceiling uses its median. Both models get the same treatment in every row; "compiled"
     decodes through a `CompiledDecoder` for each."""
-    import statistics
-
     import torch
     from transformers import GPT2LMHeadModel
 
@@ -196,17 +208,11 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
             for _ in range(warmups):
                 for fn in (make_fn("hf"), make_fn("tinygpt")):
                     fn()
-            times, bandwidths = {"hf": [], "tinygpt": []}, []
-            for repeat in range(repeats):
-                bandwidths.append(memory_bandwidth())
-                # Who goes first alternates, so that running right after the bandwidth probe favours neither.
-                for name in ("hf", "tinygpt") if repeat % 2 == 0 else ("tinygpt", "hf"):
-                    times[name].append(_timed(make_fn(name)))
-            paired = [hf / tinygpt for hf, tinygpt in zip(times["hf"], times["tinygpt"])]
-            row = {"dtype": dtype_name, "measure": label, "memory_bandwidth_GBps": statistics.median(bandwidths) / 1e9,
-                   "paired_ratios": paired, "ratio": statistics.median(paired)}  # fmt: skip
+            timed = paired_timings(make_fn, repeats)
+            row = {"dtype": dtype_name, "measure": label, "memory_bandwidth_GBps": statistics.median(timed["probes"]) / 1e9,
+                   "paired_ratios": timed["paired_ratios"], "ratio": timed["ratio"]}  # fmt: skip
             for name in ("hf", "tinygpt"):
-                row[f"{name}_tok_s"] = tokens / statistics.median(times[name])
+                row[f"{name}_tok_s"] = tokens / statistics.median(timed["times"][name])
             return row
 
         with torch.inference_mode():

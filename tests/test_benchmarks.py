@@ -1,12 +1,14 @@
 """The measuring tools behave (memory really is measured), and loading is as frugal as the issue asks."""
 
 import json
+import statistics
+import time
 
 import pytest
 from conftest import random_gpt2
 from test_gpt2_layouts import run_script
 
-from hf_tinygpt.benchmarks import measure_in_subprocess, measure_load, weights_bytes
+from hf_tinygpt.benchmarks import measure_in_subprocess, measure_load, paired_timings, weights_bytes
 
 MiB = 2**20
 
@@ -37,6 +39,20 @@ def test_conversion_benchmark_script_smoke(tmp_path):
     ]  # fmt: skip
     assert len(result["rows"]) == 5 and all(row["wall_s"] > 0 for row in result["rows"])
     assert "added / checkpoint" in out.stdout
+
+
+def test_paired_timings_alternate_who_goes_first_and_pair_each_repeats_ratio():
+    calls = []
+
+    def make_fn(name):
+        # TinyGPT's call takes a quarter of HF's: every pair's TinyGPT/HF ratio is about 4.
+        return lambda: (calls.append(name), time.sleep(0.02 if name == "hf" else 0.005))
+
+    timed = paired_timings(make_fn, repeats=4, probe=lambda: calls.append("probe") or 1.0)
+    assert calls == ["probe", "hf", "tinygpt", "probe", "tinygpt", "hf"] * 2
+    assert timed["probes"] == [1.0] * 4 and [len(t) for t in timed["times"].values()] == [4, 4]
+    assert timed["paired_ratios"] == [hf / tiny for hf, tiny in zip(timed["times"]["hf"], timed["times"]["tinygpt"])]
+    assert timed["ratio"] == statistics.median(timed["paired_ratios"]) and 2 < timed["ratio"] < 5
 
 
 def test_speed_benchmark_script_smoke(tmp_path):
