@@ -11,11 +11,18 @@ a call for one query. `CompiledDecoder` removes all three without writing a kern
   its CPP GEMM template by measuring it against ATen (`max_autotune`);
 - attention runs as plain matmul + softmax (`attn_implementation="eager"`), which inductor fuses for one query.
 
-Freezing binds the compiled step to the cache's tensors and to the weights as they were when it compiled. So one
-decoder owns one cache (reset before every call, never replaced) for one batch size, and a decoder must be rebuilt
-after the weights change. The frozen, pre-packed weights are a second copy in memory, which torch keeps even
-after the decoder and the model are gone (README "Speed" says what holds it).
+Freezing binds the compiled step to the cache it compiled with (`StaticCache` marks its tensors as static
+addresses) and to the weights as they were then. Dynamo picks a step by guards on the model's identity and on
+tensor shapes, never on which cache object or which weight values it froze, so:
+- all decoders of one model share one cache per batch size and length (reset before every call, never replaced);
+- after the weights change, a new decoder drops the process's compiled steps (`torch._dynamo.reset()`) so that
+  its step compiles again with the new weights, and an older decoder refuses to run.
+The frozen, pre-packed weights are a second copy in memory, which torch keeps even after the decoder and the model
+are gone (README "Speed" says what holds it).
 """
+
+import itertools
+import weakref
 
 import torch
 from transformers import CompileConfig, StaticCache
@@ -33,6 +40,15 @@ INDUCTOR_SETTINGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_
 # Every decoder's step is one more compiled entry on the same code object (`Module.__call__`'s), and dynamo's
 # default limit of 8 entries would make the ninth decoder in a process fail under fullgraph=True.
 DYNAMO_SETTINGS = {"recompile_limit": 64}
+
+# Per model: the weights its compiled steps froze, and its caches by (batch size, max length).
+_COMPILED_FOR = weakref.WeakKeyDictionary()
+
+
+def weights_fingerprint(model) -> tuple:
+    """Where every parameter and buffer lives and how often it was changed in place (`_version`): any change to the
+    weights, by an optimizer, `load_state_dict` or `.to()`, changes this."""
+    return tuple((t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers()))
 
 
 class CompiledDecoder:
@@ -55,7 +71,18 @@ class CompiledDecoder:
         if learned and self.max_length > model.config.n_positions:
             raise ValueError(f"max_length={self.max_length} exceeds n_positions={model.config.n_positions}, the "
                              "last position this model's learned position embeddings cover.")  # fmt: skip
-        self.cache = StaticCache(config=model.config, max_cache_len=self.max_length)
+        self.weights = weights_fingerprint(model)
+        compiled = _COMPILED_FOR.get(model)
+        if compiled is not None and compiled["weights"] != self.weights:
+            # The model's existing steps would pass its guards and run the old weights.
+            torch._dynamo.reset()
+            compiled = None
+        if compiled is None:
+            compiled = _COMPILED_FOR[model] = {"weights": self.weights, "caches": {}}
+        shape = (batch_size, self.max_length)
+        if shape not in compiled["caches"]:
+            compiled["caches"][shape] = StaticCache(config=model.config, max_cache_len=self.max_length)
+        self.cache = compiled["caches"][shape]
         self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=None)
         # transformers auto-compiles the decoding step only on accelerators unless the config says all devices.
         self.compile_config._compile_all_devices = True
@@ -66,10 +93,13 @@ class CompiledDecoder:
         batch, length = input_ids.shape
         if batch != self.batch_size:
             raise ValueError(f"This decoder was built for batch size {self.batch_size}, got {batch}: build one "
-                             "CompiledDecoder per batch size (its compiled step is bound to its cache).")  # fmt: skip
+                             "CompiledDecoder per batch size (a compiled step is bound to its cache).")  # fmt: skip
         if length + max_new_tokens > self.max_length:
             raise ValueError(f"Prompt ({length} tokens) + max_new_tokens ({max_new_tokens}) exceeds this decoder's "
                              f"max_length={self.max_length}: build it with a larger max_length.")  # fmt: skip
+        if weights_fingerprint(self.model) != self.weights:
+            raise ValueError("The model's weights changed after this decoder was built, and its compiled step has "
+                             "the old ones frozen in: build a new CompiledDecoder (it compiles again).")  # fmt: skip
         self.cache.reset()
         with torch._inductor.config.patch(INDUCTOR_SETTINGS), torch._dynamo.config.patch(DYNAMO_SETTINGS):
             return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,

@@ -73,6 +73,38 @@ def test_two_models_of_one_class_each_keep_their_own_compiled_step():
             assert step_logits_against_full_forward(model, 6, compiled) < 1e-5
 
 
+def test_decoders_of_one_model_share_a_cache_per_shape():
+    """A model may have a decoder per batch size, or two of one size. A compiled step is bound to the cache it
+    compiled with, and dynamo hands two decoders of one shape the same step: unless they share that cache, the
+    second one decodes from the first one's positions (off by up to 0.18 in these logits)."""
+    model = tiny_model("rope")
+    # Different prompts, so that decoding from another decoder's cache would show.
+    prompts = [torch.tensor([[1, 17, 42, 5]]), torch.tensor([[5, 9, 33, 21], [8, 60, 2, 3]]),
+               torch.tensor([[3, 30, 12, 50]])]  # fmt: skip
+    decoders = [CompiledDecoder(model, batch_size=len(prompt), max_length=24) for prompt in prompts]
+    for _ in range(2):
+        for decoder, prompt in zip(decoders, prompts):
+            mask = torch.ones_like(prompt)
+            compiled = decoder.generate(prompt, attention_mask=mask, max_new_tokens=8, min_new_tokens=8, **GREEDY)
+            assert step_logits_against_full_forward(model, 4, compiled) < 1e-5
+
+
+def test_after_the_weights_change_a_new_decoder_compiles_them_and_an_old_one_refuses():
+    """Freezing makes the weights constants of the step, and dynamo's guards do not look at values: without the
+    decoder's check the old step would keep decoding with the old weights."""
+    model = tiny_model("rope")
+    prompt = torch.tensor([[1, 17, 42, 5]])
+    old = CompiledDecoder(model, max_length=24)
+    old.generate(prompt, max_new_tokens=8)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(1.5)
+    with pytest.raises(ValueError, match="weights changed after this decoder was built"):
+        old.generate(prompt, max_new_tokens=8)
+    compiled = CompiledDecoder(model, max_length=24).generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
+    assert step_logits_against_full_forward(model, 4, compiled) < 1e-5
+
+
 def test_left_padded_batch_equals_single_sequences():
     model = tiny_model("alibi")
     short, long = [1, 17, 42], [5, 9, 33, 21, 8, 60]
