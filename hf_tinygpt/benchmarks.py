@@ -185,8 +185,8 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
 
     Each measurement is `paired_timings` over `repeats` after a warm-up (two for compiled rows, whose first calls
     compile and then run slower for a while): median tok/s, and the median of the pairs' TinyGPT/HF ratios. Memory
-    bandwidth is the probe before each pair, and a decode row's ceiling uses its median. Both models get the same treatment in every row; "compiled"
-    decodes through a `CompiledDecoder` for each."""
+    bandwidth is the probe before each pair, and a decode row's ceiling uses its median. Both models get the same
+    treatment in every row; "compiled" decodes through a `CompiledDecoder` for each."""
     import torch
     from transformers import GPT2LMHeadModel
 
