@@ -1,7 +1,6 @@
 """`hf-tinygpt`: the package's command line. Each verb is a thin layer over a library function."""
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -9,15 +8,14 @@ import sys
 from huggingface_hub.errors import HfHubHTTPError
 
 from .configuration_tinygpt import TinyGPTConfig
-from .gpt2_layout import gpt2_config_to_tinygpt, read_config_dict
+from .gpt2_layout import gpt2_config_to_tinygpt, read_config_dict, read_json_object
 from .params import parameter_breakdown
 
 
 def load_config(model_or_config: str) -> TinyGPTConfig:
     """A TinyGPTConfig from a config.json file, a model folder or a Hub id (tinygpt or GPT-2)."""
     if os.path.isfile(model_or_config):
-        with open(model_or_config) as f:
-            config_dict = json.load(f)
+        config_dict = read_json_object(model_or_config)
     else:
         config_dict = read_config_dict(model_or_config)
         if config_dict is None:
@@ -109,7 +107,7 @@ def push_command(args) -> int:
 
     info = push_to_hub(
         args.src, args.repo_id, private=args.private, revision=args.revision, commit_message=args.commit_message,
-        create_pr=args.create_pr, token=args.token, on_staged=staged, **options,
+        create_pr=args.create_pr, token=args.token, timeout=args.timeout, on_staged=staged, **options,
     )  # fmt: skip
     print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
     return 0
@@ -123,6 +121,8 @@ def add_push_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--commit-message", help="commit message (default: says what was uploaded)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
     parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds a network request may make no progress before the push fails (default: 60)")
     parser.add_argument("--dry-run", metavar="DIR", help="only stage the files into DIR and list them")
     parser.add_argument("--force", action="store_true", help="with --dry-run: replace DIR if it exists")
     parser.add_argument("--tokenizer", choices=["gpt2"], help="bundle the GPT-2 BPE tokenizer instead of SRC's")
@@ -133,10 +133,7 @@ def add_push_arguments(parser: argparse.ArgumentParser):
 def train_command(args) -> int:
     from .training import TrainingSettings, train
 
-    config = {}
-    if args.config:
-        with open(args.config) as f:
-            config = json.load(f)
+    config = read_json_object(args.config) if args.config else {}
     shape = {"position_embedding_type": args.position, "n_layer": args.n_layer, "n_embd": args.n_embd,
              "n_head": args.n_head, "n_positions": args.n_positions, "resid_pdrop": args.dropout,
              "embd_pdrop": args.dropout, "attn_pdrop": args.dropout}  # fmt: skip

@@ -22,6 +22,7 @@ are gone (README "Speed" says what holds it).
 """
 
 import itertools
+import threading
 import weakref
 
 import torch
@@ -41,6 +42,11 @@ INDUCTOR_SETTINGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_
 # default limit of 8 entries would make the ninth decoder in a process fail under fullgraph=True.
 DYNAMO_SETTINGS = {"recompile_limit": 64}
 
+# One `generate` at a time in the whole process: decoders of one model share a cache (and a compiled step bound to
+# it), and the inductor/dynamo settings above are process-wide, so a second thread would decode from the first
+# one's positions or compile without freezing. (Seen without the lock: wrong greedy tokens, no error.)
+_ONE_AT_A_TIME = threading.Lock()
+
 # Per model: the weights its compiled steps froze, and its caches by (batch size, max length).
 _COMPILED_FOR = weakref.WeakKeyDictionary()
 
@@ -56,7 +62,8 @@ class CompiledDecoder:
 
     Works for any transformers causal LM whose cache can be static: TinyGPT, and GPT2LMHeadModel for comparison.
     The model is switched to eager attention (see the module docstring); the first call compiles (tens of
-    seconds for GPT-2 small on 2 cores), later calls reuse the compiled step.
+    seconds for GPT-2 small on 2 cores), later calls reuse the compiled step. Safe to call from several threads:
+    calls run one at a time.
     """
 
     def __init__(self, model, *, batch_size: int = 1, max_length: int | None = None):
@@ -100,7 +107,8 @@ class CompiledDecoder:
         if weights_fingerprint(self.model) != self.weights:
             raise ValueError("The model's weights changed after this decoder was built, and its compiled step has "
                              "the old ones frozen in: build a new CompiledDecoder (it compiles again).")  # fmt: skip
-        self.cache.reset()
-        with torch._inductor.config.patch(INDUCTOR_SETTINGS), torch._dynamo.config.patch(DYNAMO_SETTINGS):
-            return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
-                                       **{_CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip
+        with _ONE_AT_A_TIME:
+            self.cache.reset()
+            with torch._inductor.config.patch(INDUCTOR_SETTINGS), torch._dynamo.config.patch(DYNAMO_SETTINGS):
+                return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
+                                           **{_CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip

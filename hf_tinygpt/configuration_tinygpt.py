@@ -4,9 +4,20 @@ This file is copied next to the weights by `save_pretrained`, so it must only im
 transformers (never `hf_tinygpt`): a saved folder loads with `trust_remote_code=True` anywhere.
 """
 
+import math
+import numbers
+
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+
 
 POSITION_SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
@@ -80,36 +91,41 @@ class TinyGPTConfig(PreTrainedConfig):
         self._check()
 
     def _check(self):
-        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.n_inner is not None and self.n_inner < 1:
-            raise ValueError(f"n_inner must be a positive integer or None, got {self.n_inner}")
+        """Every field checked for type and range, naming the field: a bad value fails here, not as NaN logits."""
+        for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner"):
+            value = getattr(self, name)
+            if (name != "n_inner" or value is not None) and not (_is_int(value) and value >= 1):
+                raise ValueError(f"{name} must be a positive integer{' or None' * (name == 'n_inner')}, got {value!r}")
+        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+            if not (_is_number(getattr(self, name)) and 0 <= getattr(self, name) < 1):
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if not (_is_number(self.layer_norm_epsilon) and 0 < self.layer_norm_epsilon < math.inf):
+            raise ValueError(f"layer_norm_epsilon must be a finite number > 0, got {self.layer_norm_epsilon!r}")
+        if not (_is_number(self.initializer_range) and 0 <= self.initializer_range < math.inf):
+            raise ValueError(f"initializer_range must be a finite number >= 0, got {self.initializer_range!r}")
+        if not isinstance(self.scale_embeddings, bool):
+            raise ValueError(f"scale_embeddings must be true or false, got {self.scale_embeddings!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.activation_function not in ACT2FN:
             raise ValueError(f"activation_function={self.activation_function!r} is not one of {sorted(ACT2FN)}")
-        for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.position_embedding_type == "sinusoidal" and self.n_embd % 2:
             raise ValueError(f"position_embedding_type='sinusoidal' needs an even n_embd, got {self.n_embd}")
         if self.position_embedding_type == "rope":
+            if not isinstance(self.rope_parameters, dict):
+                raise ValueError(f"rope_parameters must be a dict (rope_type, rope_theta, ...), got {self.rope_parameters!r}")
             rope_type = self.rope_parameters.get("rope_type", "default")
             if rope_type not in ROPE_TYPES:
                 raise ValueError(f"rope_parameters['rope_type']={rope_type!r} is not one of {ROPE_TYPES}")
-            if rope_type != "default":
-                try:  # transformers' own frequency function reads exactly the keys this rope_type needs
-                    ROPE_INIT_FUNCTIONS[rope_type](self)
-                except (KeyError, TypeError) as error:
-                    raise ValueError(f"rope_parameters for rope_type={rope_type!r} lack {error}") from error
-            if not self.rope_parameters.get("rope_theta", 1.0) > 0:
-                raise ValueError(f"rope_theta must be positive, got {self.rope_parameters['rope_theta']}")
+            theta = self.rope_parameters.get("rope_theta", 1.0)
+            if not (_is_number(theta) and 0 < theta < math.inf):
+                raise ValueError(f"rope_theta must be a finite number > 0, got {theta!r}")
             factor = self.rope_parameters.get("factor")
-            if factor is not None and not factor >= 1:
-                raise ValueError(f"rope_parameters['factor'] must be >= 1 (it stretches the context), got {factor}")
+            if factor is not None and not (_is_number(factor) and 1 <= factor < math.inf):
+                raise ValueError(f"rope_parameters['factor'] must be a finite number >= 1 (it stretches the context), "
+                                 f"got {factor!r}")  # fmt: skip
             fraction = self.rope_parameters.get("partial_rotary_factor", 1.0)
-            if not 0 < fraction <= 1:
+            if not (_is_number(fraction) and 0 < fraction <= 1):
                 raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction}")
             rotary_dim = self.rotary_dim
             if rotary_dim < 2 or rotary_dim % 2:
@@ -117,6 +133,11 @@ class TinyGPTConfig(PreTrainedConfig):
                     f"RoPE rotates pairs of dimensions: head_dim ({self.head_size}) × partial_rotary_factor "
                     f"({fraction}) = {rotary_dim} must be even and at least 2 (see n_embd, n_head, partial_rotary_factor)"
                 )
+            if rope_type != "default":
+                try:  # transformers' own frequency function reads exactly the keys this rope_type needs
+                    ROPE_INIT_FUNCTIONS[rope_type](self)
+                except (KeyError, TypeError) as error:
+                    raise ValueError(f"rope_parameters for rope_type={rope_type!r} lack {error}") from error
 
     @property
     def head_size(self) -> int:

@@ -6,8 +6,6 @@ complete; an existing output is replaced only with `force=True`.
 """
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from .configuration_tinygpt import TinyGPTConfig
 from .gpt2_layout import (
     HEAD,
     PREFIX,
+    check_finite,
     check_state_dict,
     gpt2_config_to_tinygpt,
     gpt2_state_dict_to_tinygpt,
@@ -29,6 +28,7 @@ from .gpt2_layout import (
     tinygpt_state_dict_to_gpt2,
 )
 from .modeling_tinygpt import PositionScheme, TinyGPTForCausalLM
+from .outputs import output_folder
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -47,7 +47,14 @@ class Source:
 
 
 def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None = None, **hub_kwargs) -> Source:
-    """Read any supported GPT-2-family source into a TinyGPT config and state dict (checked, nothing missing)."""
+    """Read any supported GPT-2-family source into a TinyGPT config and state dict: every tensor present, shaped
+    as the config says, floating-point and finite, or a ValueError naming what is not."""
+    source = _read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
+    check_finite(source.state_dict, str(src))
+    return source
+
+
+def _read_source(src: str, *, n_head: int | None, trim_vocab: int | None, **hub_kwargs) -> Source:
     path = Path(src)
     if path.is_file():
         if path.suffix in (".safetensors", ".bin") and not _is_nanogpt_file(path):
@@ -108,10 +115,18 @@ def _read_nanogpt(path: Path, trim_vocab: int | None) -> Source:
     nanoGPT uses the exact (erf) GELU, optional `bias=False` (no LayerNorm/Linear biases: zero biases here are the
     same function), `_orig_mod.` key prefixes after torch.compile, and often a vocabulary padded to 50304.
     """
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:  # corrupt, or a pickle that would run code: weights_only refuses it
+        raise ValueError(f"{path}: cannot read it as a checkpoint ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else ''})") from error  # fmt: skip
     if not isinstance(checkpoint, dict) or "model" not in checkpoint or "model_args" not in checkpoint:
         raise ValueError(f"{path}: not a nanoGPT checkpoint (expected a dict with 'model' and 'model_args')")
     args = checkpoint["model_args"]
+    if not isinstance(args, dict) or not isinstance(checkpoint["model"], dict):
+        raise ValueError(f"{path}: 'model' and 'model_args' must be dicts (a nanoGPT checkpoint)")
+    if missing := sorted({"vocab_size", "block_size", "n_embd", "n_layer", "n_head"} - args.keys()):
+        raise ValueError(f"{path}: model_args lacks {', '.join(missing)}")
     vocab_size = trim_vocab or args["vocab_size"]
     if vocab_size > args["vocab_size"]:
         raise ValueError(f"--trim-vocab {vocab_size} is larger than the checkpoint's vocab_size {args['vocab_size']}")
@@ -156,11 +171,6 @@ def model_from_state_dict(config: TinyGPTConfig, state_dict: dict, dtype: torch.
     return model.eval()
 
 
-def refuse_existing(out: Path, force: bool):
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists; pass --force to replace it")
-
-
 def load_tokenizer(tokenizer_from: str):
     """The tokenizer of a folder or Hub id; the bundled GPT-2 files (which carry no tokenizer_config) by class."""
     from . import GPT2_TOKENIZER_DIR, gpt2_tokenizer
@@ -170,30 +180,12 @@ def load_tokenizer(tokenizer_from: str):
     return AutoTokenizer.from_pretrained(tokenizer_from)
 
 
-def write_model_folder(model, out: str | os.PathLike, *, tokenizer_from: str | None, force: bool = False,
-                       finish=None) -> Path:  # fmt: skip
-    """Save `model` + tokenizer + generation config into `out`, atomically (temp sibling, then rename).
-
-    `finish(staging_folder)` runs on the complete folder before it is renamed into place: it may add files (the
-    model card) or raise (a failed verification), in which case nothing is left behind."""
-    out = Path(out)
-    refuse_existing(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    try:
-        model.save_pretrained(staging)
-        GenerationConfig.from_model_config(model.config).save_pretrained(staging)
-        if tokenizer_from is not None:
-            load_tokenizer(tokenizer_from).save_pretrained(staging)
-        if finish is not None:
-            finish(staging)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out
+def save_model_folder(model, folder: str | os.PathLike, *, tokenizer_from: str | None):
+    """Save `model` + tokenizer + generation config into `folder` (a staging folder from `output_folder`)."""
+    model.save_pretrained(folder)
+    GenerationConfig.from_model_config(model.config).save_pretrained(folder)
+    if tokenizer_from is not None:
+        load_tokenizer(tokenizer_from).save_pretrained(folder)
 
 
 SAMPLE_TEXT = "To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer"
@@ -231,20 +223,18 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
     from . import GPT2_TOKENIZER_DIR
     from .model_card import render_model_card
 
-    refuse_existing(Path(out), force)  # before any expensive work
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
-    source = read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
-    tokenizer_from = str(GPT2_TOKENIZER_DIR) if tokenizer == "gpt2" else source.tokenizer_from
-    if tokenizer_from is None:
-        raise ValueError(f"{src} has no tokenizer files; pass --tokenizer gpt2 to bundle the GPT-2 BPE tokenizer")
-    if base_model is None and source.kind == "gpt2" and not Path(src).exists():
-        base_model = src  # a Hub id
-    model = model_from_state_dict(source.config, dict(source.state_dict), DTYPES.get(dtype))
-    delta = None
-
-    def finish(staging):
-        nonlocal delta
+    with output_folder(out, force=force, protect=[src]) as staging:  # checks OUT before any expensive work
+        source = read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
+        tokenizer_from = str(GPT2_TOKENIZER_DIR) if tokenizer == "gpt2" else source.tokenizer_from
+        if tokenizer_from is None:
+            raise ValueError(f"{src} has no tokenizer files; pass --tokenizer gpt2 to bundle the GPT-2 BPE tokenizer")
+        if base_model is None and source.kind == "gpt2" and not Path(src).exists():
+            base_model = src  # a Hub id
+        model = model_from_state_dict(source.config, dict(source.state_dict), DTYPES.get(dtype))
+        save_model_folder(model, staging, tokenizer_from=tokenizer_from)
+        delta = None
         if verify_tolerance is not None:
             converted = TinyGPTForCausalLM.from_pretrained(staging, dtype=torch.float32).eval()
             delta = _checked_delta(converted, reference_gpt2(source), staging, verify_tolerance)
@@ -252,9 +242,8 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
                       "max_abs_logit_delta": delta}  # fmt: skip
         card = render_model_card(model.config, model_id=str(out), provenance=provenance, license=license,
                                  base_model=base_model)  # fmt: skip
-        card.save(Path(staging) / "README.md")
-
-    return write_model_folder(model, out, tokenizer_from=tokenizer_from, force=force, finish=finish), source, delta
+        card.save(staging / "README.md")
+    return Path(out), source, delta
 
 
 def reference_gpt2(source: Source) -> GPT2LMHeadModel:
@@ -271,22 +260,18 @@ def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, verify_tolerance
                     **hub_kwargs) -> tuple[Path, float | None]:  # fmt: skip
     """A GPT-2-compatible tinygpt (learned positions, tied, unscaled) → a folder `GPT2LMHeadModel` loads. With
     `verify_tolerance`, the written folder is read back by `GPT2LMHeadModel` and compared before the rename."""
-    out_path = Path(out)
-    refuse_existing(out_path, force)
-    model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)
-    gpt2_config = GPT2Config(**tinygpt_config_to_gpt2(model.config))  # ValueError naming what GPT-2 lacks
-    with torch.device("meta"):
-        gpt2 = GPT2LMHeadModel(gpt2_config)
-    gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(model.state_dict()), strict=False, assign=True)
-    gpt2.tie_weights()
-    tokenizer_from = src if has_tokenizer(src, **hub_kwargs) else None
-    gpt2 = gpt2.to(model.dtype).eval()
-    delta = None
-
-    def finish(staging):
-        nonlocal delta
+    with output_folder(out, force=force, protect=[src]) as staging:
+        model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)
+        gpt2_config = GPT2Config(**tinygpt_config_to_gpt2(model.config))  # ValueError naming what GPT-2 lacks
+        check_finite(model.state_dict(), str(src))
+        with torch.device("meta"):
+            gpt2 = GPT2LMHeadModel(gpt2_config)
+        gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(model.state_dict()), strict=False, assign=True)
+        gpt2.tie_weights()
+        tokenizer_from = src if has_tokenizer(src, **hub_kwargs) else None
+        save_model_folder(gpt2.to(model.dtype).eval(), staging, tokenizer_from=tokenizer_from)
+        delta = None
         if verify_tolerance is not None:
             exported = GPT2LMHeadModel.from_pretrained(staging, dtype=torch.float32).eval()
             delta = _checked_delta(exported, model.float().eval(), staging, verify_tolerance)
-
-    return write_model_folder(gpt2, out_path, tokenizer_from=tokenizer_from, force=force, finish=finish), delta
+    return Path(out), delta

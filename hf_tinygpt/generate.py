@@ -1,5 +1,6 @@
 """The main job: load a model through `AutoModelForCausalLM` and stream its continuation of a prompt."""
 
+import math
 import sys
 
 import torch
@@ -25,17 +26,42 @@ def generate_text(prompt: str, model=None, tokenizer=None, *, max_new_tokens: in
                   stream=None, quiet: bool = False) -> str:  # fmt: skip
     """Continue `prompt`, writing tokens to `stream` (default: stdout) as they are produced, unless `quiet`; returns
     the whole text. temperature 0 means greedy decoding."""
+    check_generation_options(prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
     if model is None or isinstance(model, str):
         model, tokenizer = load_for_generation(model)
     if seed is not None:
         set_seed(seed)
     inputs = tokenizer(prompt, return_tensors="pt")
+    total = inputs.input_ids.shape[1] + max_new_tokens
+    if getattr(model.config, "position_embedding_type", "learned") == "learned" and total > model.config.n_positions:
+        raise ValueError(f"the prompt ({inputs.input_ids.shape[1]} tokens) + --max-new-tokens ({max_new_tokens}) is "
+                         f"{total} tokens, past this model's context of {model.config.n_positions} (learned positions "
+                         "stop there): shorten the prompt or ask for fewer tokens")  # fmt: skip
     sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
     options = sampling if temperature > 0 else {"do_sample": False}
     streamer = None if quiet else _Streamer(tokenizer, stream or sys.stdout)
     output = model.generate(**inputs, max_new_tokens=max_new_tokens, streamer=streamer,
                             pad_token_id=tokenizer.eos_token_id, **options)  # fmt: skip
     return tokenizer.decode(output[0], skip_special_tokens=True)
+
+
+def check_generation_options(prompt: str, *, max_new_tokens: int, temperature: float, top_k: int | None,
+                             top_p: float | None):  # fmt: skip
+    """A ValueError naming the flag for anything `generate` would silently ignore, misread or crash on."""
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError('the prompt is empty: give the text to continue, e.g. hf-tinygpt generate "ROMEO:"')
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes on the command line arrive as lone surrogates
+        raise ValueError("the prompt is not valid UTF-8 text: check the terminal's encoding") from None
+    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+        raise ValueError(f"--max-new-tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not (isinstance(temperature, (int, float)) and 0 <= temperature < math.inf):
+        raise ValueError(f"--temperature must be a finite number >= 0 (0: greedy decoding), got {temperature!r}")
+    if top_k is not None and not (isinstance(top_k, int) and top_k >= 0):
+        raise ValueError(f"--top-k must be an integer >= 0 (0: no limit), got {top_k!r}")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ValueError(f"--top-p must be in (0, 1], got {top_p!r}")
 
 
 class _Streamer(TextStreamer):

@@ -121,9 +121,18 @@ def check_state_dict(config: TinyGPTConfig, state_dict: dict[str, torch.Tensor],
     ]
     if wrong:
         problems.append("wrong shapes: " + "; ".join(wrong))
+    if not_float := sorted(f"{key} ({tensor.dtype})" for key, tensor in state_dict.items() if not tensor.is_floating_point()):
+        problems.append(f"not floating-point weights: {', '.join(not_float)}")
     if problems:
         raise ValueError(f"{source} does not match the config ({config.n_layer} layers, n_embd {config.n_embd}): "
                          + " | ".join(problems))  # fmt: skip
+
+
+def check_finite(state_dict: dict[str, torch.Tensor], source: str = "checkpoint"):
+    """Raise a ValueError naming every tensor that holds inf or NaN: such weights only ever give NaN logits."""
+    bad = [key for key, tensor in state_dict.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
+    if bad:
+        raise ValueError(f"{source}: tensors with inf or NaN values: {', '.join(sorted(bad))}")
 
 
 def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
@@ -175,8 +184,20 @@ def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict | None:
     resolved = optional_file(path_or_repo_id, "config.json", **hub_kwargs)
     if resolved is None:
         return None
-    with open(resolved) as f:
-        return json.load(f)
+    return read_json_object(resolved, what=f"{path_or_repo_id}'s config.json")
+
+
+def read_json_object(path, what: str | None = None) -> dict:
+    """A JSON file that must hold an object, or a ValueError naming the file and what is wrong with it."""
+    what = what or str(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{what} is not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} holds a JSON {type(value).__name__}, not an object of config fields")
+    return value
 
 
 def load_gpt2_checkpoint(path_or_repo_id, gpt2_config: dict, **hub_kwargs) -> tuple[TinyGPTConfig, dict]:

@@ -5,17 +5,20 @@ while staging, before any network call. The token is handed to huggingface_hub a
 logged or written into a staged file.
 """
 
+import contextlib
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub import HfApi, get_session, snapshot_download
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
 from .configuration_tinygpt import TinyGPTConfig
 from .gpt2_layout import read_config_dict
+from .outputs import output_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
                    "added_tokens.json")  # fmt: skip
@@ -54,18 +57,18 @@ def _tinygpt_folder(src: str, **hub_kwargs) -> Path | None:
 
 
 def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: str | None = None):
-    """Copy what a tinygpt repo needs from `folder` into `staging` (nothing else: no optimizer states, logs or
-    stray files), after checking that the model loads, and write its card for `repo_id`."""
+    """Write into `staging` what a tinygpt repo needs from `folder`, after checking that the model loads with this
+    package: its config, weights and tokenizer, the model code *of the installed package* (the code that was just
+    checked, not whatever `.py` files lie in the folder), a generation config, and its card for `repo_id`.
+    Nothing else goes: no optimizer states, logs, notes or stray files."""
+    from transformers.dynamic_module_utils import custom_object_save
+
     from . import GPT2_TOKENIZER_DIR
     from .convert import load_tokenizer
     from .model_card import rerender_for
     from .modeling_tinygpt import TinyGPTForCausalLM
 
-    config = json.loads((folder / "config.json").read_text())
-    code_files = sorted(p.name for p in folder.glob("*.py"))
-    needed_code = {f"{ref.split('.')[0]}.py" for ref in config.get("auto_map", {}).values()}
     missing = [name for name in _weight_files(folder) if not (folder / name).is_file()]
-    missing += sorted(needed_code - set(code_files)) if needed_code else ["config.json's auto_map (re-save the model)"]
     tokenizer_files = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
     if tokenizer is None and not {"tokenizer.json", "vocab.json"} & set(tokenizer_files):
         missing.append("tokenizer files (tokenizer.json or vocab.json + merges.txt; or pass --tokenizer gpt2)")
@@ -73,8 +76,9 @@ def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: s
         raise FileNotFoundError(f"{folder}: cannot publish, missing: {', '.join(missing)}")
     model = TinyGPTForCausalLM.from_pretrained(folder)  # raises, naming tensors, if the weights do not fit
 
-    staging.mkdir(parents=True)
-    for name in ["config.json", *code_files, *_weight_files(folder), *([] if tokenizer else tokenizer_files)]:
+    custom_object_save(model, staging, config=model.config)  # the installed code files; fills in auto_map
+    model.config.save_pretrained(staging)
+    for name in [*_weight_files(folder), *([] if tokenizer else tokenizer_files)]:
         shutil.copy2(folder / name, staging / name)
     if (folder / "generation_config.json").is_file():
         shutil.copy2(folder / "generation_config.json", staging / "generation_config.json")
@@ -90,40 +94,60 @@ def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str
                   force: bool = False, **hub_kwargs) -> dict[str, int]:  # fmt: skip
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
     any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
-    from .convert import gpt2_to_tinygpt, refuse_existing
+    from .convert import gpt2_to_tinygpt
     from .model_card import rerender_for
 
     check_repo_id(repo_id)
-    staging = Path(staging)
-    refuse_existing(staging, force)
     if not Path(src).exists() and (src.startswith((".", "/")) or src.count("/") > 1):
         raise FileNotFoundError(f"{src}: no such file or folder")
-    folder = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
-    staging.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{staging.name}.partial-", dir=staging.parent))
-    try:
+    with output_folder(staging, force=force, protect=[src]) as work:
+        folder = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
         if folder is not None:
-            stage_tinygpt_folder(folder, work / "out", repo_id, tokenizer=tokenizer)
+            stage_tinygpt_folder(folder, work, repo_id, tokenizer=tokenizer)
         else:  # GPT-2, nanoGPT or a lone weights file: convert (verified), then re-render the card for repo_id
-            out, source, _ = gpt2_to_tinygpt(src, work / "out", tokenizer=tokenizer, base_model=base_model,
-                                             license=license, verify_tolerance=verify_tolerance, **hub_kwargs)  # fmt: skip
-            rerender_for(out, source.config, repo_id).save(out / "README.md")
-        if staging.exists():
-            shutil.rmtree(staging)
-        (work / "out").rename(staging)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            converted = work / "converted"
+            _, source, _ = gpt2_to_tinygpt(src, converted, tokenizer=tokenizer, base_model=base_model,
+                                           license=license, verify_tolerance=verify_tolerance, **hub_kwargs)  # fmt: skip
+            rerender_for(converted, source.config, repo_id).save(converted / "README.md")
+            for file in converted.iterdir():
+                file.rename(work / file.name)
+            converted.rmdir()
+    staging = Path(staging)
     return {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
+
+
+def _transport_error() -> type[Exception]:
+    """httpx's TransportError (timeouts, refused or dropped connections), from the httpx package this
+    huggingface_hub uses (`httpx`, or `httpx2` in newer releases)."""
+    return sys.modules[type(get_session()).__module__.partition(".")[0]].TransportError
+
+
+@contextlib.contextmanager
+def network_timeout(seconds: float):
+    """Every request huggingface_hub makes in the block gives up after `seconds` without progress (its shared
+    client waits forever by default, so a hung server would hang the push)."""
+    session = get_session()
+    previous, session.timeout = session.timeout, seconds
+    try:
+        yield
+    finally:
+        session.timeout = previous
 
 
 def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str | None = None,
                 commit_message: str | None = None, create_pr: bool = False, token: str | None = None,
                 endpoint: str | None = None, tokenizer: str | None = None, base_model: str | None = None,
-                license: str = "mit", on_staged=None):  # fmt: skip
+                license: str = "mit", timeout: float = 60.0, on_staged=None):  # fmt: skip
     """Stage SRC for `repo_id`, create the repo (and branch `revision`) if needed, and upload everything in one
     commit (or pull request). `token=None` uses the token huggingface_hub already knows. Returns its CommitInfo.
-    `on_staged(files)` is called with {path: bytes} once staging succeeded, before any network call."""
+    `on_staged(files)` is called with {path: bytes} once staging succeeded, before any network call.
+
+    A request that makes no progress for `timeout` seconds ends the push with a ConnectionError naming the
+    endpoint (huggingface_hub retries some requests a few times first); the commit is one request, so an
+    interrupted push publishes nothing."""
     check_repo_id(repo_id)
+    if not timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {timeout}")
     with tempfile.TemporaryDirectory() as scratch:
         staged = Path(scratch) / "staged"
         hub_kwargs = {} if token is None else {"token": token}  # also for reading a private Hub SRC
@@ -132,10 +156,16 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
         if on_staged is not None:
             on_staged(files)
         api = HfApi(endpoint=endpoint, token=token)
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        if revision not in (None, "main"):
-            api.create_branch(repo_id, branch=revision, exist_ok=True)
-        return api.upload_folder(
-            repo_id=repo_id, folder_path=staged, revision=revision, create_pr=create_pr,
-            commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
-        )  # fmt: skip
+        try:
+            with network_timeout(timeout):
+                api.create_repo(repo_id, private=private, exist_ok=True)
+                if revision not in (None, "main"):
+                    api.create_branch(repo_id, branch=revision, exist_ok=True)
+                return api.upload_folder(
+                    repo_id=repo_id, folder_path=staged, revision=revision, create_pr=create_pr,
+                    commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
+                )  # fmt: skip
+        except _transport_error() as error:
+            raise ConnectionError(f"pushing to {api.endpoint} failed: {type(error).__name__}: {error or 'no answer'} "
+                                  f"(timeout {timeout:g} s). The upload is one commit, so {repo_id} holds all of it or none "
+                                  "of it: look at the repo, then push again") from error  # fmt: skip

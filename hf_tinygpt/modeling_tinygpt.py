@@ -434,8 +434,8 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """Load a tinygpt folder or Hub repo, or a GPT-2 one (`model_type: gpt2`, converted on the fly).
 
-        Unlike plain transformers, a checkpoint that lacks some of the model's tensors is an error, not a
-        warning: nothing is ever silently random-initialised.
+        Unlike plain transformers, a checkpoint that lacks some of the model's tensors, or holds tensors the model
+        has no place for, is an error, not a warning: nothing is ever silently random-initialised or dropped.
         """
         hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
         gpt2 = gpt2_checkpoint_as_tinygpt(pretrained_model_name_or_path, **hub_kwargs)
@@ -457,10 +457,12 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
             for key, theirs, ours in info["mismatched_keys"]
         ]
-        if info["missing_keys"] or mismatched:
+        if info["missing_keys"] or info["unexpected_keys"] or mismatched:
             raise ValueError(
-                f"{pretrained_model_name_or_path}: the checkpoint does not hold every tensor of the model. "
-                f"Missing: {sorted(info['missing_keys'])}. Wrong shape: {sorted(mismatched)}."
+                f"{pretrained_model_name_or_path}: the checkpoint does not match the model "
+                f"({model.config.position_embedding_type} positions, {model.config.n_layer} layers). "
+                f"Missing: {sorted(info['missing_keys'])}. Unexpected: {sorted(info['unexpected_keys'])}. "
+                f"Wrong shape: {sorted(mismatched)}."
             )
         return (model, info) if wants_info else model
 

@@ -6,9 +6,11 @@ so a resumed run sees exactly the batches an uninterrupted one would, and N proc
 batch one process would take whole.
 """
 
+import contextlib
 import copy
 import json
 import math
+import pickle
 import shutil
 import signal
 import sys
@@ -20,13 +22,16 @@ import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
 from .configuration_tinygpt import TinyGPTConfig
 from .modeling_tinygpt import TinyGPTForCausalLM
+from .outputs import RUN_FOLDER, check_output, output_folder, run_folder
 
-CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: accelerate states, for --resume
+CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what --resume needs
 FINAL = "model"  # OUT/model: the complete tinygpt folder
 
 
@@ -57,6 +62,32 @@ class TrainingSettings:
     force: bool = False
     command: str = ""  # what produced this run, for the model card
 
+    def __post_init__(self):
+        """Every number checked at the door, the message naming the command-line flag."""
+
+        def flag(name):
+            return "--" + {"learning_rate": "lr"}.get(name, name).replace("_", "-")
+
+        at_least = {"block_size": 2, "batch_size": 1, "steps": 1, "eval_every": 1, "eval_batch_size": 1,
+                    "save_every": 1, "keep_checkpoints": 1, "warmup_steps": 0, "seed": 0}  # fmt: skip
+        for name, low in at_least.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{flag(name)} must be an integer >= {low}, got {value!r}")
+        for name, (low, high) in {"learning_rate": (0, math.inf), "min_lr_ratio": (0, 1), "weight_decay": (0, math.inf),
+                                  "grad_clip": (0, math.inf)}.items():  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high \
+                    or not math.isfinite(value) or (name == "learning_rate" and value == 0):  # fmt: skip
+                raise ValueError(f"{flag(name)} must be a finite number in [{low}, {high}]"
+                                 f"{' and not 0' if name == 'learning_rate' else ''}, got {value!r}")  # fmt: skip
+        from .convert import DTYPES
+
+        if self.save_dtype is not None and self.save_dtype not in DTYPES:
+            raise ValueError(f"--save-dtype {self.save_dtype!r} is not one of {sorted(DTYPES)}")
+        if not self.train:
+            raise ValueError("--train needs at least one text file or folder")
+
 
 # ---- data ----------------------------------------------------------------------------------------------------
 
@@ -82,15 +113,20 @@ def tokenize_files(files: list[Path], tokenizer) -> torch.Tensor:
     """All files as one stream of token ids, each file followed by the end-of-text token."""
     ids = []
     for file in files:
-        ids += tokenizer(file.read_text(encoding="utf-8")).input_ids + [tokenizer.eos_token_id]
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{file} is not UTF-8 text (byte {error.start}: {error.reason}); convert it, e.g. with "
+                             f"`iconv -f latin1 -t utf-8`, or leave it out") from None  # fmt: skip
+        ids += tokenizer(text).input_ids + [tokenizer.eos_token_id]
     return torch.tensor(ids, dtype=torch.long)
 
 
-def pack(tokens: torch.Tensor, block_size: int) -> torch.Tensor:
+def pack(tokens: torch.Tensor, block_size: int, what: str = "the training data") -> torch.Tensor:
     """(n_blocks, block_size) non-overlapping blocks; the ragged tail is dropped."""
     n_blocks = len(tokens) // block_size
     if n_blocks == 0:
-        raise ValueError(f"{len(tokens)} tokens do not fill one block of {block_size}")
+        raise ValueError(f"{what}: {len(tokens)} tokens do not fill one block of {block_size} (--block-size)")
     return tokens[: n_blocks * block_size].view(n_blocks, block_size)
 
 
@@ -160,7 +196,65 @@ class _StopRequest:
 
 
 def _checkpoint_dirs(out: Path) -> list[Path]:
-    return sorted((out / CHECKPOINTS).glob("step-*"))
+    """Complete checkpoints, oldest first. One is written as `.step-N.partial` and renamed once its progress.json
+    (written last) is in, so a checkpoint cut short by a kill is never taken for the newest."""
+    return sorted(p for p in (out / CHECKPOINTS).glob("step-*") if (p / PROGRESS).is_file())
+
+
+# A checkpoint holds only safe formats: weights as safetensors, optimizer and schedule state and each process's RNG
+# state as tensors/numbers that `torch.load(weights_only=True)` reads without running any code. (accelerate's
+# `load_state` unpickles registered objects with weights_only=False, so a crafted run folder could run code.)
+PROGRESS, WEIGHTS, TRAINING_STATE = "progress.json", "model.safetensors", "training_state.pt"
+
+
+def _rng_file(folder: Path, rank: int) -> Path:
+    return folder / f"rng_state_{rank}.pt"
+
+
+def _rng_state() -> dict:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict):
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(folder: Path, accelerator, model, optimizer, schedule, progress: dict):
+    """Every process writes its RNG state, the main one the rest, into `.step-N.partial`; then it becomes `step-N`."""
+    partial = folder.parent / f".{folder.name}.partial"
+    if accelerator.is_main_process:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    torch.save(_rng_state(), _rng_file(partial, accelerator.process_index))
+    if accelerator.is_main_process:
+        save_model(accelerator.unwrap_model(model), str(partial / WEIGHTS))
+        torch.save({"optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}, partial / TRAINING_STATE)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (partial / PROGRESS).write_text(json.dumps(progress, indent=2))
+        shutil.rmtree(folder, ignore_errors=True)  # a complete one of the same step from an earlier, longer run
+        partial.rename(folder)
+    accelerator.wait_for_everyone()
+
+
+def load_checkpoint(folder: Path, accelerator, model, optimizer, schedule):
+    """The inverse of `save_checkpoint`, reading nothing that can run code."""
+    try:
+        load_model(accelerator.unwrap_model(model), str(folder / WEIGHTS), device=str(accelerator.device))
+        state = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=True)
+        rng = torch.load(_rng_file(folder, accelerator.process_index), map_location="cpu", weights_only=True)
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        _set_rng_state(rng)
+    except (OSError, RuntimeError, KeyError, ValueError, SafetensorError, pickle.UnpicklingError) as error:
+        raise ValueError(f"{folder}: cannot resume from this checkpoint ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else ''})") from error  # fmt: skip
 
 
 def _changed_settings(saved: dict, now: dict) -> list[str]:
@@ -179,30 +273,66 @@ def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int)
 
 def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     """Run (or resume) a training run; returns (this process's model, a summary). The final model is written to
-    OUT/model, its summary (loss history, validation perplexities, wall time) to OUT/summary.json."""
+    OUT/model, its summary (loss history, validation perplexities, wall time) to OUT/summary.json.
+
+    Everything that can be wrong with the settings, OUT or the data is found before the run folder is touched."""
     from . import GPT2_TOKENIZER_DIR
     from .convert import load_tokenizer
 
-    out = Path(settings.out)
-    if out.exists() and not settings.resume and not settings.force:
-        raise FileExistsError(f"{out} exists; pass --resume to continue that run or --force to start afresh")
+    protect = [*settings.train, *settings.validation, settings.tokenizer]
+    out = check_output(settings.out, force=settings.force, protect=protect, kind=RUN_FOLDER, reuse=settings.resume)
     # cpu=True where there is no accelerator: accelerate then also treats `torchrun` on CPUs as data-parallel (gloo)
     accelerator = Accelerator(mixed_precision="bf16" if settings.bf16 else "no", cpu=not torch.accelerator.is_available())
-    main = accelerator.is_main_process
     if settings.batch_size % accelerator.num_processes:
         raise ValueError(f"batch size {settings.batch_size} does not split over {accelerator.num_processes} processes")
-    if out.exists() and settings.force and not settings.resume and main:
-        shutil.rmtree(out)
-    accelerator.wait_for_everyone()
 
     tokenizer_from = settings.tokenizer or str(GPT2_TOKENIZER_DIR)
     tokenizer = load_tokenizer(tokenizer_from)
     train_files = text_files(settings.train, settings.glob, exclude=settings.validation)
-    train_blocks = pack(tokenize_files(train_files, tokenizer), settings.block_size)
-    validation = tokenize_files([Path(p) for p in settings.validation], tokenizer) if settings.validation else None
-
-    set_seed(settings.seed)
+    train_blocks = pack(tokenize_files(train_files, tokenizer), settings.block_size, what=", ".join(settings.train))
+    validation = None
+    if settings.validation:
+        validation = tokenize_files([Path(p) for p in settings.validation], tokenizer)
+        if len(validation) <= len(settings.validation):  # nothing but the end-of-text token after each file
+            raise ValueError(f"validation data {', '.join(settings.validation)} is empty: nothing to measure "
+                             "perplexity on")  # fmt: skip
     config = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
+
+    # The main process holds OUT's lock for the whole run; with --force an earlier run is swapped out here.
+    with run_folder(out, force=settings.force, resume=settings.resume, protect=protect) if accelerator.is_main_process \
+            else contextlib.nullcontext():  # fmt: skip
+        accelerator.wait_for_everyone()
+        return _train(settings, accelerator, out, config, tokenizer_from, train_files, train_blocks, validation)
+
+
+def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int:
+    """Load the newest checkpoint that loads (an unreadable one is reported and skipped); the step it was at.
+    Checkpoints a kill cut short are removed first."""
+    if accelerator.is_main_process:
+        complete = set(_checkpoint_dirs(out))
+        for folder in (out / CHECKPOINTS).glob("*step-*"):
+            if folder not in complete:
+                shutil.rmtree(folder)
+    accelerator.wait_for_everyone()
+    for folder in reversed(_checkpoint_dirs(out)):
+        progress = json.loads((folder / PROGRESS).read_text())
+        if changed := _changed_settings(progress["settings"], asdict(settings)):
+            raise ValueError(f"--resume needs the settings the run started with; changed: {', '.join(changed)}")
+        try:
+            load_checkpoint(folder, accelerator, model, optimizer, schedule)
+        except ValueError as error:
+            if accelerator.is_main_process:
+                tqdm.write(f"skipping {folder}: {error}", file=sys.stderr)
+            continue
+        if accelerator.is_main_process:
+            tqdm.write(f"resumed from {folder} (step {progress['step']})")
+        return progress["step"]
+    return 0
+
+
+def _train(settings, accelerator, out, config, tokenizer_from, train_files, train_blocks, validation):
+    main = accelerator.is_main_process
+    set_seed(settings.seed)
     model = TinyGPTForCausalLM(config)
     decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices decay; biases and LayerNorms do not
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -213,28 +343,16 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     schedule = get_cosine_with_min_lr_schedule_with_warmup(
         optimizer, settings.warmup_steps, settings.steps, min_lr_rate=settings.min_lr_ratio
     )
+    # The schedule is not prepared: accelerate would step it once per process, but our batch size is global.
     model, optimizer = accelerator.prepare(model, optimizer)
-    # Not prepared: accelerate would step a schedule once per process, but our batch size is already global.
-    accelerator.register_for_checkpointing(schedule)
+    step = _resume(out, settings, accelerator, model, optimizer, schedule) if settings.resume else 0
 
-    step = 0
-    if settings.resume and (checkpoints := _checkpoint_dirs(out)):
-        progress_file = json.loads((checkpoints[-1] / "progress.json").read_text())
-        if changed := _changed_settings(progress_file["settings"], asdict(settings)):
-            raise ValueError(f"--resume needs the settings the run started with; changed: {', '.join(changed)}")
-        accelerator.load_state(str(checkpoints[-1]))
-        step = progress_file["step"]
-        if main:
-            tqdm.write(f"resumed from {checkpoints[-1]} (step {step})")
-
-    def save_checkpoint():
+    def checkpoint():
         folder = out / CHECKPOINTS / f"step-{step:06d}"
-        accelerator.save_state(str(folder))
+        save_checkpoint(folder, accelerator, model, optimizer, schedule, {"step": step, "settings": asdict(settings)})
         if main:
-            (folder / "progress.json").write_text(json.dumps({"step": step, "settings": asdict(settings)}, indent=2))
             for old in _checkpoint_dirs(out)[: -settings.keep_checkpoints]:
                 shutil.rmtree(old)
-        accelerator.wait_for_everyone()
 
     per_process = settings.batch_size // accelerator.num_processes
     tokens_per_step = settings.batch_size * settings.block_size
@@ -272,7 +390,7 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
             history.append(record)
             stop_now = accelerator.reduce(torch.tensor(float(stop.requested), device=accelerator.device), "sum") > 0
             if step % settings.save_every == 0 or stop_now:
-                save_checkpoint()
+                checkpoint()
             if stop_now:
                 progress.close()
                 if main:
@@ -288,7 +406,9 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
             model, out / FINAL, settings, tokenizer_from, len(train_files), train_blocks.numel(), validation, wall,
             accelerator,
         )  # fmt: skip
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        partial = out / ".summary.json.partial"
+        partial.write_text(json.dumps(summary, indent=2) + "\n")
+        partial.replace(out / "summary.json")
     accelerator.wait_for_everyone()
     return model, summary
 
@@ -297,21 +417,17 @@ def _write_final_model(model, folder: Path, settings, tokenizer_from, n_files, t
                        accelerator) -> float | None:  # fmt: skip
     """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, and a card whose validation
     perplexity is measured on the weights exactly as written."""
-    from .convert import DTYPES, write_model_folder
+    from .convert import DTYPES, save_model_folder
     from .model_card import render_model_card
 
     dtype = DTYPES.get(settings.save_dtype) if settings.save_dtype else None
-    if settings.save_dtype and dtype is None:
-        raise ValueError(f"--save-dtype {settings.save_dtype!r} is not one of {sorted(DTYPES)}")
     to_save = model if dtype is None else copy.deepcopy(model).to(dtype)
-    measured = {}
-
-    def finish(staging):
+    with output_folder(folder, force=True) as staging:  # OUT/model is ours: the run folder is locked
+        save_model_folder(to_save, staging, tokenizer_from=tokenizer_from)
         ppl = None
         if validation is not None:
             written = TinyGPTForCausalLM.from_pretrained(staging, dtype=torch.float32)
             ppl = perplexity(written, validation, settings.block_size, settings.eval_batch_size)
-        measured["ppl"] = ppl
         device = accelerator.device.type
         if device == "cpu":
             device = f"CPU ({torch.get_num_threads()} threads)"
@@ -329,7 +445,5 @@ def _write_final_model(model, folder: Path, settings, tokenizer_from, n_files, t
         }  # fmt: skip
         card = render_model_card(model.config, model_id=str(folder), provenance={"made_by": "training",
                                                                                "training": training})  # fmt: skip
-        card.save(Path(staging) / "README.md")
-
-    write_model_folder(to_save, folder, tokenizer_from=tokenizer_from, force=True, finish=finish)
-    return measured["ppl"]
+        card.save(staging / "README.md")
+    return ppl

@@ -160,9 +160,9 @@ def test_existing_output_is_never_overwritten_without_force(tmp_path):
     refused = run_script(*args)
     assert refused.returncode == 2 and "exists; pass --force" in refused.stderr
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
-    forced = run_script(*args, "--force")
-    assert forced.returncode == 0 and (tmp_path / "out" / "model.safetensors").exists()
-    assert not (tmp_path / "out" / "keep.txt").exists()
+    forced = run_script(*args, "--force")  # --force replaces earlier outputs of hf-tinygpt, never the user's files
+    assert forced.returncode == 2 and "keep.txt" in forced.stderr and "does not look like an earlier output" in forced.stderr
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
 
 
 def nanogpt_checkpoint(path, *, bias=True, vocab=64, padded_vocab=72, compiled=False):

@@ -1,0 +1,437 @@
+"""Nothing lost, nothing run, every bad input named.
+
+Every verb that writes a folder goes through `hf_tinygpt.outputs`: OUT is refused before any work if writing it
+could destroy an input or something of the user's, it is built beside OUT and swapped in with one rename, and two
+writers cannot both win. The CLI cases run in-process through `main([...])`; the kill-at-every-step cases (each a
+fresh interpreter) are in `test_kills.py`.
+"""
+
+import json
+import os
+import pickle
+import re
+import resource
+import signal
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import random_gpt2, tiny_model
+from safetensors.torch import load_file, save_file
+
+from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
+from hf_tinygpt.cli import main
+from hf_tinygpt.outputs import check_output, clean_leftovers, output_folder
+
+
+@pytest.fixture
+def gpt2_folder(tmp_path):
+    folder = tmp_path / "models" / "gpt2"
+    random_gpt2().save_pretrained(folder)
+    return folder
+
+
+def run_cli(capsys, *args) -> tuple[int, str]:
+    """`hf-tinygpt ARGS` in this process: (exit code, what it printed: stdout, then stderr)."""
+    code = main([str(arg) for arg in args])
+    printed = capsys.readouterr()
+    return code, printed.out + printed.err
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+# ---- --force never deletes what it should not ------------------------------------------------------------------
+
+
+def test_force_refuses_the_working_folder_which_holds_the_source(gpt2_folder, capsys, monkeypatch):
+    project = gpt2_folder.parent
+    (project / "notes.txt").write_text("mine")
+    before = tree(project)
+    monkeypatch.chdir(project)
+    code, err = run_cli(capsys, "convert", "gpt2", ".", "--force", "--tokenizer", "gpt2")
+    assert code == 2 and "is the working folder" in err
+    assert tree(project) == before
+
+
+def test_force_refuses_an_output_that_contains_the_source(gpt2_folder, capsys):
+    models = gpt2_folder.parent
+    random_gpt2(seed=1).save_pretrained(models / "other_model")
+    before = tree(models)
+    code, err = run_cli(capsys, "convert", gpt2_folder, models, "--force", "--tokenizer", "gpt2")
+    assert code == 2 and f"contains the input {gpt2_folder}" in err
+    assert tree(models) == before
+
+
+def test_force_refuses_a_folder_with_files_hf_tinygpt_does_not_write(gpt2_folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "my_thesis.tex").write_text("years of work")
+    code, err = run_cli(capsys, "convert", gpt2_folder, out, "--force", "--tokenizer", "gpt2")
+    assert code == 2 and "my_thesis.tex" in err and "does not look like an earlier output" in err
+    assert (out / "my_thesis.tex").read_text() == "years of work"
+
+
+def test_force_replaces_an_earlier_output_and_keeps_no_leftovers(gpt2_folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_cli(capsys, "convert", gpt2_folder, out, "--tokenizer", "gpt2")[0] == 0
+    code, err = run_cli(capsys, "convert", gpt2_folder, out, "--tokenizer", "gpt2")
+    assert code == 2 and "pass --force" in err
+    random_gpt2(seed=7).save_pretrained(gpt2_folder)
+    assert run_cli(capsys, "convert", gpt2_folder, out, "--tokenizer", "gpt2", "--force")[0] == 0
+    written = load_file(out / "model.safetensors")["transformer.wte.weight"]
+    assert torch.equal(written, random_gpt2(seed=7).transformer.wte.weight)
+    assert leftovers(tmp_path) == []
+
+
+def test_train_refuses_to_write_its_run_into_its_training_data(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "play.txt").write_text("to be or not to be " * 200)
+    code, err = run_cli(capsys, "train", "--train", data, "--out", data, "--force", "--steps", 1)
+    assert code == 2 and "is the input" in err
+    assert (data / "play.txt").exists()
+
+
+def test_push_dry_run_force_refuses_a_run_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    tiny_model().save_pretrained(run / "model")
+    (run / "checkpoints" / "step-000100").mkdir(parents=True)
+    before = tree(run)
+    code, err = run_cli(capsys, "push", run / "model", "me/tiny", "--dry-run", run, "--force", "--tokenizer", "gpt2")
+    assert code == 2 and f"contains the input {run / 'model'}" in err
+    other = tmp_path / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    code, err = run_cli(capsys, "push", run / "model", "me/tiny", "--dry-run", other, "--force", "--tokenizer", "gpt2")
+    assert code == 2 and "checkpoints" in err and "does not look like an earlier output" in err
+    assert tree(run) == before and (other / "checkpoints").is_dir()
+
+
+# ---- atomic replacement, locking, leftovers, permissions ---------------------------------------------------------
+
+
+def test_an_error_while_writing_leaves_the_old_output_whole(tmp_path):
+    out = tmp_path / "out"
+    with output_folder(out) as staging:
+        (staging / "config.json").write_text('{"model_type": "tinygpt"}')
+    before = tree(out)
+    with pytest.raises(RuntimeError, match="boom"), output_folder(out, force=True) as staging:
+        (staging / "config.json").write_text("half")
+        raise RuntimeError("boom")
+    assert tree(out) == before and leftovers(tmp_path) == []
+
+
+def test_an_output_that_appears_meanwhile_is_not_replaced_without_force(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(FileExistsError, match="appeared while this command ran"), output_folder(out) as staging:
+        (staging / "config.json").write_text("{}")
+        out.mkdir()
+        (out / "theirs.txt").write_text("someone else's")
+    assert tree(out) == {"theirs.txt": b"someone else's"} and leftovers(tmp_path) == []
+
+
+def test_two_writers_of_one_output_cannot_both_win(tmp_path):
+    out = tmp_path / "out"
+    with output_folder(out) as staging:
+        (staging / "config.json").write_text('{"model_type": "tinygpt"}')
+        with pytest.raises(FileExistsError, match="being written by another hf-tinygpt process"):
+            with output_folder(out, force=True):
+                pass
+    assert tree(out) == {"config.json": b'{"model_type": "tinygpt"}'}
+    with output_folder(out, force=True) as staging:  # the lock was released
+        (staging / "config.json").write_text('{"model_type": "gpt2"}')
+    assert leftovers(tmp_path) == []
+
+
+def test_leftovers_of_a_killed_writer_are_cleaned_and_an_old_folder_put_back(tmp_path):
+    out = tmp_path / "out"
+    (tmp_path / ".out.partial-123-abcd").mkdir()  # killed while building
+    (tmp_path / ".out.old-123-abcd").mkdir()  # killed between the two fallback renames: OUT is missing
+    (tmp_path / ".out.old-123-abcd" / "config.json").write_text("old")
+    clean_leftovers(out)
+    assert tree(out) == {"config.json": b"old"} and leftovers(tmp_path) == []
+
+
+def test_output_folders_get_the_umasks_permissions(tmp_path, gpt2_folder, capsys):
+    previous = os.umask(0o022)
+    try:
+        assert run_cli(capsys, "convert", gpt2_folder, tmp_path / "out", "--tokenizer", "gpt2")[0] == 0
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+
+
+def test_a_full_disk_names_the_output_and_leaves_nothing(gpt2_folder, tmp_path, capsys):
+    """RLIMIT_FSIZE makes every write past 64 KB fail with EFBIG, as a full disk fails with ENOSPC."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))
+    try:
+        code, err = run_cli(capsys, "convert", gpt2_folder, tmp_path / "out", "--tokenizer", "gpt2")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert code == 2 and f"writing {tmp_path / 'out'} failed (File too large)" in err
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+def test_a_symlink_or_file_as_output_is_never_replaced(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    for name in ("file", "link"):
+        with pytest.raises(FileExistsError, match="not a folder"):
+            check_output(tmp_path / name, force=True)
+
+
+# ---- nothing run: resuming reads no pickle that can run code ----------------------------------------------------
+
+TINY_RUN = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
+            "--warmup-steps", "1", "--eval-every", "100"]  # fmt: skip
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("\n".join(f"Line {i}: to be, or not to be, that is the question." for i in range(60)))
+    return data
+
+
+class RunsCode:
+    """A pickle that runs code when unpickled with weights_only=False: it creates `path`."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def test_resume_runs_no_code_from_a_crafted_run_folder(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--train", corpus, *TINY_RUN, "--steps", 3, "--save-every", 1, "--out", out]
+    assert run_cli(capsys, "train", *args)[0] == 0
+    newest = out / "checkpoints" / "step-000003"
+    ran = tmp_path / "code_ran"
+    for name in ["training_state.pt", "rng_state_0.pt"]:
+        with open(newest / name, "wb") as f:
+            pickle.dump({"optimizer": RunsCode(ran)}, f)
+    with open(newest / "custom_checkpoint_0.pkl", "wb") as f:  # what accelerate's load_state would unpickle
+        pickle.dump(RunsCode(ran), f)
+    code, err = run_cli(capsys, "train", *args, "--resume")
+    assert not ran.exists()
+    assert code == 0, err
+    assert f"skipping {newest}" in err and "resumed from" in err and "step-000002 (step 2)" in err
+
+
+def test_resume_falls_back_past_a_checkpoint_cut_short_by_a_kill(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--train", corpus, *TINY_RUN, "--steps", 4, "--save-every", 1, "--out", out]
+    assert run_cli(capsys, "train", *args)[0] == 0
+    checkpoints = out / "checkpoints"
+    (checkpoints / "step-000004" / "progress.json").unlink()  # as a kill during an older save left it
+    (checkpoints / ".step-000005.partial").mkdir()  # a save killed midway: never renamed into place
+    code, err = run_cli(capsys, "train", *args, "--resume")
+    assert code == 0, err
+    assert f"resumed from {checkpoints / 'step-000003'} (step 3)" in err
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-000003", "step-000004"]
+    assert (checkpoints / "step-000004" / "progress.json").is_file()
+
+
+# ---- push stages exactly what the model needs; a bad connection ends with a clear error --------------------------
+
+
+def test_push_stages_the_installed_code_and_nothing_else(tmp_path):
+    import hf_tinygpt
+    from hf_tinygpt.hub import stage_for_hub
+
+    folder = tmp_path / "model"
+    tiny_model().save_pretrained(folder)
+    (folder / "my_private_notes.py").write_text("HF_TOKEN = 'hf_secret'")
+    (folder / "modeling_tinygpt.py").write_text("# an old or edited copy of the model code\n")
+    files = stage_for_hub(str(folder), tmp_path / "staged", "me/tiny", tokenizer="gpt2")
+    assert "my_private_notes.py" not in files
+    package = Path(hf_tinygpt.__file__).parent
+    code_files = sorted(name for name in files if name.endswith(".py"))
+    assert code_files == ["configuration_tinygpt.py", "gpt2_layout.py", "modeling_tinygpt.py"]
+    for name in code_files:
+        assert (tmp_path / "staged" / name).read_bytes() == (package / name).read_bytes()
+    config = json.loads((tmp_path / "staged" / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_tinygpt.TinyGPTForCausalLM"
+
+
+class BrokenServer:
+    """A loopback TCP server that accepts connections and then never answers (`hang`) or hangs up (`drop`)."""
+
+    def __init__(self, mode: str):
+        self.mode, self.connections = mode, 0
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.held = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.connections += 1
+            if self.mode == "drop":
+                connection.recv(65536)
+                connection.close()
+            else:
+                self.held.append(connection)
+
+    def close(self):
+        self.socket.close()
+        for connection in self.held:
+            connection.close()
+
+
+@pytest.mark.parametrize("mode", ["hang", "drop"])
+def test_a_hung_or_dropped_connection_ends_the_push_with_a_clear_error(mode, tmp_path, online):
+    from hf_tinygpt.hub import push_to_hub
+
+    folder = tmp_path / "model"
+    tiny_model().save_pretrained(folder)
+    server = BrokenServer(mode)
+    outcome = {}
+
+    def push():
+        try:
+            push_to_hub(str(folder), "me/tiny", token="hf_test", endpoint=server.url, tokenizer="gpt2", timeout=0.5)
+        except Exception as error:  # noqa: BLE001 - the test looks at what it was
+            outcome["error"] = error
+
+    thread = threading.Thread(target=push, daemon=True)
+    thread.start()
+    thread.join(timeout=300)  # a guard against hanging forever, not a measure of speed
+    server.close()
+    assert not thread.is_alive(), "push never gave up"
+    error = outcome["error"]
+    assert isinstance(error, ConnectionError) and f"pushing to {server.url} failed" in str(error)
+    assert server.connections >= 1
+
+
+# ---- silent acceptance: every bad value is refused by name -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(layer_norm_epsilon=0.0), "layer_norm_epsilon must be a finite number > 0"),
+        (dict(layer_norm_epsilon=float("nan")), "layer_norm_epsilon must be a finite number > 0"),
+        (dict(position_embedding_type="rope", rope_theta=float("inf")), "rope_theta must be a finite number"),
+        (dict(position_embedding_type="rope", rope_parameters={"rope_type": "linear", "factor": float("inf")}),
+         r"rope_parameters\['factor'\] must be a finite number"),
+        (dict(n_layer=2.5), "n_layer must be a positive integer, got 2.5"),
+        (dict(n_head="4"), "n_head must be a positive integer, got '4'"),
+        (dict(resid_pdrop="0.1"), r"resid_pdrop must be in \[0, 1\)"),
+        (dict(initializer_range=float("inf")), "initializer_range must be a finite number"),
+    ],
+)  # fmt: skip
+def test_config_values_that_would_give_nan_or_crash_are_named(fields, message):
+    with pytest.raises(ValueError, match=message):
+        TinyGPTConfig(**fields)
+
+
+def test_a_tinygpt_folder_with_unexpected_tensors_is_refused(tmp_path):
+    """A learned model whose config was edited to rope would silently drop its trained `wpe`."""
+    tiny_model("learned").save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["position_embedding_type"] = "rope"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"Unexpected: \['transformer.wpe.weight'\]"):
+        TinyGPTForCausalLM.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_convert_refuses_non_finite_weights(gpt2_folder, tmp_path, capsys, value):
+    tensors = load_file(gpt2_folder / "model.safetensors")
+    tensors["transformer.h.1.mlp.c_fc.weight"][3, 4] = value
+    save_file(tensors, gpt2_folder / "model.safetensors", metadata={"format": "pt"})
+    code, err = run_cli(capsys, "convert", gpt2_folder, tmp_path / "out", "--tokenizer", "gpt2")
+    assert code == 2 and "inf or NaN values: transformer.h.1.mlp.c_fc.weight" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_refuses_integer_tensors_by_name(gpt2_folder, tmp_path, capsys):
+    tensors = load_file(gpt2_folder / "model.safetensors")
+    tensors["transformer.h.0.ln_1.bias"] = torch.zeros(32, dtype=torch.int64)
+    save_file(tensors, gpt2_folder / "model.safetensors", metadata={"format": "pt"})
+    code, err = run_cli(capsys, "convert", gpt2_folder, tmp_path / "out", "--tokenizer", "gpt2")
+    assert code == 2 and "not floating-point weights: transformer.h.0.ln_1.bias (torch.int64)" in err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--temperature", "-1"], "--temperature must be a finite number >= 0"),
+        (["--temperature", "nan"], "--temperature must be a finite number >= 0"),
+        (["--top-p", "1.5"], r"--top-p must be in \(0, 1\]"),
+        (["--top-k", "-3"], "--top-k must be an integer >= 0"),
+        (["--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1"),
+        (["--max-new-tokens", "500"], "past this model's context of 128"),
+    ],
+)
+def test_generate_refuses_sampling_options_it_would_ignore_or_misread(capsys, flags, message):
+    code, err = run_cli(capsys, "generate", "ROMEO:", *flags)
+    assert code == 2 and re.search(message, err), err
+
+
+@pytest.mark.parametrize("prompt, message", [("", "the prompt is empty"), ("caf\udce9", "not valid UTF-8")])
+def test_generate_names_an_empty_or_undecodable_prompt(capsys, prompt, message):
+    """A Latin-1 byte on a UTF-8 command line reaches Python as a lone surrogate (\\udce9)."""
+    code, err = run_cli(capsys, "generate", prompt)
+    assert code == 2 and message in err
+
+
+# ---- raw tracebacks become named problems ------------------------------------------------------------------------
+
+
+def test_a_nanogpt_checkpoint_that_refuses_to_unpickle_is_named(tmp_path, capsys):
+    checkpoint = tmp_path / "ckpt.pt"
+    ran = tmp_path / "code_ran"
+    torch.save({"model": {}, "model_args": {}, "trap": RunsCode(ran)}, checkpoint)
+    code, err = run_cli(capsys, "convert", checkpoint, tmp_path / "out", "--tokenizer", "gpt2")
+    assert code == 2 and f"{checkpoint}: cannot read it as a checkpoint" in err and not ran.exists()
+
+
+@pytest.mark.parametrize("text, message", [("{not json", "is not valid JSON"), ("[1, 2]", "holds a JSON list")])
+def test_a_config_json_that_is_not_an_object_is_named(tmp_path, capsys, text, message):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(text)
+    code, err = run_cli(capsys, "convert", tmp_path / "m", tmp_path / "out", "--tokenizer", "gpt2")
+    assert code == 2 and "config.json" in err and message in err
+    code, err = run_cli(capsys, "params", tmp_path / "m" / "config.json")
+    assert code == 2 and str(tmp_path / "m" / "config.json") in err and message in err
+
+
+@pytest.mark.parametrize("flag", ["--block-size", "--batch-size", "--save-every", "--eval-every", "--steps"])
+def test_train_numbers_are_checked_before_anything_is_written(corpus, tmp_path, capsys, flag):
+    code, err = run_cli(capsys, "train", "--train", corpus, "--out", tmp_path / "run", flag, 0)
+    assert code == 2 and f"{flag} must be an integer >=" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_training_data_that_is_not_utf8_is_named(corpus, tmp_path, capsys):
+    (corpus / "latin1.txt").write_bytes("Ophélie".encode("latin-1"))
+    code, err = run_cli(capsys, "train", "--train", corpus, "--out", tmp_path / "run", *TINY_RUN, "--steps", 1)
+    assert code == 2 and f"{corpus / 'latin1.txt'} is not UTF-8 text" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_empty_validation_data_is_refused_before_training(corpus, tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    code, err = run_cli(capsys, "train", "--train", corpus, "--validation", tmp_path / "empty.txt",
+                        "--out", tmp_path / "run", *TINY_RUN, "--steps", 1)  # fmt: skip
+    assert code == 2 and "empty.txt is empty" in err
+    assert not (tmp_path / "run").exists()
