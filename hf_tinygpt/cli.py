@@ -1,6 +1,7 @@
 """`hf-tinygpt`: the package's command line. Each verb is a thin layer over a library function."""
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -26,6 +27,32 @@ def load_config(model_or_config: str) -> TinyGPTConfig:
     if model_type not in (None, TinyGPTConfig.model_type):
         raise ValueError(f"{model_or_config}: model_type {model_type!r} is neither tinygpt nor gpt2")
     return TinyGPTConfig.from_dict(config_dict)
+
+
+def finite_at_least(low: float):
+    """An argparse type: a finite float >= low (argparse then names the flag in its error)."""
+
+    def parse(text: str) -> float:
+        value = float(text)
+        if not (math.isfinite(value) and value >= low):
+            raise argparse.ArgumentTypeError(f"must be a finite number >= {low:g}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def int_at_least(low: int):
+    """An argparse type: an integer >= low."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
 
 
 def hub_options(args) -> dict:
@@ -259,10 +286,10 @@ def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--tokenizer", choices=["gpt2"], help="bundle the GPT-2 BPE tokenizer instead of SRC's")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="store the weights in this dtype")
     parser.add_argument("--verify", action="store_true", help="compare with upstream GPT2LMHeadModel before writing")
-    parser.add_argument("--tolerance", type=float, default=1e-4, help="largest max |Δlogits| --verify accepts")
+    parser.add_argument("--tolerance", type=finite_at_least(0), default=1e-4, help="largest max |Δlogits| --verify accepts")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
-    parser.add_argument("--n-head", type=int, help="heads, for a lone weights file without config.json")
-    parser.add_argument("--trim-vocab", type=int, help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)")
+    parser.add_argument("--n-head", type=int_at_least(1), help="heads, for a lone weights file without config.json")
+    parser.add_argument("--trim-vocab", type=int_at_least(1), help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)")
     parser.add_argument("--base-model", help="Hub id of the source, for the model card (default: SRC if a Hub id)")
     parser.add_argument("--license", default="mit", help="licence for the model card (GPT-2's weights are MIT)")
     parser.add_argument("--revision", help="Hub revision (branch, tag or commit)")
@@ -285,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = verbs.add_parser("verify-gpt2", help="compare TinyGPT with transformers' GPT-2 on the same weights")
     verify.add_argument("model", nargs="?", help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)")
     verify.add_argument("--text", default="To be, or not to be, that is the question:")
-    verify.add_argument("--tolerance", type=float, default=1e-5, help="largest acceptable max |Δlogits|")
+    verify.add_argument("--tolerance", type=finite_at_least(0), default=1e-5, help="largest acceptable max |Δlogits|")
     verify.set_defaults(run=verify_gpt2_command)
 
     convert = verbs.add_parser("convert", help="GPT-2 / nanoGPT checkpoint → tinygpt folder (or back with --to gpt2)")

@@ -42,7 +42,7 @@ MODEL_FOLDER = (
 # Errors of the write itself (full disk, quota, file size limit, read-only or failing file system).
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
 RUN_FOLDER = ("checkpoints", "model", "summary.json", ".summary.json.partial", ".model.lock", ".model.partial-*",
-              ".model.old-*")
+              ".model.old-*")  # fmt: skip
 MODEL_TYPES = ("tinygpt", "gpt2")
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE, _AT_FDCWD = 1, 2, -100

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import gather_object, set_seed
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
@@ -196,8 +196,8 @@ class _StopRequest:
 
 
 def _checkpoint_dirs(out: Path) -> list[Path]:
-    """Complete checkpoints, oldest first. One is written as `.step-N.partial` and renamed once its progress.json
-    (written last) is in, so a checkpoint cut short by a kill is never taken for the newest."""
+    """Complete checkpoints, oldest first. Each is written beside its place and renamed in when complete, so a
+    checkpoint cut short by a kill is never taken for the newest (nor is a `step-N` without progress.json)."""
     return sorted(p for p in (out / CHECKPOINTS).glob("step-*") if (p / PROGRESS).is_file())
 
 
@@ -205,6 +205,7 @@ def _checkpoint_dirs(out: Path) -> list[Path]:
 # state as tensors/numbers that `torch.load(weights_only=True)` reads without running any code. (accelerate's
 # `load_state` unpickles registered objects with weights_only=False, so a crafted run folder could run code.)
 PROGRESS, WEIGHTS, TRAINING_STATE = "progress.json", "model.safetensors", "training_state.pt"
+CHECKPOINT_FOLDER = (PROGRESS, WEIGHTS, TRAINING_STATE, "rng_state_*.pt")
 
 
 def _rng_file(folder: Path, rank: int) -> Path:
@@ -225,21 +226,16 @@ def _set_rng_state(state: dict):
 
 
 def save_checkpoint(folder: Path, accelerator, model, optimizer, schedule, progress: dict):
-    """Every process writes its RNG state, the main one the rest, into `.step-N.partial`; then it becomes `step-N`."""
-    partial = folder.parent / f".{folder.name}.partial"
+    """The main process writes the checkpoint (with every process's RNG state, gathered) through `output_folder`:
+    it appears as `step-N` only when complete, and a checkpoint of the same step from an earlier run is replaced."""
+    rng_states = gather_object([_rng_state()])  # one per process, in rank order
     if accelerator.is_main_process:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    torch.save(_rng_state(), _rng_file(partial, accelerator.process_index))
-    if accelerator.is_main_process:
-        save_model(accelerator.unwrap_model(model), str(partial / WEIGHTS))
-        torch.save({"optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}, partial / TRAINING_STATE)
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        (partial / PROGRESS).write_text(json.dumps(progress, indent=2))
-        shutil.rmtree(folder, ignore_errors=True)  # a complete one of the same step from an earlier, longer run
-        partial.rename(folder)
+        with output_folder(folder, force=True, kind=CHECKPOINT_FOLDER) as staging:
+            for rank, state in enumerate(rng_states):
+                torch.save(state, _rng_file(staging, rank))
+            save_model(accelerator.unwrap_model(model), str(staging / WEIGHTS))
+            torch.save({"optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}, staging / TRAINING_STATE)
+            (staging / PROGRESS).write_text(json.dumps(progress, indent=2))
     accelerator.wait_for_everyone()
 
 
@@ -310,9 +306,13 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int
     Checkpoints a kill cut short are removed first."""
     if accelerator.is_main_process:
         complete = set(_checkpoint_dirs(out))
-        for folder in (out / CHECKPOINTS).glob("*step-*"):
-            if folder not in complete:
-                shutil.rmtree(folder)
+        for path in (out / CHECKPOINTS).glob("*step-*"):  # step-N without progress.json, .step-N.partial-*, locks
+            if path in complete:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     accelerator.wait_for_everyone()
     for folder in reversed(_checkpoint_dirs(out)):
         progress = json.loads((folder / PROGRESS).read_text())
@@ -321,6 +321,8 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int
         try:
             load_checkpoint(folder, accelerator, model, optimizer, schedule)
         except ValueError as error:
+            # It will be written again when the run gets there: say now, not then, if it holds files of someone else's.
+            check_output(folder, force=True, kind=CHECKPOINT_FOLDER)
             if accelerator.is_main_process:
                 tqdm.write(f"skipping {folder}: {error}", file=sys.stderr)
             continue

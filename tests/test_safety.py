@@ -23,7 +23,6 @@ from safetensors.torch import load_file, save_file
 
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
 from hf_tinygpt.cli import main
-from hf_tinygpt.outputs import check_output, clean_leftovers, output_folder
 
 
 @pytest.fixture
@@ -118,6 +117,8 @@ def test_push_dry_run_force_refuses_a_run_folder(tmp_path, capsys):
 
 
 def test_an_error_while_writing_leaves_the_old_output_whole(tmp_path):
+    from hf_tinygpt.outputs import output_folder
+
     out = tmp_path / "out"
     with output_folder(out) as staging:
         (staging / "config.json").write_text('{"model_type": "tinygpt"}')
@@ -129,6 +130,8 @@ def test_an_error_while_writing_leaves_the_old_output_whole(tmp_path):
 
 
 def test_an_output_that_appears_meanwhile_is_not_replaced_without_force(tmp_path):
+    from hf_tinygpt.outputs import output_folder
+
     out = tmp_path / "out"
     with pytest.raises(FileExistsError, match="appeared while this command ran"), output_folder(out) as staging:
         (staging / "config.json").write_text("{}")
@@ -138,6 +141,8 @@ def test_an_output_that_appears_meanwhile_is_not_replaced_without_force(tmp_path
 
 
 def test_two_writers_of_one_output_cannot_both_win(tmp_path):
+    from hf_tinygpt.outputs import output_folder
+
     out = tmp_path / "out"
     with output_folder(out) as staging:
         (staging / "config.json").write_text('{"model_type": "tinygpt"}')
@@ -151,6 +156,8 @@ def test_two_writers_of_one_output_cannot_both_win(tmp_path):
 
 
 def test_leftovers_of_a_killed_writer_are_cleaned_and_an_old_folder_put_back(tmp_path):
+    from hf_tinygpt.outputs import clean_leftovers
+
     out = tmp_path / "out"
     (tmp_path / ".out.partial-123-abcd").mkdir()  # killed while building
     (tmp_path / ".out.old-123-abcd").mkdir()  # killed between the two fallback renames: OUT is missing
@@ -183,6 +190,8 @@ def test_a_full_disk_names_the_output_and_leaves_nothing(gpt2_folder, tmp_path, 
 
 
 def test_a_symlink_or_file_as_output_is_never_replaced(tmp_path):
+    from hf_tinygpt.outputs import check_output
+
     (tmp_path / "file").write_text("x")
     (tmp_path / "link").symlink_to(tmp_path / "file")
     for name in ("file", "link"):
@@ -225,6 +234,10 @@ def test_resume_runs_no_code_from_a_crafted_run_folder(corpus, tmp_path, capsys)
             pickle.dump({"optimizer": RunsCode(ran)}, f)
     with open(newest / "custom_checkpoint_0.pkl", "wb") as f:  # what accelerate's load_state would unpickle
         pickle.dump(RunsCode(ran), f)
+    code, err = run_cli(capsys, "train", *args, "--resume")
+    assert not ran.exists()
+    assert code == 2 and "custom_checkpoint_0.pkl, which hf-tinygpt does not write" in err  # before any training
+    (newest / "custom_checkpoint_0.pkl").unlink()
     code, err = run_cli(capsys, "train", *args, "--resume")
     assert not ran.exists()
     assert code == 0, err
