@@ -3,24 +3,12 @@
 Importing the package registers `model_type="tinygpt"` with AutoConfig, AutoModel and AutoModelForCausalLM.
 """
 
-from pathlib import Path
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, GPT2TokenizerFast
-
-from .configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
-from .modeling_tinygpt import TinyGPTForCausalLM, TinyGPTModel, TinyGPTPreTrainedModel
-from .params import parameter_breakdown
-
-# OpenAI's GPT-2 BPE files (vocab.json + merges.txt), bundled so that nothing needs the network.
-GPT2_TOKENIZER_DIR = Path(__file__).parent / "tokenizer"
-# The shipped model: a small learned-position TinyGPT trained on Shakespeare (card: model_cards/shakespeare.md).
-# It uses the bundled GPT-2 tokenizer, so its folder holds only config, generation config and weights.
-DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
-
-
-def gpt2_tokenizer() -> GPT2TokenizerFast:
-    """The real GPT-2 tokenizer (50,257 tokens, eos `<|endoftext|>` = 50256) from the bundled files."""
-    return GPT2TokenizerFast.from_pretrained(GPT2_TOKENIZER_DIR)
+from .model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
+from .model.modeling_tinygpt import TinyGPTForCausalLM, TinyGPTModel, TinyGPTPreTrainedModel
+from .model.params import parameter_breakdown
+from .checkpoints.bundled import DEFAULT_MODEL_DIR, GPT2_TOKENIZER_DIR, gpt2_tokenizer
 
 AutoConfig.register(TinyGPTConfig.model_type, TinyGPTConfig, exist_ok=True)
 AutoModel.register(TinyGPTConfig, TinyGPTModel, exist_ok=True)

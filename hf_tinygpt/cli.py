@@ -1,6 +1,12 @@
-"""`hf-tinygpt`: the package's command line. Each verb is a thin layer over a library function."""
+"""`hf-tinygpt`: the package's command line. Each verb is a thin layer over a library function.
+
+Conventions shared by every verb: a folder it writes is `--out DIR` (written atomically, replaced only with
+`--force`, see hf_tinygpt/checkpoints/outputs.py); a model that may be a Hub id comes with `--revision` and
+`--token`; a comparison with GPT2LMHeadModel accepts `--tolerance` (max |Δlogits|, default 1e-5).
+"""
 
 import argparse
+import importlib.metadata
 import math
 import os
 import shlex
@@ -8,25 +14,8 @@ import sys
 
 from huggingface_hub.errors import HfHubHTTPError
 
-from .configuration_tinygpt import TinyGPTConfig
-from .gpt2_layout import gpt2_config_to_tinygpt, read_config_dict, read_json_object
-from .params import parameter_breakdown
-
-
-def load_config(model_or_config: str) -> TinyGPTConfig:
-    """A TinyGPTConfig from a config.json file, a model folder or a Hub id (tinygpt or GPT-2)."""
-    if os.path.isfile(model_or_config):
-        config_dict = read_json_object(model_or_config)
-    else:
-        config_dict = read_config_dict(model_or_config)
-        if config_dict is None:
-            raise FileNotFoundError(f"{model_or_config}: no config.json there (expected a file, folder or Hub id)")
-    model_type = config_dict.get("model_type")
-    if model_type == "gpt2":
-        return gpt2_config_to_tinygpt(config_dict)
-    if model_type not in (None, TinyGPTConfig.model_type):
-        raise ValueError(f"{model_or_config}: model_type {model_type!r} is neither tinygpt nor gpt2")
-    return TinyGPTConfig.from_dict(config_dict)
+from .checkpoints.reading import read_json_object, read_tinygpt_config
+from .model.params import parameter_breakdown
 
 
 def finite_at_least(low: float):
@@ -55,13 +44,35 @@ def int_at_least(low: int):
     return parse
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help shows each flag's default (where it has one) and keeps the examples' line breaks."""
+
+    def _get_help_string(self, action):  # argparse's hook for this: no "(default: None)" on optional flags
+        return action.help if action.default in (None, False) else super()._get_help_string(action)
+
+
+def add_hub_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("--revision", help="Hub revision of the model: branch, tag or commit")
+    parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, what: str):
+    parser.add_argument("--out", required=True, metavar="DIR", help=f"{what} (written atomically)")
+    parser.add_argument("--force", action="store_true", help="replace an earlier output of hf-tinygpt at --out")
+
+
+def add_tolerance_argument(parser: argparse.ArgumentParser, what: str):
+    parser.add_argument("--tolerance", type=finite_at_least(0), default=1e-5,
+                        help=f"largest max |Δlogits| against GPT2LMHeadModel {what} (fp32; bf16 weights need ~0.05)")  # fmt: skip
+
+
 def hub_options(args) -> dict:
     """--revision / --token as huggingface_hub keyword arguments (absent ones left to its defaults)."""
     return {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
 
 
 def params_command(args) -> int:
-    config = load_config(args.model)
+    config = read_tinygpt_config(args.model, **hub_options(args))
     parts = parameter_breakdown(config)
     width = max(map(len, parts))
     print(f"{args.model}: {config.position_embedding_type} positions, {config.n_layer} layers, "
@@ -73,11 +84,11 @@ def params_command(args) -> int:
 
 
 def verify_gpt2_command(args) -> int:
-    from .verify import verify_gpt2_checkpoint
+    from .checkpoints.verify import verify_gpt2_checkpoint
 
     source = args.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
     print(f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT ...")
-    result = verify_gpt2_checkpoint(args.model, args.text)
+    result = verify_gpt2_checkpoint(args.model, args.text, **hub_options(args))
     same = result["tinygpt_tokens"] == result["gpt2_tokens"]
     print(f"parameters: {result['parameters']:,}")
     print(f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {args.tolerance:g})")
@@ -89,7 +100,7 @@ def verify_gpt2_command(args) -> int:
 
 
 def convert_command(args) -> int:
-    from . import convert
+    from .checkpoints import convert
 
     def report(delta):
         if delta is not None:
@@ -113,7 +124,7 @@ def convert_command(args) -> int:
 
 
 def push_command(args) -> int:
-    from .hub import push_to_hub, stage_for_hub
+    from .checkpoints.hub import push_to_hub, stage_for_hub
 
     def show(files):
         width = max(map(len, files))
@@ -121,10 +132,16 @@ def push_command(args) -> int:
             print(f"  {name:<{width}}  {size:>14,} bytes")
         print(f"  {len(files)} files, {sum(files.values()):,} bytes")
 
-    options = dict(tokenizer=args.tokenizer, base_model=args.base_model, license=args.license)
+    if args.out is not None and not args.dry_run:
+        raise ValueError("--out is where --dry-run stages the files; without --dry-run the push stages in a temporary "
+                         "folder")  # fmt: skip
+    options = dict(tokenizer=args.tokenizer, base_model=args.base_model, license=args.license,
+                   verify_tolerance=args.tolerance)  # fmt: skip
     if args.dry_run:
-        files = stage_for_hub(args.src, args.dry_run, args.repo_id, force=args.force, **options)
-        print(f"dry run: staged in {args.dry_run} what would be uploaded to {args.repo_id}:")
+        if args.out is None:
+            raise ValueError("--dry-run needs --out DIR: the folder to stage the files in")
+        files = stage_for_hub(args.src, args.out, args.repo_id, force=args.force, **options)
+        print(f"dry run: staged in {args.out} what would be uploaded to {args.repo_id}:")
         show(files)
         return 0
 
@@ -147,18 +164,26 @@ def add_push_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--revision", "--branch", dest="revision", help="branch to commit to (created if needed)")
     parser.add_argument("--commit-message", help="commit message (default: says what was uploaded)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
-    parser.add_argument("--timeout", type=float, default=60.0,
-                        help="seconds a network request may make no progress before the push fails (default: 60)")
-    parser.add_argument("--dry-run", metavar="DIR", help="only stage the files into DIR and list them")
-    parser.add_argument("--force", action="store_true", help="with --dry-run: replace DIR if it exists")
-    parser.add_argument("--tokenizer", choices=["gpt2"], help="bundle the GPT-2 BPE tokenizer instead of SRC's")
+    parser.add_argument("--token", help="Hub token, also for reading a private SRC (default: the one huggingface_hub "
+                                        "already knows; never printed)")  # fmt: skip
+    parser.add_argument("--timeout", type=finite_at_least(0.001), default=60.0,
+                        help="seconds a network request may make no progress before the push fails")  # fmt: skip
+    parser.add_argument("--dry-run", action="store_true", help="only stage the files into --out and list them")
+    parser.add_argument("--out", metavar="DIR", help="with --dry-run: the folder to stage into (written atomically)")
+    parser.add_argument("--force", action="store_true", help="with --dry-run: replace an earlier output at --out")
+    add_tokenizer_argument(parser)
+    add_tolerance_argument(parser, "when a GPT-2 SRC is converted first")
     parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card")
-    parser.add_argument("--license", default="mit", help="licence for the model card (default: mit)")
+    parser.add_argument("--license", default="mit", help="licence for the model card")
+
+
+def add_tokenizer_argument(parser: argparse.ArgumentParser):
+    parser.add_argument("--tokenizer", metavar="gpt2|PATH", help="the tokenizer to bundle: 'gpt2' (the GPT-2 BPE "
+                                                                 "shipped here), or a folder or Hub id (default: SRC's)")  # fmt: skip
 
 
 def train_command(args) -> int:
-    from .training import TrainingSettings, train
+    from .tools.training import TrainingSettings, train
 
     config = read_json_object(args.config) if args.config else {}
     shape = {"position_embedding_type": args.position, "n_layer": args.n_layer, "n_embd": args.n_embd,
@@ -185,43 +210,49 @@ def train_command(args) -> int:
 
 
 def add_train_arguments(parser: argparse.ArgumentParser):
+    from .tools.training import SMALL_MODEL
+
     data = parser.add_argument_group("data")
     data.add_argument("--train", nargs="+", required=True, help="text files or folders (folders: files matching --glob)")
     data.add_argument("--validation", nargs="+", help="held-out text files (left out of --train folders)")
-    data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use (default: *.txt)")
-    data.add_argument("--tokenizer", help="tokenizer folder (default: the bundled GPT-2 BPE)")
-    model = parser.add_argument_group("model (flags override --config)")
+    data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use")
+    add_tokenizer_argument(data)
+    model = parser.add_argument_group(
+        "model", "Default: a small model that trains on a CPU in minutes "
+                 f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
+                 "learned positions). --config and these flags change it; flags win.",
+    )  # fmt: skip
     model.add_argument("--config", help="JSON file of TinyGPTConfig fields")
-    model.add_argument("--position", choices=["learned", "sinusoidal", "rope", "alibi", "none"])
-    model.add_argument("--n-layer", type=int)
-    model.add_argument("--n-embd", type=int)
-    model.add_argument("--n-head", type=int)
+    model.add_argument("--position", choices=["learned", "sinusoidal", "rope", "alibi", "none"],
+                       help="position scheme (default: learned)")  # fmt: skip
+    model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
+    model.add_argument("--n-embd", type=int, help=f"width (default: {SMALL_MODEL['n_embd']})")
+    model.add_argument("--n-head", type=int, help=f"attention heads (default: {SMALL_MODEL['n_head']})")
     model.add_argument("--n-positions", type=int, help="context the model allows (default: --block-size)")
-    model.add_argument("--dropout", type=float, help="resid/embd/attn dropout")
+    model.add_argument("--dropout", type=float, help="resid/embd/attn dropout (default: 0.1)")
     run = parser.add_argument_group("optimisation")
     run.add_argument("--block-size", type=int, default=128, help="tokens per training sequence")
     run.add_argument("--batch-size", type=int, default=16, help="sequences per step, over all processes")
-    run.add_argument("--steps", type=int, default=1000)
+    run.add_argument("--steps", type=int, default=500, help="optimizer steps")
     run.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
     run.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decay ends at lr × this")
-    run.add_argument("--warmup-steps", type=int, default=100)
-    run.add_argument("--weight-decay", type=float, default=0.1)
+    run.add_argument("--warmup-steps", type=int, default=100, help="linear warmup steps")
+    run.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of the matrices")
     run.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: no clipping)")
     run.add_argument("--bf16", action="store_true", help="bf16 autocast (CPU or GPU)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0, help="weights, data order and dropout")
     out = parser.add_argument_group("output")
-    out.add_argument("--out", required=True, help="run folder: checkpoints/ and the final model/")
+    add_output_arguments(out, "run folder: checkpoints/ and the final model/")
     out.add_argument("--eval-every", type=int, default=200, help="steps between validation perplexities")
     out.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
     out.add_argument("--save-dtype", choices=["float32", "bfloat16", "float16"], help="dtype of the final weights")
-    out.add_argument("--resume", action="store_true", help="continue from OUT's last checkpoint")
-    out.add_argument("--force", action="store_true", help="replace an existing OUT")
+    out.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint in --out")
 
 
 def generate_command(args) -> int:
     from transformers.utils.logging import disable_progress_bar
 
-    from .generate import generate_text, load_for_generation
+    from .tools.generate import generate_text, load_for_generation
 
     disable_progress_bar()  # the continuation is the output: no "Loading weights" bar around it
     hub = hub_options(args)
@@ -234,25 +265,27 @@ def generate_command(args) -> int:
 def add_generate_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("prompt", help="text to continue")
     parser.add_argument("--model", help="tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)")
-    parser.add_argument("--max-new-tokens", type=int, default=60)
+    parser.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate")
     parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy decoding")
     parser.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest tokens (0: all)")
     parser.add_argument("--top-p", type=float, help="nucleus sampling: the smallest set with this probability")
     parser.add_argument("--seed", type=int, help="for reproducible sampling")
-    parser.add_argument("--revision", help="Hub revision (branch, tag or commit)")
-    parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows)")
+    add_hub_arguments(parser)
 
 
 def plot_positions_command(args) -> int:
     from transformers.utils.logging import disable_progress_bar
 
-    from .plots import load_for_plots, plot_positions, written_files
+    from .tools.plots import load_for_plots, plot_positions, written_files
 
     disable_progress_bar()
-    model, label = load_for_plots(args.model, seed=args.seed)
+    from .checkpoints.outputs import PICTURES_FOLDER, output_folder
+
+    model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
     prompt = {} if args.prompt is None else {"prompt": args.prompt}
-    arrays = plot_positions(model, args.out, svg=args.svg, seed=args.seed, n_dims=args.dims,
-                            max_positions=args.max_positions, label=label, **prompt)  # fmt: skip
+    with output_folder(args.out, force=args.force, kind=PICTURES_FOLDER) as staging:
+        arrays = plot_positions(model, staging, svg=args.svg, seed=args.seed, n_dims=args.dims,
+                                max_positions=args.max_positions, label=label, **prompt)  # fmt: skip
     files = written_files(args.out, arrays, svg=args.svg)
     count = f"{len(files)} file" + "s" * (len(files) != 1)
     print(f"{label}: {model.config.position_embedding_type} positions; wrote {count}:")
@@ -269,71 +302,91 @@ def plot_positions_command(args) -> int:
 def add_plot_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("model", help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name "
                                       "(learned, sinusoidal, rope, alibi, none: an untrained small model)")  # fmt: skip
-    parser.add_argument("--out", required=True, help="folder for the pictures (created if needed)")
+    add_output_arguments(parser, "folder for the pictures")
     parser.add_argument("--svg", action="store_true", help="write NAME.svg next to each NAME.png")
     parser.add_argument("--seed", type=int, default=0, help="picks the traced dimensions and any random init")
-    parser.add_argument("--dims", type=int, default=8, help="how many single dimensions to trace (default: 8)")
+    parser.add_argument("--dims", type=int, default=8, help="how many single dimensions to trace")
     parser.add_argument("--max-positions", type=int, help="positions/offsets/distances to plot (default: n_positions)")
     parser.add_argument("--prompt", help="text for the token-vs-position picture; repeat a word to see it diverge "
                                          "(default: 'The cat sat on the mat by the door')")  # fmt: skip
+    add_hub_arguments(parser)
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
                                     "(with --to gpt2: a tinygpt folder or Hub id)")  # fmt: skip
-    parser.add_argument("out", help="output folder (written atomically; never replaced without --force)")
+    add_output_arguments(parser, "the converted model folder")
     parser.add_argument("--to", choices=["tinygpt", "gpt2"], default="tinygpt", help="output format")
-    parser.add_argument("--tokenizer", choices=["gpt2"], help="bundle the GPT-2 BPE tokenizer instead of SRC's")
+    add_tokenizer_argument(parser)
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="store the weights in this dtype")
-    parser.add_argument("--verify", action="store_true", help="compare with upstream GPT2LMHeadModel before writing")
-    parser.add_argument("--tolerance", type=finite_at_least(0), default=1e-4, help="largest max |Δlogits| --verify accepts")
-    parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    parser.add_argument("--verify", action="store_true", help="compare with GPT2LMHeadModel before writing")
+    add_tolerance_argument(parser, "that --verify accepts")
     parser.add_argument("--n-head", type=int_at_least(1), help="heads, for a lone weights file without config.json")
-    parser.add_argument("--trim-vocab", type=int_at_least(1), help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)")
+    parser.add_argument("--trim-vocab", type=int_at_least(1),
+                        help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)")  # fmt: skip
     parser.add_argument("--base-model", help="Hub id of the source, for the model card (default: SRC if a Hub id)")
     parser.add_argument("--license", default="mit", help="licence for the model card (GPT-2's weights are MIT)")
-    parser.add_argument("--revision", help="Hub revision (branch, tag or commit)")
-    parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows)")
+    add_hub_arguments(parser)
+
+
+EXAMPLES = {
+    "generate": 'hf-tinygpt generate "ROMEO:" --max-new-tokens 40 --seed 0',
+    "params": "hf-tinygpt params hf_tinygpt/default_model",
+    "plot-positions": "hf-tinygpt plot-positions rope --out plots/rope",
+    "verify-gpt2": "hf-tinygpt verify-gpt2 path/to/gpt2-folder",
+    "convert": "hf-tinygpt convert path/to/gpt2-folder --out tinygpt-model --verify\n"
+               "  hf-tinygpt convert nanogpt/ckpt.pt --out tinygpt-model --tokenizer gpt2 --trim-vocab 50257\n"
+               "  hf-tinygpt convert tinygpt-model --to gpt2 --out gpt2-model --verify",
+    "train": "hf-tinygpt train --train texts/ --validation held_out.txt --position rope --out runs/rope",
+    "push": "hf-tinygpt push tinygpt-model me/tinygpt --dry-run --out staged\n"
+            "  hf-tinygpt push tinygpt-model me/tinygpt --private",
+}  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hf-tinygpt", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hf-tinygpt", description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {importlib.metadata.version('hf-tinygpt')}")
     verbs = parser.add_subparsers(dest="verb", required=True)
-    generate = verbs.add_parser("generate", help="continue a prompt, streaming tokens (the main job)")
-    add_generate_arguments(generate)
-    generate.set_defaults(run=generate_command)
 
-    params = verbs.add_parser("params", help="parameter breakdown of a model folder, Hub id or config.json")
-    params.add_argument("model", help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
-    params.set_defaults(run=params_command)
-    plot = verbs.add_parser("plot-positions", help="pictures of a model's position scheme (PNG, SVG on request)")
-    add_plot_arguments(plot)
-    plot.set_defaults(run=plot_positions_command)
-    verify = verbs.add_parser("verify-gpt2", help="compare TinyGPT with transformers' GPT-2 on the same weights")
-    verify.add_argument("model", nargs="?", help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)")
-    verify.add_argument("--text", default="To be, or not to be, that is the question:")
-    verify.add_argument("--tolerance", type=finite_at_least(0), default=1e-5, help="largest acceptable max |Δlogits|")
-    verify.set_defaults(run=verify_gpt2_command)
+    def verb(name, help, add_arguments, run):
+        sub = verbs.add_parser(name, help=help, description=help, epilog=f"example:\n  {EXAMPLES[name]}",
+                               formatter_class=HelpFormatter)  # fmt: skip
+        add_arguments(sub)
+        sub.set_defaults(run=run)
 
-    convert = verbs.add_parser("convert", help="GPT-2 / nanoGPT checkpoint → tinygpt folder (or back with --to gpt2)")
-    add_convert_arguments(convert)
-    convert.set_defaults(run=convert_command)
-
-    train = verbs.add_parser("train", help="train a TinyGPT from scratch on text files (accelerate)")
-    add_train_arguments(train)
-    train.set_defaults(run=train_command)
-
-    push = verbs.add_parser("push", help="publish a tinygpt (or converted GPT-2) model to the Hub, with its card")
-    add_push_arguments(push)
-    push.set_defaults(run=push_command)
+    verb("generate", "continue a prompt, streaming tokens (the main job)", add_generate_arguments, generate_command)
+    verb("params", "parameter breakdown of a model folder, Hub id or config.json", add_params_arguments,
+         params_command)  # fmt: skip
+    verb("plot-positions", "pictures of a model's position scheme (PNG, SVG on request)", add_plot_arguments,
+         plot_positions_command)  # fmt: skip
+    verb("verify-gpt2", "compare TinyGPT with transformers' GPT-2 on the same weights", add_verify_arguments,
+         verify_gpt2_command)  # fmt: skip
+    verb("convert", "GPT-2 / nanoGPT checkpoint → tinygpt folder (or back with --to gpt2)", add_convert_arguments,
+         convert_command)  # fmt: skip
+    verb("train", "train a TinyGPT from scratch on text files ([train] extra: accelerate)", add_train_arguments,
+         train_command)  # fmt: skip
+    verb("push", "publish a tinygpt (or converted GPT-2) model to the Hub, with its card", add_push_arguments,
+         push_command)  # fmt: skip
     return parser
+
+
+def add_params_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("model", help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
+    add_hub_arguments(parser)
+
+
+def add_verify_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("model", nargs="?", help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)")
+    parser.add_argument("--text", default="To be, or not to be, that is the question:", help="the prompt compared")
+    add_tolerance_argument(parser, "accepted")
+    add_hub_arguments(parser)
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError, FileExistsError, OSError, HfHubHTTPError) as error:
+    except (ValueError, OSError, ImportError, HfHubHTTPError) as error:
         print(f"hf-tinygpt {args.verb}: error: {error}", file=sys.stderr)
         return 2
 

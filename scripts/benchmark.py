@@ -9,7 +9,7 @@ memory, and the decode ceiling set by memory bandwidth.
 
 import argparse
 
-from hf_tinygpt.benchmarks import run_speed_benchmark
+from benchmarks import run_speed_benchmark  # scripts/benchmarks.py, beside this script
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -5,7 +5,7 @@
 
 import argparse
 
-from hf_tinygpt.benchmarks import run_conversion_benchmark
+from benchmarks import run_conversion_benchmark  # scripts/benchmarks.py, beside this script
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """A GPT-2-compatible tinygpt folder → a folder `GPT2LMHeadModel.from_pretrained` loads with identical logits.
-Same as `hf-tinygpt convert --to gpt2 SRC OUT`.
+Same as `hf-tinygpt convert --to gpt2 SRC --out OUT`.
 
-    python scripts/convert_tinygpt_to_gpt2.py out/tinygpt out/gpt2 --verify
+    python scripts/convert_tinygpt_to_gpt2.py out/tinygpt --out out/gpt2 --verify
 """
 
 import sys

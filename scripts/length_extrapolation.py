@@ -10,8 +10,9 @@ import argparse
 import sys
 import time
 
-from hf_tinygpt.extrapolation import SCHEMES, markdown_table, study
-from hf_tinygpt.training import TrainingSettings
+from extrapolation import SCHEMES, markdown_table, study  # scripts/extrapolation.py, beside this script
+
+from hf_tinygpt.tools.training import TrainingSettings
 
 
 def main(argv=None) -> int:

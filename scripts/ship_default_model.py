@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig
-from hf_tinygpt.model_card import read_card, render_model_card
+from hf_tinygpt.checkpoints.model_card import read_card, render_model_card
 
 FILES = ("config.json", "generation_config.json", "model.safetensors")
 CARD = Path(__file__).resolve().parent.parent / "model_cards" / "shakespeare.md"

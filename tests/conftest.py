@@ -1,6 +1,8 @@
 """Shared fixtures: tiny random models. Everything here runs offline on a CPU in seconds."""
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never touch the network; fail fast if anything tries
 
@@ -9,6 +11,10 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_tinygpt import POSITION_SCHEMES, TinyGPTConfig, TinyGPTForCausalLM
+
+# The development tools (benchmarks, the extrapolation study) live beside the scripts that run them, not in the package.
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
 
 VOCAB = 211  # small vocabularies keep the tests fast; token ids 0..210, eos = 0
 

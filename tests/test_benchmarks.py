@@ -8,7 +8,7 @@ import pytest
 from conftest import random_gpt2
 from test_gpt2_layouts import run_script
 
-from hf_tinygpt.benchmarks import measure_in_subprocess, measure_load, paired_timings, weights_bytes
+from benchmarks import measure_in_subprocess, measure_load, paired_timings, weights_bytes
 
 MiB = 2**20
 

@@ -10,7 +10,7 @@ from conftest import VOCAB, random_gpt2, tiny_model
 from torch._dynamo.utils import counters
 
 from hf_tinygpt import POSITION_SCHEMES, TinyGPTForCausalLM
-from hf_tinygpt.compiled_decoding import CompiledDecoder
+from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
 
 GREEDY = dict(do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
 

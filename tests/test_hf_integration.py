@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,6 +76,25 @@ def test_saved_folder_carries_code_and_auto_map(tmp_path):
     for code_file in ("configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py"):
         source = (tmp_path / code_file).read_text()
         assert "import hf_tinygpt" not in source and "from hf_tinygpt" not in source
+
+
+def test_the_model_bundle_uses_only_public_transformers_api():
+    """The files that travel with every saved model import no underscore name from transformers and pass no
+    underscore keyword argument: a published repo keeps its copy of this code forever. (The modeling hooks every
+    in-tree model defines, such as `_init_weights` or `config._attn_implementation`, are attributes, not imports.)"""
+    import ast
+
+    bundle = Path(hf_tinygpt.__file__).parent / "model"
+    for name in ("configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py"):
+        tree = ast.parse((bundle / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module.split(".")[0] in ("torch", "transformers", "collections", "math", "numbers",
+                                                      "contextvars"), (name, node.module)  # fmt: skip
+                assert not any(part.startswith("_") for part in node.module.split(".")), (name, node.module)
+                assert not any(alias.name.startswith("_") for alias in node.names), (name, node.module)
+            if isinstance(node, ast.Call):
+                assert not any((k.arg or "").startswith("_") for k in node.keywords), (name, ast.unparse(node))
 
 
 BLOCK_HF_TINYGPT = textwrap.dedent(
@@ -230,3 +250,41 @@ def test_bf16_forward_runs_and_stays_close_to_fp32():
         bf16 = model.to(torch.bfloat16)(ids).logits
     assert bf16.dtype == torch.bfloat16
     assert (bf16.float() - fp32).abs().max() < 0.05
+
+
+LOAD_AND_COUNT = textwrap.dedent(
+    """
+    import sys
+    import hf_tinygpt
+    from transformers import GPT2LMHeadModel
+
+    model_class = {"gpt2": GPT2LMHeadModel, "tinygpt": hf_tinygpt.TinyGPTForCausalLM}[sys.argv[1]]
+    model_class.from_pretrained(sys.argv[2], token=sys.argv[3])
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_tinygpt_hub_repo_costs_no_request_beyond_what_a_gpt2_repo_costs(hub, tmp_path):
+    """Counted on the loopback Hub, with an empty cache and again with a warm one: TinyGPTForCausalLM reads its
+    config.json once, as GPT2LMHeadModel does (finding out whether a checkpoint is GPT-2's costs nothing more)."""
+    from conftest import HUB_TOKEN, hub_subprocess_env, random_gpt2
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
+    for repo, model in [("me/gpt2", random_gpt2()), ("me/tinygpt", tiny_model("rope"))]:
+        model.save_pretrained(tmp_path / repo)
+        api.create_repo(repo)
+        api.upload_folder(repo_id=repo, folder_path=tmp_path / repo)
+    requests = {}
+    for kind in ("gpt2", "tinygpt"):
+        for cache in ("cold", "warm"):
+            before = len(hub.requests)
+            run = subprocess.run([sys.executable, "-c", LOAD_AND_COUNT, kind, f"me/{kind}", HUB_TOKEN],
+                                 capture_output=True, text=True, timeout=300, env=hub_subprocess_env(hub, tmp_path))  # fmt: skip
+            assert run.returncode == 0, run.stderr[-3000:]
+            requests[kind, cache] = [(method, path.split("?")[0].replace(kind, "REPO")) for method, path in
+                                     hub.requests[before:] if "agent-harnesses" not in path]  # fmt: skip
+    for cache in ("cold", "warm"):
+        assert len(requests["tinygpt", cache]) <= len(requests["gpt2", cache]), requests
+    assert sum(path.endswith("/config.json") and method == "GET" for method, path in requests["tinygpt", "cold"]) == 1

@@ -18,8 +18,8 @@ from test_hf_integration import BLOCK_HF_TINYGPT, REMOTE_CODE_SCRIPT, save_with_
 
 import hf_tinygpt
 from hf_tinygpt.cli import main
-from hf_tinygpt.hub import push_to_hub, stage_for_hub
-from hf_tinygpt.params import parameter_breakdown
+from hf_tinygpt.checkpoints.hub import push_to_hub, stage_for_hub
+from hf_tinygpt.model.params import parameter_breakdown
 
 REPO = "tester/tinygpt"
 PROMPT = "Now is the winter of our discontent"
@@ -51,7 +51,7 @@ def folder_bytes(folder):
 
 def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
     model, folder = tinygpt_folder(tmp_path)
-    assert main(["push", str(folder), REPO, "--dry-run", str(tmp_path / "staged")]) == 0
+    assert main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 0
     staged = tmp_path / "staged"
     assert {p.name for p in staged.iterdir()} == REPO_FILES  # no optimizer state, no old checkpoints
     assert (staged / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
@@ -61,9 +61,9 @@ def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
     assert f"{len(REPO_FILES)} files" in listing
 
     # an existing staging folder is never replaced without --force
-    assert main(["push", str(folder), REPO, "--dry-run", str(staged)]) == 2
+    assert main(["push", str(folder), REPO, "--dry-run", "--out", str(staged)]) == 2
     assert "--force" in capsys.readouterr().err
-    assert main(["push", str(folder), REPO, "--dry-run", str(staged), "--force"]) == 0
+    assert main(["push", str(folder), REPO, "--dry-run", "--out", str(staged), "--force"]) == 0
 
 
 def test_card_metadata_and_architecture_table(tmp_path):

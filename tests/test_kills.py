@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slow
 # Runs `hf-tinygpt ARGS` with a SIGKILL planted at step POINT (the patches stand in for the moment of a kill).
 DRIVER = textwrap.dedent("""
     import os, signal, sys
-    from hf_tinygpt import convert, outputs, training
+    from hf_tinygpt.checkpoints import convert, outputs
+    from hf_tinygpt.tools import training
 
     point, args = sys.argv[1], sys.argv[2:]
 
@@ -79,27 +80,27 @@ def test_a_killed_force_convert_leaves_the_old_or_the_new_folder_whole(tmp_path,
     old.save_pretrained(tmp_path / "old")
     new.save_pretrained(tmp_path / "new")
     out = tmp_path / "models" / "out"
-    assert main(["convert", str(tmp_path / "old"), str(out), "--tokenizer", "gpt2"]) == 0
+    assert main(["convert", str(tmp_path / "old"), "--out", str(out), "--tokenizer", "gpt2"]) == 0
     files = sorted(p.name for p in out.iterdir())
 
-    killed(tmp_path, point, "convert", tmp_path / "new", out, "--tokenizer", "gpt2", "--force")
+    killed(tmp_path, point, "convert", tmp_path / "new", "--out", out, "--tokenizer", "gpt2", "--force")
     if point.startswith("fallback-between"):  # OUT is briefly missing here: the next writer puts the old one back
         assert not out.exists()
-        assert main(["convert", str(tmp_path / "new"), str(out), "--tokenizer", "gpt2"]) == 2  # no --force: refused
+        assert main(["convert", str(tmp_path / "new"), "--out", str(out), "--tokenizer", "gpt2"]) == 2  # no --force: refused
         assert "exists; pass --force" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == files
     held = wte(out)
     assert torch.equal(held, old.transformer.wte.weight) or torch.equal(held, new.transformer.wte.weight)
 
-    assert main(["convert", str(tmp_path / "new"), str(out), "--tokenizer", "gpt2", "--force"]) == 0
+    assert main(["convert", str(tmp_path / "new"), "--out", str(out), "--tokenizer", "gpt2", "--force"]) == 0
     assert torch.equal(wte(out), new.transformer.wte.weight)
     assert sorted(p.name for p in out.parent.iterdir()) == ["out"]  # no partial, old or lock files left
 
 
 def test_two_concurrent_converts_into_one_output_cannot_both_succeed(tmp_path):
     random_gpt2().save_pretrained(tmp_path / "gpt2")
-    command = [sys.executable, "-m", "hf_tinygpt.cli", "convert", str(tmp_path / "gpt2"), str(tmp_path / "out"),
-               "--tokenizer", "gpt2"]  # fmt: skip
+    command = [sys.executable, "-m", "hf_tinygpt.cli", "convert", str(tmp_path / "gpt2"), "--out",
+               str(tmp_path / "out"), "--tokenizer", "gpt2"]  # fmt: skip
     runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(run.wait(timeout=600), run.stderr.read()) for run in runs]
     assert sorted(code for code, _ in results) == [0, 2], results

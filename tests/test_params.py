@@ -54,7 +54,7 @@ def test_params_command_on_a_gpt2_folder_and_a_config_file(tmp_path):
 
 def test_params_command_reports_a_missing_path():
     out = run_cli("params", "./no/such/folder")
-    assert out.returncode == 2 and "no such file or folder" in out.stderr
+    assert out.returncode == 2 and "./no/such/folder: no such model folder" in out.stderr
 
 
 def test_verify_gpt2_command_on_the_4_36_checkpoint():

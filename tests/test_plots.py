@@ -1,4 +1,4 @@
-"""Position pictures (hf_tinygpt.plots): the numbers each picture plots are the model's own, and the files are real."""
+"""Position pictures (hf_tinygpt.tools.plots): the numbers each picture plots are the model's own, and the files are real."""
 
 import json
 
@@ -9,7 +9,7 @@ from conftest import random_gpt2, tiny_config, tiny_model
 
 from hf_tinygpt import TinyGPTForCausalLM
 from hf_tinygpt.cli import main
-from hf_tinygpt.plots import (
+from hf_tinygpt.tools.plots import (
     PICTURES,
     load_for_plots,
     plot_alibi_bias,
@@ -221,7 +221,7 @@ def test_cli_writes_every_picture_into_out(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["/nonexistent/model"], "no such file or folder"),
+    (["/nonexistent/model"], "/nonexistent/model: not a scheme name"),
     (["learned", "--max-positions", "999"], "n_positions=256"),
     (["sinusoidal", "--dims", "0"], "n_dims must be at least 1"),
     (["rope", "--max-positions", "0"], "max_positions must be at least 1"),

@@ -9,7 +9,7 @@ from transformers import DynamicCache, LlamaConfig, StaticCache
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from hf_tinygpt import TinyGPTForCausalLM
-from hf_tinygpt.modeling_tinygpt import (
+from hf_tinygpt.model.modeling_tinygpt import (
     AlibiPositions,
     LearnedPositions,
     NoPositions,

@@ -16,7 +16,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
-from hf_tinygpt.training import batch_indices, pack, perplexity, text_files
+from hf_tinygpt.tools.training import batch_indices, pack, perplexity, text_files
 
 TINY = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "32", "--batch-size", "4",
         "--warmup-steps", "2", "--eval-every", "5"]  # fmt: skip
@@ -137,7 +137,7 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(corpu
 DRIVER = """
 import json, sys, torch
 from accelerate import PartialState
-from hf_tinygpt.training import TrainingSettings, train
+from hf_tinygpt.tools.training import TrainingSettings, train
 
 settings = TrainingSettings(**json.loads(sys.argv[1]))
 model, summary = train(settings)

@@ -24,11 +24,17 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from matplotlib.figure import Figure
+from . import needs_extra
 
-from . import POSITION_SCHEMES, gpt2_tokenizer
-from .configuration_tinygpt import TinyGPTConfig
-from .modeling_tinygpt import PositionScheme, TinyGPTForCausalLM, apply_rotary
+try:
+    from matplotlib.figure import Figure
+except ImportError as error:
+    raise needs_extra("plots", error) from error
+
+from ..checkpoints.bundled import gpt2_tokenizer
+from ..checkpoints.reading import read_config_dict, read_tinygpt_config, reading_checkpoint
+from ..model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
+from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM, apply_rotary
 
 PICTURES = {
     "learned": ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position"),
@@ -51,7 +57,8 @@ WHERE_POSITIONS_ACT = {
 # ---- loading ---------------------------------------------------------------------------------------------------
 
 
-def load_for_plots(model_or_config: str, scheme: str | None = None, *, seed: int = 0, **config_overrides):
+def load_for_plots(model_or_config: str, scheme: str | None = None, *, seed: int = 0, hub_kwargs: dict | None = None,
+                   **config_overrides):  # fmt: skip
     """(model in eval mode and float32, label for titles) from any of:
 
     - a bare scheme name ("learned", "sinusoidal", "rope", "alibi", "none"): an untrained TinyGPT of `BARE_CONFIG`
@@ -69,9 +76,7 @@ def load_for_plots(model_or_config: str, scheme: str | None = None, *, seed: int
         config = TinyGPTConfig(**{**BARE_CONFIG, **config_overrides, "position_embedding_type": source})
         return _untrained(config, seed, "untrained TinyGPT")
     if os.path.isfile(source):
-        from .cli import load_config  # reads tinygpt and GPT-2 config.json files alike
-
-        config = load_config(source)
+        config = read_tinygpt_config(source)  # tinygpt and GPT-2 config.json files alike
         if scheme is not None or config_overrides:
             fields = {**config.to_dict(), **config_overrides}
             if scheme is not None:
@@ -83,15 +88,15 @@ def load_for_plots(model_or_config: str, scheme: str | None = None, *, seed: int
     if config_overrides:
         raise ValueError(f"{source}: a checkpoint's shape is fixed by its weights; cannot apply {config_overrides}")
 
-    from .gpt2_layout import read_config_dict
-
-    config_dict = read_config_dict(source)
-    if config_dict is None:
+    try:
+        config_dict = read_config_dict(source, **(hub_kwargs or {}))
+    except FileNotFoundError:
         raise FileNotFoundError(
             f"{source}: not a scheme name ({', '.join(POSITION_SCHEMES)}), a config.json file, a model folder or a "
             "reachable Hub id"
-        )
-    model = TinyGPTForCausalLM.from_pretrained(source).float().eval()
+        ) from None
+    with reading_checkpoint(source):
+        model = TinyGPTForCausalLM.from_pretrained(source, **(hub_kwargs or {})).float().eval()
     found = model.config.position_embedding_type
     if scheme not in (None, found):
         raise ValueError(f"{source} has {found} positions (fixed by its weights), not {scheme}")
@@ -139,6 +144,9 @@ def _requires(model, picture: str):
         raise ValueError(f"{picture} applies to {', '.join(applies)} positions, not {_scheme(model)}")
 
 
+MAX_PLOTTED_POSITIONS = 8192
+
+
 def _positions(model, max_positions: int | None) -> int:
     """How many positions to plot: `max_positions`, default n_positions; learned has no rows past n_positions."""
     n = model.config.n_positions if max_positions is None else int(max_positions)
@@ -146,6 +154,8 @@ def _positions(model, max_positions: int | None) -> int:
         raise ValueError(f"max_positions must be at least 1, got {n}")
     if _scheme(model) == "learned" and n > model.config.n_positions:
         raise ValueError(f"learned positions have n_positions={model.config.n_positions} rows; cannot plot {n}")
+    if n > MAX_PLOTTED_POSITIONS:  # the similarity pictures are positions × positions
+        raise ValueError(f"cannot plot {n} positions: at most {MAX_PLOTTED_POSITIONS} (pass a smaller --max-positions)")
     return n
 
 

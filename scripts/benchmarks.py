@@ -54,7 +54,7 @@ _IMPORTS = """
 import torch
 from transformers import GPT2LMHeadModel
 from hf_tinygpt import TinyGPTForCausalLM
-from hf_tinygpt.convert import gpt2_to_tinygpt
+from hf_tinygpt.checkpoints.convert import gpt2_to_tinygpt
 """
 
 
@@ -75,7 +75,7 @@ def conversion_benchmark(work_dir: str | os.PathLike, gpt2_config: dict | None =
     weight, so memory-mapped tensors count in full."""
     from transformers import GPT2LMHeadModel
 
-    from .verify import random_gpt2_folder
+    from hf_tinygpt.checkpoints.verify import random_gpt2_folder
 
     work = Path(work_dir)
     gpt2_st, gpt2_bin = work / "gpt2-safetensors", work / "gpt2-bin"
@@ -190,8 +190,8 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
     import torch
     from transformers import GPT2LMHeadModel
 
-    from .compiled_decoding import CompiledDecoder
-    from .modeling_tinygpt import TinyGPTForCausalLM
+    from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
+    from hf_tinygpt import TinyGPTForCausalLM
 
     torch.manual_seed(seed)
     result = {"threads": torch.get_num_threads(), "rows": []}
@@ -291,7 +291,7 @@ def format_speed_table(result: dict) -> str:
 def run_speed_benchmark(model: str | None = None, out_json: str | None = None, gpt2_config: dict | None = None,
                         load_memory: bool = True, **kwargs) -> dict:  # fmt: skip
     """The whole benchmark on `model` (a GPT-2 folder), or on a GPT-2-small-shaped one made here with a seed."""
-    from .verify import random_gpt2_folder
+    from hf_tinygpt.checkpoints.verify import random_gpt2_folder
 
     with tempfile.TemporaryDirectory() as scratch:
         folder = model or random_gpt2_folder(scratch, seed=kwargs.get("seed", 0), **(gpt2_config or {}))

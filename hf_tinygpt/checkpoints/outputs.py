@@ -8,11 +8,12 @@
   `force` is not set, or if it holds anything this tool does not write: `--force` replaces an earlier output of
   hf-tinygpt, never a folder of the user's.
 - A lock (`.OUT.lock`, beside OUT) keeps a second writer of the same OUT out for the whole run.
-- The new folder is built in a sibling `.OUT.partial-*` (with the umask's permissions) and moved in with one
-  rename: `renameat2(RENAME_NOREPLACE)` without force (so an OUT that appeared meanwhile is never replaced),
-  `RENAME_EXCHANGE` with it (so OUT is at every instant the complete old or the complete new folder). The old
-  folder is deleted last. Where the kernel or file system lacks renameat2, two renames do it, and the next writer
-  puts the old folder back if a kill fell between them.
+- The new folder is built in a sibling `.OUT.partial-*`, given the umask's permissions (safetensors alone would
+  leave the weights readable by their owner only), and moved in with one rename: `renameat2(RENAME_NOREPLACE)`
+  without force (so an OUT that appeared meanwhile is never replaced), `RENAME_EXCHANGE` with it (so OUT is at
+  every instant the complete old or the complete new folder). The old folder is deleted last. Where the kernel
+  or file system lacks renameat2, two renames do it, and the next writer puts the old folder back if a kill fell
+  between them.
 - Partial and old folders left behind by a killed run are removed by the next writer of that OUT.
 """
 
@@ -43,6 +44,7 @@ MODEL_FOLDER = (
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
 RUN_FOLDER = ("checkpoints", "model", "summary.json", ".summary.json.partial", ".model.lock", ".model.partial-*",
               ".model.old-*")  # fmt: skip
+PICTURES_FOLDER = ("*.png", "*.svg")
 MODEL_TYPES = ("tinygpt", "gpt2")
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE, _AT_FDCWD = 1, 2, -100
@@ -95,6 +97,9 @@ def check_output(out, *, force: bool = False, protect: Iterable = (), kind: tupl
             raise ValueError(f"output {out} {relation} {what}: writing there could destroy it; choose another output")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise FileExistsError(f"{out} exists and is not a folder; hf-tinygpt will not replace it, even with --force")
+    if out.exists() and reuse and (foreign := _is_earlier_output(out, kind)):
+        raise FileExistsError(f"{out} holds {', '.join(foreign[:5])}, which hf-tinygpt does not write: it is not an "
+                              "earlier output of this tool, so it is not continued")  # fmt: skip
     if out.exists() and not reuse:
         if not force:
             raise FileExistsError(f"{out} exists; pass --force to replace it")
@@ -146,6 +151,24 @@ def clean_leftovers(out: Path):
         os.rename(old.pop(), out)
     for folder in [*old, *_leftovers(out, "partial")]:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _umask() -> int:
+    try:  # Linux reports it without changing it
+        with open("/proc/self/status") as status:
+            return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def give_umask_permissions(folder: Path):
+    """Files and folders as any other program makes them under the umask (safetensors writes its files 0600)."""
+    mask = _umask()
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def _new_staging(out: Path) -> Path:
@@ -200,6 +223,7 @@ def output_folder(out, *, force: bool = False, protect: Iterable = (),
         staging = _new_staging(out)
         try:
             yield staging
+            give_umask_permissions(staging)
             move_into_place(staging, out, replace=force)
         except (OSError, SafetensorError) as error:
             shutil.rmtree(staging, ignore_errors=True)

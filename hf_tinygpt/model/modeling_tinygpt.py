@@ -28,12 +28,15 @@ from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_tinygpt import TinyGPTConfig
-from .gpt2_layout import HUB_KWARGS, gpt2_checkpoint_as_tinygpt
+from .configuration_tinygpt import GPT2CheckpointFound, TinyGPTConfig, loading_tinygpt_weights
+from .gpt2_layout import LEGACY_BUFFERS, gpt2_state_dict_to_tinygpt, tinygpt_fields_of_gpt2
+
+# What `from_pretrained` passes on to the Hub (for a GPT-2 checkpoint read by GPT2LMHeadModel).
+HUB_KWARGS = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder")
 
 # transformers 5.24 renamed the cache argument and output field from `past_key_values` to `cache`: accept both
 # on the way in, and fill whichever field this version's output classes have on the way out.
-_CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -46,6 +49,8 @@ _CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields_
 
 class PositionScheme(nn.Module):
     """No position information (NoPE). The other schemes override the one place where they act."""
+
+    needs_attention_bias = False  # True: the causal mask must be materialised so that a bias can be added to it
 
     def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
@@ -183,6 +188,8 @@ class AlibiPositions(PositionScheme):
     Distances are counted in cache slots. With left padding the real tokens are contiguous, so slot distances
     equal token distances, and padding slots are masked anyway.
     """
+
+    needs_attention_bias = True
 
     def __init__(self, config: TinyGPTConfig):
         super().__init__()
@@ -402,7 +409,7 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
             hidden_states = hidden_states + self.wte(token_type_ids)
         hidden_states = self.drop(hidden_states)
 
-        needs_bias = isinstance(self.wpe, AlibiPositions)
+        needs_bias = self.wpe.needs_attention_bias
         # The cache is passed positionally: its keyword is `cache` on transformers >= 5.24, `past_key_values` before.
         attention_mask = create_causal_mask(
             self.config, inputs_embeds, attention_mask, cache, position_ids, allow_is_causal_skip=not needs_bias
@@ -416,7 +423,7 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
                 hidden_states, attention_mask, cache=cache, rotary=rotary, position_ids=position_ids, **kwargs
             )
         hidden_states = self.ln_f(hidden_states)
-        return BaseModelOutputWithPast(last_hidden_state=hidden_states, **{_CACHE_FIELD: cache if use_cache else None})
+        return BaseModelOutputWithPast(last_hidden_state=hidden_states, **{CACHE_FIELD: cache if use_cache else None})
 
 
 class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
@@ -434,25 +441,24 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """Load a tinygpt folder or Hub repo, or a GPT-2 one (`model_type: gpt2`, converted on the fly).
 
-        Unlike plain transformers, a checkpoint that lacks some of the model's tensors, or holds tensors the model
-        has no place for, is an error, not a warning: nothing is ever silently random-initialised or dropped.
-        """
-        hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
-        gpt2 = gpt2_checkpoint_as_tinygpt(pretrained_model_name_or_path, **hub_kwargs)
-        if gpt2 is not None:
-            config, state_dict = gpt2
-            if isinstance(kwargs.get("config"), TinyGPTConfig):
-                config = kwargs["config"]
-            kwargs = {key: value for key, value in kwargs.items() if key not in HUB_KWARGS and key != "config"}
-            for field in [key for key in kwargs if key in TinyGPTConfig.__dataclass_fields__]:
-                setattr(config, field, kwargs.pop(field))  # config overrides, as transformers applies them
-            pretrained_model_name_or_path, kwargs["config"], kwargs["state_dict"] = None, config, state_dict
-
+        Unlike plain transformers, a checkpoint whose tensors do not fit the model (missing, unexpected or wrongly
+        shaped ones) is an error that lists them: nothing is ever silently random-initialised or dropped."""
         wants_info = kwargs.pop("output_loading_info", False)
         ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
-        model, info = super().from_pretrained(  # mismatches are collected here and raised below, by name
-            pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
-        )
+        reading = loading_tinygpt_weights.set(True)
+        try:  # transformers reads config.json once, as for any model; a GPT-2 one comes back before any weight
+            model, info = super().from_pretrained(  # mismatches are collected here and raised below, by name
+                pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
+                **kwargs,
+            )  # fmt: skip
+        except GPT2CheckpointFound as found:
+            loading_tinygpt_weights.reset(reading)
+            reading = None
+            model, info = cls._from_gpt2_checkpoint(pretrained_model_name_or_path, found.gpt2_config, *model_args,
+                                                    **kwargs)  # fmt: skip
+        finally:
+            if reading is not None:
+                loading_tinygpt_weights.reset(reading)
         mismatched = [] if ignore_mismatched else [  # (name, checkpoint shape, model shape)
             f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
             for key, theirs, ours in info["mismatched_keys"]
@@ -465,6 +471,30 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
                 f"Wrong shape: {sorted(mismatched)}."
             )
         return (model, info) if wants_info else model
+
+    @classmethod
+    def _from_gpt2_checkpoint(cls, pretrained_model_name_or_path, gpt2_config: dict, *model_args, **kwargs):
+        """Read a GPT-2 checkpoint with transformers' own GPT2LMHeadModel (any layout it reads: safetensors or
+        pickles, sharded, local or on the Hub), then map its tensors onto TinyGPT (`gpt2_layout`: transposed views,
+        no copy). Returns (model, loading info in TinyGPT's names)."""
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = kwargs.pop("config", None)
+        if not isinstance(config, TinyGPTConfig):
+            config = TinyGPTConfig.from_dict(tinygpt_fields_of_gpt2(gpt2_config))
+        for field in [key for key in kwargs if key in TinyGPTConfig.__dataclass_fields__ and key != "dtype"]:
+            setattr(config, field, kwargs.pop(field))  # config overrides, as transformers applies them
+        hub_kwargs = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
+        gpt2, info = GPT2LMHeadModel.from_pretrained(
+            pretrained_model_name_or_path, config=GPT2Config.from_dict(gpt2_config), output_loading_info=True,
+            ignore_mismatched_sizes=True, **hub_kwargs,
+        )  # fmt: skip
+        info["unexpected_keys"] = [key for key in info["unexpected_keys"] if not key.endswith(LEGACY_BUFFERS)]
+        state_dict = gpt2_state_dict_to_tinygpt(gpt2.state_dict())
+        del gpt2
+        model, ours = super().from_pretrained(None, *model_args, config=config, state_dict=state_dict,
+                                              output_loading_info=True, **kwargs)  # fmt: skip
+        return model, {key: [*info[key], *ours[key]] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}
 
     @can_return_tuple
     def forward(
@@ -507,7 +537,7 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
-            **{_CACHE_FIELD: getattr(outputs, _CACHE_FIELD)},
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
         )
 
 

@@ -28,7 +28,7 @@ import weakref
 import torch
 from transformers import CompileConfig, StaticCache
 
-from .modeling_tinygpt import _CACHE_FIELD
+from ..model.modeling_tinygpt import CACHE_FIELD
 
 # Inductor settings in force while the decoding step compiles (and recompiles). `torch.compile(options=...)` does
 # not apply `freezing` in torch 2.13, so they are patched into inductor's config around each `generate` instead.
@@ -111,4 +111,4 @@ class CompiledDecoder:
             self.cache.reset()
             with torch._inductor.config.patch(INDUCTOR_SETTINGS), torch._dynamo.config.patch(DYNAMO_SETTINGS):
                 return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
-                                           **{_CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip
+                                           **{CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip

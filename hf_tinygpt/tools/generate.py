@@ -6,18 +6,24 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer, set_seed
 
-from . import DEFAULT_MODEL_DIR, gpt2_tokenizer
-from .convert import has_tokenizer
+from ..checkpoints.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer
+from ..checkpoints.reading import check_finite, has_tokenizer, reading_checkpoint
 
 
 def load_for_generation(model: str | None = None, **hub_kwargs):
     """(model, tokenizer) for a tinygpt or GPT-2 folder or Hub id; None means the shipped default model. A model
     without tokenizer files (the default one) gets the bundled GPT-2 tokenizer."""
     source = str(model or DEFAULT_MODEL_DIR)
-    loaded = AutoModelForCausalLM.from_pretrained(source, **hub_kwargs).eval()
-    if not has_tokenizer(source, **hub_kwargs):
-        return loaded, gpt2_tokenizer()
-    return loaded, AutoTokenizer.from_pretrained(source, **hub_kwargs)
+    with reading_checkpoint(source):
+        loaded = AutoModelForCausalLM.from_pretrained(source, **hub_kwargs).eval()
+        tokenizer = AutoTokenizer.from_pretrained(source, **hub_kwargs) if has_tokenizer(source, **hub_kwargs) else None
+    check_finite(loaded.state_dict(), source)  # NaN weights would fail deep inside sampling
+    if tokenizer is None:
+        tokenizer = gpt2_tokenizer()
+        if len(tokenizer) > loaded.config.vocab_size:
+            raise ValueError(f"{source} has no tokenizer files, and its vocabulary ({loaded.config.vocab_size} tokens) "
+                             "is smaller than the bundled GPT-2 tokenizer's: it needs its own tokenizer")  # fmt: skip
+    return loaded, tokenizer
 
 
 @torch.no_grad()
@@ -45,6 +51,10 @@ def generate_text(prompt: str, model=None, tokenizer=None, *, max_new_tokens: in
     return tokenizer.decode(output[0], skip_special_tokens=True)
 
 
+# Below this, logits / temperature overflow to inf in float32 and sampling has no distribution to draw from.
+MIN_TEMPERATURE = 1e-3
+
+
 def check_generation_options(prompt: str, *, max_new_tokens: int, temperature: float, top_k: int | None,
                              top_p: float | None):  # fmt: skip
     """A ValueError naming the flag for anything `generate` would silently ignore, misread or crash on."""
@@ -56,8 +66,9 @@ def check_generation_options(prompt: str, *, max_new_tokens: int, temperature: f
         raise ValueError("the prompt is not valid UTF-8 text: check the terminal's encoding") from None
     if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
         raise ValueError(f"--max-new-tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not (isinstance(temperature, (int, float)) and 0 <= temperature < math.inf):
-        raise ValueError(f"--temperature must be a finite number >= 0 (0: greedy decoding), got {temperature!r}")
+    if not (isinstance(temperature, (int, float)) and (temperature == 0 or MIN_TEMPERATURE <= temperature < math.inf)):
+        raise ValueError(f"--temperature must be 0 (greedy decoding) or a finite number >= {MIN_TEMPERATURE:g}, got "
+                         f"{temperature!r}")  # fmt: skip
     if top_k is not None and not (isinstance(top_k, int) and top_k >= 0):
         raise ValueError(f"--top-k must be an integer >= 0 (0: no limit), got {top_k!r}")
     if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):

@@ -5,7 +5,8 @@ import tempfile
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from .modeling_tinygpt import TinyGPTForCausalLM
+from ..model.modeling_tinygpt import TinyGPTForCausalLM
+from .reading import read_config_dict, reading_checkpoint
 
 
 @torch.no_grad()
@@ -37,14 +38,20 @@ def random_gpt2_folder(folder: str, seed: int = 0, **config) -> str:
     return folder
 
 
-def verify_gpt2_checkpoint(gpt2_folder: str | None, text: str, seed: int = 0) -> dict:
+def verify_gpt2_checkpoint(gpt2_folder: str | None, text: str, seed: int = 0, **hub_kwargs) -> dict:
     """Load a GPT-2 folder (or, with None, a random GPT-2 small made here) with both libraries and compare."""
-    from . import gpt2_tokenizer
+    from .bundled import gpt2_tokenizer
 
     with tempfile.TemporaryDirectory() as scratch:
         folder = gpt2_folder or random_gpt2_folder(scratch, seed=seed)
-        gpt2 = GPT2LMHeadModel.from_pretrained(folder).eval()
-        tiny = TinyGPTForCausalLM.from_pretrained(folder).eval()
+        model_type = read_config_dict(folder, **hub_kwargs).get("model_type")
+        if model_type != "gpt2":
+            raise ValueError(f"{folder}: model_type {model_type!r}: verify-gpt2 compares GPT-2 checkpoints")
+        if not text:
+            raise ValueError("--text is empty: give a prompt to compare the two models on")
+        with reading_checkpoint(folder):
+            gpt2 = GPT2LMHeadModel.from_pretrained(folder, **hub_kwargs).eval()
+            tiny = TinyGPTForCausalLM.from_pretrained(folder, **hub_kwargs).eval()
         tokenizer = gpt2_tokenizer()
         ids = torch.tensor([tokenizer(text).input_ids])
         result = compare_with_gpt2(tiny, gpt2, ids)

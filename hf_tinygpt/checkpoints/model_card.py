@@ -10,8 +10,8 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .configuration_tinygpt import TinyGPTConfig
-from .params import parameter_breakdown
+from ..model.configuration_tinygpt import TinyGPTConfig
+from ..model.params import parameter_breakdown
 
 TEMPLATES = {"conversion": "converted_gpt2.md", "training": "trained.md"}
 SAMPLE_PROMPT = "To be, or not to be"
@@ -23,7 +23,7 @@ def template_path(name: str) -> Path:
     try:
         return Path(str(resources.files("hf_tinygpt.model_cards") / name))
     except ModuleNotFoundError:  # editable install: the folder sits beside the package
-        return Path(__file__).resolve().parent.parent / "model_cards" / name
+        return Path(__file__).resolve().parents[2] / "model_cards" / name
 
 
 def architecture_table(config: TinyGPTConfig) -> str:

@@ -20,19 +20,27 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator
-from accelerate.utils import gather_object, set_seed
+from . import needs_extra
+
+try:
+    from accelerate import Accelerator
+    from accelerate.utils import gather_object, set_seed
+except ImportError as error:
+    raise needs_extra("train", error) from error
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
-from .configuration_tinygpt import TinyGPTConfig
-from .modeling_tinygpt import TinyGPTForCausalLM
-from .outputs import RUN_FOLDER, check_output, output_folder, run_folder
+from ..model.configuration_tinygpt import TinyGPTConfig
+from ..model.modeling_tinygpt import TinyGPTForCausalLM
+from ..checkpoints.outputs import RUN_FOLDER, check_output, output_folder, run_folder
 
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what --resume needs
 FINAL = "model"  # OUT/model: the complete tinygpt folder
+# The shape trained unless the settings' config says otherwise: small enough to train on a CPU in minutes (the
+# 50,257 × 64 tied head is most of its 3.4 M parameters). TinyGPTConfig's own defaults are GPT-2 small's 124 M.
+SMALL_MODEL = {"n_layer": 4, "n_embd": 64, "n_head": 4}
 
 
 @dataclass
@@ -81,12 +89,17 @@ class TrainingSettings:
                     or not math.isfinite(value) or (name == "learning_rate" and value == 0):  # fmt: skip
                 raise ValueError(f"{flag(name)} must be a finite number in [{low}, {high}]"
                                  f"{' and not 0' if name == 'learning_rate' else ''}, got {value!r}")  # fmt: skip
-        from .convert import DTYPES
+        from ..checkpoints.convert import DTYPES
 
         if self.save_dtype is not None and self.save_dtype not in DTYPES:
             raise ValueError(f"--save-dtype {self.save_dtype!r} is not one of {sorted(DTYPES)}")
         if not self.train:
             raise ValueError("--train needs at least one text file or folder")
+        known = {*TinyGPTConfig.__dataclass_fields__, *TinyGPTConfig.attribute_map, "rope_theta",
+                 "partial_rotary_factor", "rope_scaling"}  # fmt: skip
+        if unknown := sorted(set(self.config) - known):
+            raise ValueError(f"--config: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
+                             "TinyGPTConfig field(s) (a typo would otherwise be ignored)")  # fmt: skip
 
 
 # ---- data ----------------------------------------------------------------------------------------------------
@@ -95,10 +108,12 @@ class TrainingSettings:
 def text_files(paths: list[str], glob: str = "*.txt", exclude: list[str] = ()) -> list[Path]:
     """Files named directly, plus those matching `glob` in named folders (sorted), minus `exclude` (held out)."""
     held_out = {Path(p).resolve() for p in exclude}
+    if not glob or Path(glob).is_absolute():
+        raise ValueError(f"--glob must be a pattern relative to each --train folder, such as '*.txt', got {glob!r}")
     files = []
     for path in map(Path, paths):
         if path.is_dir():
-            files += sorted(path.glob(glob))
+            files += sorted(f for f in path.glob(glob) if f.is_file())
         elif path.is_file():
             files.append(path)
         else:
@@ -259,8 +274,8 @@ def _changed_settings(saved: dict, now: dict) -> list[str]:
 
 
 def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
-    fields = {"n_positions": settings.block_size, "vocab_size": vocab_size, "bos_token_id": eos_token_id,
-              "eos_token_id": eos_token_id, **settings.config}  # fmt: skip
+    fields = {**SMALL_MODEL, "n_positions": settings.block_size, "vocab_size": vocab_size,
+              "bos_token_id": eos_token_id, "eos_token_id": eos_token_id, **settings.config}  # fmt: skip
     config = TinyGPTConfig(**fields)
     if config.position_embedding_type == "learned" and config.n_positions < settings.block_size:
         raise ValueError(f"block_size {settings.block_size} > n_positions {config.n_positions} (learned positions)")
@@ -272,8 +287,7 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     OUT/model, its summary (loss history, validation perplexities, wall time) to OUT/summary.json.
 
     Everything that can be wrong with the settings, OUT or the data is found before the run folder is touched."""
-    from . import GPT2_TOKENIZER_DIR
-    from .convert import load_tokenizer
+    from ..checkpoints.bundled import load_tokenizer
 
     protect = [*settings.train, *settings.validation, settings.tokenizer]
     out = check_output(settings.out, force=settings.force, protect=protect, kind=RUN_FOLDER, reuse=settings.resume)
@@ -282,10 +296,13 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     if settings.batch_size % accelerator.num_processes:
         raise ValueError(f"batch size {settings.batch_size} does not split over {accelerator.num_processes} processes")
 
-    tokenizer_from = settings.tokenizer or str(GPT2_TOKENIZER_DIR)
+    tokenizer_from = settings.tokenizer or "gpt2"
     tokenizer = load_tokenizer(tokenizer_from)
     train_files = text_files(settings.train, settings.glob, exclude=settings.validation)
     train_blocks = pack(tokenize_files(train_files, tokenizer), settings.block_size, what=", ".join(settings.train))
+    if settings.batch_size > len(train_blocks):
+        raise ValueError(f"--batch-size {settings.batch_size} is more than the {len(train_blocks)} blocks of "
+                         f"{settings.block_size} tokens the training data holds: lower --batch-size or --block-size")  # fmt: skip
     validation = None
     if settings.validation:
         validation = tokenize_files([Path(p) for p in settings.validation], tokenizer)
@@ -419,9 +436,12 @@ def _write_final_model(model, folder: Path, settings, tokenizer_from, n_files, t
                        accelerator) -> float | None:  # fmt: skip
     """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, and a card whose validation
     perplexity is measured on the weights exactly as written."""
-    from .convert import DTYPES, save_model_folder
-    from .model_card import render_model_card
+    from ..checkpoints.convert import DTYPES, save_model_folder
+    from ..checkpoints.model_card import render_model_card
 
+    if bad := [key for key, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]:
+        raise ValueError(f"training diverged: {len(bad)} tensors hold inf or NaN ({', '.join(bad[:3])}, ...); nothing "
+                         f"written to {folder}; lower --lr")  # fmt: skip
     dtype = DTYPES.get(settings.save_dtype) if settings.save_dtype else None
     to_save = model if dtype is None else copy.deepcopy(model).to(dtype)
     with output_folder(folder, force=True) as staging:  # OUT/model is ours: the run folder is locked

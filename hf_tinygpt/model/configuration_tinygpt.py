@@ -1,15 +1,19 @@
 """TinyGPT configuration: GPT-2's hyper-parameters plus a choice of position scheme.
 
-This file is copied next to the weights by `save_pretrained`, so it must only import
-transformers (never `hf_tinygpt`): a saved folder loads with `trust_remote_code=True` anywhere.
+This file is copied next to the weights by `save_pretrained`, so it imports only transformers' public API and its
+siblings (never `hf_tinygpt`): a saved folder loads with `trust_remote_code=True` anywhere.
 """
 
+import contextvars
 import math
 import numbers
 
+import torch
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from .gpt2_layout import tinygpt_fields_of_gpt2
 
 def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -22,6 +26,20 @@ def _is_number(value) -> bool:
 POSITION_SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
 _ROPE_KWARGS = ("rope_theta", "partial_rotary_factor", "rope_scaling")
+
+
+# True while `TinyGPTForCausalLM.from_pretrained` reads a config: a GPT-2 one then means the weights need converting
+# too, so it is handed back to that method (`GPT2CheckpointFound`) before transformers reads any weight. This way a
+# tinygpt checkpoint costs exactly the requests transformers makes for any model: config.json is read once.
+loading_tinygpt_weights = contextvars.ContextVar("loading_tinygpt_weights", default=False)
+
+
+class GPT2CheckpointFound(Exception):
+    """The config.json `TinyGPTForCausalLM.from_pretrained` was given is GPT-2's (`model_type: gpt2`)."""
+
+    def __init__(self, gpt2_config: dict):
+        super().__init__("a GPT-2 checkpoint: its weights need converting")
+        self.gpt2_config = gpt2_config
 
 
 class TinyGPTConfig(PreTrainedConfig):
@@ -72,6 +90,16 @@ class TinyGPTConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
+        # What transformers' own __post_init__ reads first must have the right type, or it fails unhelpfully.
+        for name in ("rope_parameters", "rope_scaling"):
+            value = kwargs.get(name) if name == "rope_scaling" else self.rope_parameters
+            if value is not None and not isinstance(value, dict):
+                raise ValueError(f"{name} must be a dict (rope_type, rope_theta, ...), got {value!r}")
+        dtype = kwargs.get("dtype", kwargs.get("torch_dtype", getattr(self, "dtype", None)))
+        resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+        if dtype is not None and not (isinstance(resolved, torch.dtype) and resolved.is_floating_point):
+            raise ValueError(f"dtype must name a floating-point torch dtype such as 'float32' or 'bfloat16', got "
+                             f"{dtype!r}")  # fmt: skip
         if self.position_embedding_type not in POSITION_SCHEMES:
             raise ValueError(
                 f"position_embedding_type={self.position_embedding_type!r} is not one of {POSITION_SCHEMES}"
@@ -90,12 +118,48 @@ class TinyGPTConfig(PreTrainedConfig):
             self.rope_parameters = None  # the base class fills in a default one for every config
         self._check()
 
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs) -> tuple[dict, dict]:
+        """transformers' `get_config_dict`; a GPT-2 config.json reads as the TinyGPT with the same math (or, while
+        `TinyGPTForCausalLM.from_pretrained` runs, is handed back to it: its weights need converting too)."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if config_dict.get("model_type") == "gpt2" and loading_tinygpt_weights.get():
+            raise GPT2CheckpointFound(config_dict)
+        return cls._tinygpt_fields(config_dict), kwargs
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """transformers' `from_dict`; a GPT-2 config dict (`model_type: gpt2`) reads as the learned-position TinyGPT
+        with the same math (a ValueError names any GPT-2 option that changes the math)."""
+        return super().from_dict(cls._tinygpt_fields(config_dict), **kwargs)
+
+    @staticmethod
+    def _tinygpt_fields(config_dict: dict) -> dict:
+        return tinygpt_fields_of_gpt2(config_dict) if config_dict.get("model_type") == "gpt2" else config_dict
+
     def _check(self):
         """Every field checked for type and range, naming the field: a bad value fails here, not as NaN logits."""
         for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner"):
             value = getattr(self, name)
-            if (name != "n_inner" or value is not None) and not (_is_int(value) and value >= 1):
-                raise ValueError(f"{name} must be a positive integer{' or None' * (name == 'n_inner')}, got {value!r}")
+            if (name != "n_inner" or value is not None) and not (_is_int(value) and 1 <= value < 2**31):
+                raise ValueError(f"{name} must be a positive integer{' or None' * (name == 'n_inner')} below 2^31, "
+                                 f"got {value!r}")  # fmt: skip
+        inner = self.n_inner or 4 * self.n_embd
+        weights = (self.vocab_size + self.n_positions + self.n_layer * (4 * self.n_embd + 2 * inner)) * self.n_embd
+        if weights >= 2**40:
+            raise ValueError(f"this shape has about {weights:.3g} weights, more than any machine holds (vocab_size "
+                             f"{self.vocab_size}, n_positions {self.n_positions}, n_embd {self.n_embd}, n_layer "
+                             f"{self.n_layer})")  # fmt: skip
+        if not isinstance(self.activation_function, str) or self.activation_function not in ACT2FN:
+            raise ValueError(f"activation_function={self.activation_function!r} is not one of {sorted(ACT2FN)}")
+        for name in ("bos_token_id", "pad_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            ids = value if name == "eos_token_id" and isinstance(value, list) else [value]
+            if value is not None and not all(_is_int(i) and i >= 0 for i in ids):
+                raise ValueError(f"{name} must be a token id (an integer >= 0) or null, got {value!r}")
+        for name in ("scale_embeddings", "tie_word_embeddings", "use_cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
             if not (_is_number(getattr(self, name)) and 0 <= getattr(self, name) < 1):
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
@@ -103,12 +167,8 @@ class TinyGPTConfig(PreTrainedConfig):
             raise ValueError(f"layer_norm_epsilon must be a finite number > 0, got {self.layer_norm_epsilon!r}")
         if not (_is_number(self.initializer_range) and 0 <= self.initializer_range < math.inf):
             raise ValueError(f"initializer_range must be a finite number >= 0, got {self.initializer_range!r}")
-        if not isinstance(self.scale_embeddings, bool):
-            raise ValueError(f"scale_embeddings must be true or false, got {self.scale_embeddings!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if self.activation_function not in ACT2FN:
-            raise ValueError(f"activation_function={self.activation_function!r} is not one of {sorted(ACT2FN)}")
         if self.position_embedding_type == "sinusoidal" and self.n_embd % 2:
             raise ValueError(f"position_embedding_type='sinusoidal' needs an even n_embd, got {self.n_embd}")
         if self.position_embedding_type == "rope":

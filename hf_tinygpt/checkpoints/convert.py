@@ -12,23 +12,20 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, GenerationConfig, GPT2Config, GPT2LMHeadModel
 
-from .configuration_tinygpt import TinyGPTConfig
-from .gpt2_layout import (
-    HEAD,
-    PREFIX,
+from ..model.configuration_tinygpt import TinyGPTConfig
+from ..model.gpt2_layout import HEAD, PREFIX, gpt2_fields_of_tinygpt, gpt2_state_dict_to_tinygpt, tinygpt_state_dict_to_gpt2
+from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM
+from .bundled import load_tokenizer
+from .outputs import output_folder
+from .reading import (
     check_finite,
     check_state_dict,
-    gpt2_config_to_tinygpt,
-    gpt2_state_dict_to_tinygpt,
-    load_gpt2_checkpoint,
-    optional_file,
+    has_tokenizer,
     read_config_dict,
+    read_json_object,
     read_state_dict,
-    tinygpt_config_to_gpt2,
-    tinygpt_state_dict_to_gpt2,
+    reading_checkpoint,
 )
-from .modeling_tinygpt import PositionScheme, TinyGPTForCausalLM
-from .outputs import output_folder
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -49,7 +46,8 @@ class Source:
 def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None = None, **hub_kwargs) -> Source:
     """Read any supported GPT-2-family source into a TinyGPT config and state dict: every tensor present, shaped
     as the config says, floating-point and finite, or a ValueError naming what is not."""
-    source = _read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
+    with reading_checkpoint(src):
+        source = _read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
     check_finite(source.state_dict, str(src))
     return source
 
@@ -64,17 +62,11 @@ def _read_source(src: str, *, n_head: int | None, trim_vocab: int | None, **hub_
         raise ValueError(f"{src}: unknown checkpoint format {path.suffix!r} (expected .safetensors, .bin or .pt)")
 
     config_dict = read_config_dict(src, **hub_kwargs)
-    if config_dict is None:
-        raise FileNotFoundError(f"{src}: no config.json (expected a GPT-2 folder, Hub id, weights file or ckpt.pt)")
     if config_dict.get("model_type") != "gpt2":
         raise ValueError(f"{src}: model_type is {config_dict.get('model_type')!r}, not 'gpt2'")
-    config, state_dict = load_gpt2_checkpoint(src, config_dict, **hub_kwargs)
-    return Source(config, state_dict, "gpt2", src if has_tokenizer(src, **hub_kwargs) else None)
-
-
-def has_tokenizer(src, **hub_kwargs) -> bool:
-    """Whether a folder or Hub repo carries tokenizer files (fast `tokenizer.json` or BPE `vocab.json`)."""
-    return any(optional_file(src, name, **hub_kwargs) for name in ("tokenizer.json", "vocab.json"))
+    model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)  # transformers reads it; every tensor checked
+    state_dict = dict(model.state_dict())
+    return Source(model.config, state_dict, "gpt2", src if has_tokenizer(src, **hub_kwargs) else None)
 
 
 def _is_nanogpt_file(path: Path) -> bool:
@@ -91,13 +83,15 @@ def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
     """A lone GPT-2 weights file: a config.json beside it wins; otherwise the shapes give everything but the
     number of heads, which is n_embd / 64 for every released GPT-2 unless `n_head` says otherwise."""
     state_dict = gpt2_state_dict_to_tinygpt(read_state_dict(str(path)))
-    beside = read_config_dict(str(path.parent))
-    if beside is not None and beside.get("model_type") == "gpt2":
-        config = gpt2_config_to_tinygpt(beside)
+    beside = read_json_object(path.parent / "config.json") if (path.parent / "config.json").is_file() else {}
+    if beside.get("model_type") == "gpt2":
+        config = TinyGPTConfig.from_dict(beside)
     else:
         wte, wpe = state_dict.get(PREFIX + "wte.weight"), state_dict.get(PREFIX + "wpe.weight")
-        if wte is None or wpe is None:
-            raise ValueError(f"{path}: no wte.weight / wpe.weight tensors: not a GPT-2 checkpoint")
+        fc = state_dict.get(PREFIX + "h.0.mlp.c_fc.weight")
+        if wte is None or wpe is None or fc is None or not wte.dim() == wpe.dim() == fc.dim() == 2:
+            raise ValueError(f"{path}: no 2-D wte.weight, wpe.weight and h.0.mlp.c_fc.weight: not a GPT-2 checkpoint "
+                             "(a config.json beside it would say what it is)")  # fmt: skip
         n_layer = 1 + max(int(key.split(".")[2]) for key in state_dict if key.startswith(PREFIX + "h."))
         n_inner = state_dict[PREFIX + "h.0.mlp.c_fc.weight"].shape[0]
         n_embd = wte.shape[1]
@@ -127,6 +121,10 @@ def _read_nanogpt(path: Path, trim_vocab: int | None) -> Source:
         raise ValueError(f"{path}: 'model' and 'model_args' must be dicts (a nanoGPT checkpoint)")
     if missing := sorted({"vocab_size", "block_size", "n_embd", "n_layer", "n_head"} - args.keys()):
         raise ValueError(f"{path}: model_args lacks {', '.join(missing)}")
+    if not isinstance(args["vocab_size"], int):
+        raise ValueError(f"{path}: model_args['vocab_size'] is {args['vocab_size']!r}, not an integer")
+    if bad := [repr(k) for k, v in checkpoint["model"].items() if not (isinstance(k, str) and torch.is_tensor(v))]:
+        raise ValueError(f"{path}: 'model' must map tensor names to tensors; not so for {', '.join(bad[:5])}")
     vocab_size = trim_vocab or args["vocab_size"]
     if vocab_size > args["vocab_size"]:
         raise ValueError(f"--trim-vocab {vocab_size} is larger than the checkpoint's vocab_size {args['vocab_size']}")
@@ -171,15 +169,6 @@ def model_from_state_dict(config: TinyGPTConfig, state_dict: dict, dtype: torch.
     return model.eval()
 
 
-def load_tokenizer(tokenizer_from: str):
-    """The tokenizer of a folder or Hub id; the bundled GPT-2 files (which carry no tokenizer_config) by class."""
-    from . import GPT2_TOKENIZER_DIR, gpt2_tokenizer
-
-    if str(tokenizer_from) == str(GPT2_TOKENIZER_DIR):
-        return gpt2_tokenizer()
-    return AutoTokenizer.from_pretrained(tokenizer_from)
-
-
 def save_model_folder(model, folder: str | os.PathLike, *, tokenizer_from: str | None):
     """Save `model` + tokenizer + generation config into `folder` (a staging folder from `output_folder`)."""
     model.save_pretrained(folder)
@@ -192,8 +181,10 @@ SAMPLE_TEXT = "To be, or not to be, that is the question: Whether 'tis nobler in
 
 
 def sample_ids(folder, vocab_size: int) -> torch.Tensor:
-    """SAMPLE_TEXT through the folder's own tokenizer (ids folded into a tiny test vocabulary if need be)."""
-    return AutoTokenizer.from_pretrained(folder)(SAMPLE_TEXT, return_tensors="pt").input_ids % vocab_size
+    """SAMPLE_TEXT through the folder's own tokenizer, or the bundled GPT-2 one where it has none (ids folded into
+    a tiny test vocabulary if need be)."""
+    tokenizer = load_tokenizer(folder if has_tokenizer(folder) else "gpt2")
+    return tokenizer(SAMPLE_TEXT, return_tensors="pt").input_ids % vocab_size
 
 
 def _checked_delta(model_a, model_b, folder, tolerance: float) -> float:
@@ -220,14 +211,13 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
     """Convert any GPT-2-family source into a complete tinygpt folder with a model card; `tokenizer="gpt2"` uses
     the bundled BPE. With `verify_tolerance`, the written folder is read back and compared with transformers'
     `GPT2LMHeadModel` on the source's tensors before it is renamed into place. Returns (folder, source, Δ)."""
-    from . import GPT2_TOKENIZER_DIR
     from .model_card import render_model_card
 
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
     with output_folder(out, force=force, protect=[src]) as staging:  # checks OUT before any expensive work
         source = read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
-        tokenizer_from = str(GPT2_TOKENIZER_DIR) if tokenizer == "gpt2" else source.tokenizer_from
+        tokenizer_from = tokenizer or source.tokenizer_from
         if tokenizer_from is None:
             raise ValueError(f"{src} has no tokenizer files; pass --tokenizer gpt2 to bundle the GPT-2 BPE tokenizer")
         if base_model is None and source.kind == "gpt2" and not Path(src).exists():
@@ -248,7 +238,7 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
 
 def reference_gpt2(source: Source) -> GPT2LMHeadModel:
     """transformers' GPT2LMHeadModel on the source's own tensors: the reference `--verify` compares against."""
-    gpt2 = GPT2LMHeadModel(GPT2Config(**tinygpt_config_to_gpt2(source.config))).eval()
+    gpt2 = GPT2LMHeadModel(GPT2Config(**gpt2_fields_of_tinygpt(source.config))).eval()
     missing, unexpected = gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(source.state_dict), strict=False)
     if unexpected or set(missing) - {HEAD}:  # the head is tied: it is wte
         raise ValueError(f"GPT-2 reference: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
@@ -261,8 +251,9 @@ def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, verify_tolerance
     """A GPT-2-compatible tinygpt (learned positions, tied, unscaled) → a folder `GPT2LMHeadModel` loads. With
     `verify_tolerance`, the written folder is read back by `GPT2LMHeadModel` and compared before the rename."""
     with output_folder(out, force=force, protect=[src]) as staging:
-        model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)
-        gpt2_config = GPT2Config(**tinygpt_config_to_gpt2(model.config))  # ValueError naming what GPT-2 lacks
+        with reading_checkpoint(src):
+            model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)
+        gpt2_config = GPT2Config(**gpt2_fields_of_tinygpt(model.config))  # ValueError naming what GPT-2 lacks
         check_finite(model.state_dict(), str(src))
         with torch.device("meta"):
             gpt2 = GPT2LMHeadModel(gpt2_config)

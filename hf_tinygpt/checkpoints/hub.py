@@ -16,8 +16,8 @@ from huggingface_hub import HfApi, get_session, snapshot_download
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
-from .configuration_tinygpt import TinyGPTConfig
-from .gpt2_layout import read_config_dict
+from ..model.configuration_tinygpt import TinyGPTConfig
+from .reading import read_config_dict, read_json_object, reading_checkpoint
 from .outputs import output_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
@@ -37,18 +37,23 @@ def check_repo_id(repo_id: str) -> str:
 
 
 def _weight_files(folder: Path) -> list[str]:
+    """The weight files of a tinygpt folder: model.safetensors, or a sharded index and the shards it names (plain
+    `*.safetensors` names in the folder itself: an index naming `../elsewhere` is refused, never followed)."""
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [index.name, *shards]
-    return ["model.safetensors"]
+    if not index.is_file():
+        return ["model.safetensors"]
+    weight_map = read_json_object(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index}: no weight_map (tensor name → shard file)")
+    shards = sorted({str(name) for name in weight_map.values()})
+    if bad := [name for name in shards if Path(name).name != name or not name.endswith(".safetensors")]:
+        raise ValueError(f"{index}: shard names must be .safetensors files in the folder itself, got {bad}")
+    return [index.name, *shards]
 
 
 def _tinygpt_folder(src: str, **hub_kwargs) -> Path | None:
     """The local folder of a tinygpt SRC (a Hub id is downloaded through the HF cache), or None if SRC is GPT-2."""
     config = read_config_dict(src, **hub_kwargs)
-    if config is None:
-        raise FileNotFoundError(f"{src}: no config.json: not a model folder or Hub repo")
     if config.get("model_type") == "gpt2":
         return None
     if config.get("model_type") != TinyGPTConfig.model_type:
@@ -63,10 +68,9 @@ def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: s
     Nothing else goes: no optimizer states, logs, notes or stray files."""
     from transformers.dynamic_module_utils import custom_object_save
 
-    from . import GPT2_TOKENIZER_DIR
-    from .convert import load_tokenizer
+    from .bundled import load_tokenizer
     from .model_card import rerender_for
-    from .modeling_tinygpt import TinyGPTForCausalLM
+    from ..model.modeling_tinygpt import TinyGPTForCausalLM
 
     missing = [name for name in _weight_files(folder) if not (folder / name).is_file()]
     tokenizer_files = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
@@ -74,7 +78,8 @@ def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: s
         missing.append("tokenizer files (tokenizer.json or vocab.json + merges.txt; or pass --tokenizer gpt2)")
     if missing:
         raise FileNotFoundError(f"{folder}: cannot publish, missing: {', '.join(missing)}")
-    model = TinyGPTForCausalLM.from_pretrained(folder)  # raises, naming tensors, if the weights do not fit
+    with reading_checkpoint(folder):
+        model = TinyGPTForCausalLM.from_pretrained(folder)  # raises, naming tensors, if the weights do not fit
 
     custom_object_save(model, staging, config=model.config)  # the installed code files; fills in auto_map
     model.config.save_pretrained(staging)
@@ -84,13 +89,13 @@ def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: s
         shutil.copy2(folder / "generation_config.json", staging / "generation_config.json")
     else:
         GenerationConfig.from_model_config(model.config).save_pretrained(staging)
-    if tokenizer == "gpt2":
-        load_tokenizer(str(GPT2_TOKENIZER_DIR)).save_pretrained(staging)
+    if tokenizer is not None:
+        load_tokenizer(tokenizer).save_pretrained(staging)
     rerender_for(folder, model.config, repo_id).save(staging / "README.md")
 
 
 def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str | None = None,
-                  base_model: str | None = None, license: str = "mit", verify_tolerance: float = 1e-4,
+                  base_model: str | None = None, license: str = "mit", verify_tolerance: float = 1e-5,
                   force: bool = False, **hub_kwargs) -> dict[str, int]:  # fmt: skip
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
     any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
@@ -137,7 +142,8 @@ def network_timeout(seconds: float):
 def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str | None = None,
                 commit_message: str | None = None, create_pr: bool = False, token: str | None = None,
                 endpoint: str | None = None, tokenizer: str | None = None, base_model: str | None = None,
-                license: str = "mit", timeout: float = 60.0, on_staged=None):  # fmt: skip
+                license: str = "mit", verify_tolerance: float = 1e-5, timeout: float = 60.0,
+                on_staged=None):  # fmt: skip
     """Stage SRC for `repo_id`, create the repo (and branch `revision`) if needed, and upload everything in one
     commit (or pull request). `token=None` uses the token huggingface_hub already knows. Returns its CommitInfo.
     `on_staged(files)` is called with {path: bytes} once staging succeeded, before any network call.
@@ -152,7 +158,7 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
         staged = Path(scratch) / "staged"
         hub_kwargs = {} if token is None else {"token": token}  # also for reading a private Hub SRC
         files = stage_for_hub(src, staged, repo_id, tokenizer=tokenizer, base_model=base_model, license=license,
-                              **hub_kwargs)  # fmt: skip
+                              verify_tolerance=verify_tolerance, **hub_kwargs)  # fmt: skip
         if on_staged is not None:
             on_staged(files)
         api = HfApi(endpoint=endpoint, token=token)

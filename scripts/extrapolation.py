@@ -14,11 +14,9 @@ from pathlib import Path
 
 import torch
 
-from . import gpt2_tokenizer
-from .modeling_tinygpt import TinyGPTForCausalLM
-from .training import FINAL, TrainingSettings, perplexity, tokenize_files, train
-
-SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+from hf_tinygpt import POSITION_SCHEMES as SCHEMES
+from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt.tools.training import FINAL, TrainingSettings, perplexity, tokenize_files, train
 # Evaluated without retraining: the RoPE model with dynamic NTK scaling switched on at evaluation time.
 ROPE_SCALED = ("rope+dynamic-ntk", {"rope_type": "dynamic", "factor": 8.0})
 

@@ -1,0 +1,140 @@
+"""Reading checkpoints safely, and checking what they hold: JSON configs, tensors (pickles only with
+`weights_only=True`), and whether a state dict fits a config. Everything wrong is named."""
+
+import contextlib
+import json
+import pickle
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from huggingface_hub import file_exists
+from transformers import PreTrainedConfig
+
+from ..model.configuration_tinygpt import TinyGPTConfig
+from ..model.gpt2_layout import HEAD, TIED_TO
+from ..model.modeling_tinygpt import TinyGPTForCausalLM
+
+HUB_OPTIONS = ("revision", "token")  # what the command line passes on for a Hub id
+
+# What a malformed checkpoint (a truncated safetensors file, an index without weight_map, a config.json where a
+# weights file belongs, a garbage tokenizer.json) raises from deep inside transformers, safetensors or torch.
+MALFORMED = (KeyError, AttributeError, TypeError, IndexError, RuntimeError, SafetensorError, pickle.UnpicklingError,
+             UnicodeDecodeError, RecursionError)  # fmt: skip
+
+
+@contextlib.contextmanager
+def reading_checkpoint(source):
+    """Around code that reads someone else's checkpoint: a malformed one becomes a ValueError naming it (our own
+    ValueError and OSError, which already name what is wrong, pass through)."""
+    try:
+        yield
+    except MALFORMED as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(f"{source}: cannot read this checkpoint ({type(error).__name__}: {first_line})") from error
+
+
+def read_json_object(path, what: str | None = None) -> dict:
+    """A JSON file that must hold an object, or a ValueError naming the file and what is wrong with it."""
+    what = what or str(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{what} is not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} holds a JSON {type(value).__name__}, not an object of config fields")
+    return value
+
+
+def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
+    """The `config.json` of a folder or Hub repo as a dict (a FileNotFoundError or ValueError names what is wrong)."""
+    path = str(path_or_repo_id)
+    if Path(path).is_dir():
+        if not (Path(path) / "config.json").is_file():
+            raise FileNotFoundError(f"{path}: no config.json (expected a model folder)")
+        return read_json_object(Path(path) / "config.json", what=f"{path}/config.json")
+    if path.startswith(("/", ".")) or path.count("/") > 1 or Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such model folder (nor a Hub id)")
+    try:
+        config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
+    except OSError as error:
+        raise FileNotFoundError(f"{path}: no config.json there ({str(error).splitlines()[0]})") from None
+    return config_dict
+
+
+def read_tinygpt_config(model_or_config: str, **hub_kwargs) -> TinyGPTConfig:
+    """A TinyGPTConfig from a config.json file, a model folder or a Hub id (tinygpt or GPT-2)."""
+    if Path(model_or_config).is_file():
+        config_dict = read_json_object(model_or_config)
+    else:
+        config_dict = read_config_dict(model_or_config, **hub_kwargs)
+    model_type = config_dict.get("model_type")
+    if model_type not in (None, "gpt2", TinyGPTConfig.model_type):
+        raise ValueError(f"{model_or_config}: model_type {model_type!r} is neither tinygpt nor gpt2")
+    return TinyGPTConfig.from_dict(config_dict)  # a GPT-2 config reads as the TinyGPT with the same math
+
+
+def has_tokenizer(src, **hub_kwargs) -> bool:
+    """Whether a folder or Hub repo carries tokenizer files (fast `tokenizer.json` or BPE `vocab.json`)."""
+    names = ("tokenizer.json", "vocab.json")
+    if Path(src).is_dir():
+        return any((Path(src) / name).is_file() for name in names)
+    hub = {key: value for key, value in hub_kwargs.items() if key in HUB_OPTIONS}
+    return any(file_exists(str(src), name, **hub) for name in names)
+
+
+def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
+    """All tensors of one `.safetensors` or pickle file; pickles only with `weights_only=True` (no code runs)."""
+    try:
+        if weights_file.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            tensors = load_file(weights_file)
+        else:
+            try:
+                tensors = torch.load(weights_file, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as error:
+                if "_use_new_zipfile_serialization" not in str(error):
+                    raise
+                tensors = torch.load(weights_file, map_location="cpu", weights_only=True)  # pre-zip pickle: no mmap
+    except Exception as error:  # truncated, corrupt, or a pickle that wants to run code
+        raise ValueError(f"{weights_file}: cannot read the tensors ({type(error).__name__}: {error})") from error
+    if not isinstance(tensors, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in tensors.items()):
+        raise ValueError(f"{weights_file}: holds {type(tensors).__name__}, not a state dict (tensor names → tensors)")
+    return tensors
+
+
+def check_state_dict(config: TinyGPTConfig, state_dict: dict[str, torch.Tensor], source: str = "checkpoint"):
+    """Raise a ValueError listing every missing, unexpected, wrongly shaped or non-float tensor for `config`."""
+    with torch.device("meta"):
+        expected = {key: tensor.shape for key, tensor in TinyGPTForCausalLM(config).state_dict().items()}
+    if config.tie_word_embeddings:
+        expected.pop(HEAD)
+        if HEAD in state_dict and TIED_TO in state_dict and not torch.equal(state_dict[HEAD], state_dict[TIED_TO]):
+            raise ValueError(f"{source}: {HEAD} differs from {TIED_TO}, but the config ties them")
+        state_dict.pop(HEAD, None)
+    problems = []
+    if missing := sorted(expected.keys() - state_dict.keys()):
+        problems.append(f"missing tensors: {', '.join(missing)}")
+    if unexpected := sorted(state_dict.keys() - expected.keys()):
+        problems.append(f"unexpected tensors: {', '.join(unexpected)}")
+    wrong = [
+        f"{key} has shape {tuple(state_dict[key].shape)}, expected {tuple(shape)}"
+        for key, shape in expected.items()
+        if key in state_dict and state_dict[key].shape != shape
+    ]
+    if wrong:
+        problems.append("wrong shapes: " + "; ".join(wrong))
+    if not_float := sorted(f"{key} ({t.dtype})" for key, t in state_dict.items() if not t.is_floating_point()):
+        problems.append(f"not floating-point weights: {', '.join(not_float)}")
+    if problems:
+        raise ValueError(f"{source} does not match the config ({config.n_layer} layers, n_embd {config.n_embd}): "
+                         + " | ".join(problems))  # fmt: skip
+
+
+def check_finite(state_dict: dict[str, torch.Tensor], source: str = "checkpoint"):
+    """Raise a ValueError naming every tensor that holds inf or NaN: such weights only ever give NaN logits."""
+    bad = [key for key, tensor in state_dict.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
+    if bad:
+        raise ValueError(f"{source}: tensors with inf or NaN values: {', '.join(sorted(bad))}")
