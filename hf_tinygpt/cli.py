@@ -6,6 +6,7 @@ Conventions shared by every verb: a folder it writes is `--out DIR` (written ato
 """
 
 import argparse
+import contextlib
 import importlib.metadata
 import math
 import os
@@ -64,6 +65,20 @@ def add_output_arguments(parser: argparse.ArgumentParser, what: str):
 def add_tolerance_argument(parser: argparse.ArgumentParser, what: str):
     parser.add_argument("--tolerance", type=finite_at_least(0), default=1e-5,
                         help=f"largest max |Δlogits| against GPT2LMHeadModel {what} (fp32; bf16 weights need ~0.05)")  # fmt: skip
+
+
+@contextlib.contextmanager
+def no_progress_bars():
+    """transformers' progress bars off for a while (the setting is process-wide: put back as it was)."""
+    from transformers.utils import logging
+
+    was_enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            logging.enable_progress_bar()
 
 
 def hub_options(args) -> dict:
@@ -177,9 +192,9 @@ def add_push_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--license", default="mit", help="licence for the model card")
 
 
-def add_tokenizer_argument(parser: argparse.ArgumentParser):
-    parser.add_argument("--tokenizer", metavar="gpt2|PATH", help="the tokenizer to bundle: 'gpt2' (the GPT-2 BPE "
-                                                                 "shipped here), or a folder or Hub id (default: SRC's)")  # fmt: skip
+def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
+    parser.add_argument("--tokenizer", metavar="gpt2|PATH",
+                        help=f"{what}: 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id")  # fmt: skip
 
 
 def train_command(args) -> int:
@@ -196,7 +211,7 @@ def train_command(args) -> int:
         learning_rate=args.lr, min_lr_ratio=args.min_lr_ratio, warmup_steps=args.warmup_steps,
         weight_decay=args.weight_decay, grad_clip=args.grad_clip, bf16=args.bf16, seed=args.seed,
         eval_every=args.eval_every, save_every=args.save_every, save_dtype=args.save_dtype, resume=args.resume,
-        force=args.force, command=" ".join(["hf-tinygpt", *map(shlex.quote, sys.argv[1:])]),
+        force=args.force, command=args.command,
     )  # fmt: skip
     try:
         _, summary = train(settings)
@@ -210,13 +225,13 @@ def train_command(args) -> int:
 
 
 def add_train_arguments(parser: argparse.ArgumentParser):
-    from .tools.training import SMALL_MODEL
+    from .tools import SMALL_MODEL
 
     data = parser.add_argument_group("data")
     data.add_argument("--train", nargs="+", required=True, help="text files or folders (folders: files matching --glob)")
     data.add_argument("--validation", nargs="+", help="held-out text files (left out of --train folders)")
     data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use")
-    add_tokenizer_argument(data)
+    add_tokenizer_argument(data, "the tokenizer to train with (default: gpt2)")
     model = parser.add_argument_group(
         "model", "Default: a small model that trains on a CPU in minutes "
                  f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
@@ -250,13 +265,11 @@ def add_train_arguments(parser: argparse.ArgumentParser):
 
 
 def generate_command(args) -> int:
-    from transformers.utils.logging import disable_progress_bar
-
     from .tools.generate import generate_text, load_for_generation
 
-    disable_progress_bar()  # the continuation is the output: no "Loading weights" bar around it
     hub = hub_options(args)
-    model, tokenizer = load_for_generation(args.model, **hub)
+    with no_progress_bars():  # the continuation is the output: no "Loading weights" bar around it
+        model, tokenizer = load_for_generation(args.model, **hub)
     generate_text(args.prompt, model, tokenizer, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                   top_k=args.top_k or None, top_p=args.top_p, seed=args.seed)  # fmt: skip
     return 0
@@ -274,14 +287,11 @@ def add_generate_arguments(parser: argparse.ArgumentParser):
 
 
 def plot_positions_command(args) -> int:
-    from transformers.utils.logging import disable_progress_bar
-
+    from .checkpoints.outputs import PICTURES_FOLDER, output_folder
     from .tools.plots import load_for_plots, plot_positions, written_files
 
-    disable_progress_bar()
-    from .checkpoints.outputs import PICTURES_FOLDER, output_folder
-
-    model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
+    with no_progress_bars():
+        model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
     prompt = {} if args.prompt is None else {"prompt": args.prompt}
     with output_folder(args.out, force=args.force, kind=PICTURES_FOLDER) as staging:
         arrays = plot_positions(model, staging, svg=args.svg, seed=args.seed, n_dims=args.dims,
@@ -383,7 +393,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.command = shlex.join(["hf-tinygpt", *argv])  # for the card of a trained model
     try:
         return args.run(args)
     except (ValueError, OSError, ImportError, HfHubHTTPError) as error:

@@ -72,6 +72,21 @@ def hub_subprocess_env(hub, tmp_path, **extra) -> dict:
                   "HF_HUB_CACHE": str(tmp_path / "hf_cache"), **extra}  # fmt: skip
 
 
+@pytest.fixture
+def cli(capsys):
+    """`hf-tinygpt ARGS` in this process (the same `main` the console script runs): its exit code and output."""
+    from types import SimpleNamespace
+
+    from hf_tinygpt.cli import main
+
+    def run(*args):
+        code = main([str(arg) for arg in args])
+        printed = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=printed.out, stderr=printed.err)
+
+    return run
+
+
 @pytest.fixture(params=POSITION_SCHEMES)
 def scheme(request):
     return request.param

@@ -12,6 +12,8 @@ from torch._dynamo.utils import counters
 from hf_tinygpt import POSITION_SCHEMES, TinyGPTForCausalLM
 from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
 
+pytestmark = pytest.mark.slow  # every test here compiles (without autotuning: correctness, not speed)
+
 GREEDY = dict(do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
 
 
@@ -28,7 +30,8 @@ def test_compiled_decoding_equals_a_full_forward(scheme):
     model = tiny_model(scheme)
     prompt = torch.randint(1, VOCAB, (1, 9), generator=torch.Generator().manual_seed(1))
     eager = model.generate(prompt, max_new_tokens=12, min_new_tokens=12, **GREEDY)
-    compiled = CompiledDecoder(model, max_length=32).generate(prompt, max_new_tokens=12, min_new_tokens=12, **GREEDY)
+    decoder = CompiledDecoder(model, max_length=32, autotune=False)
+    compiled = decoder.generate(prompt, max_new_tokens=12, min_new_tokens=12, **GREEDY)
     assert torch.equal(compiled.sequences, eager.sequences)
     assert step_logits_against_full_forward(model, 9, compiled) < 1e-5
 
@@ -38,7 +41,8 @@ def test_compiled_decoding_of_gpt2_weights_matches_gpt2lmheadmodel(tmp_path):
     reference.save_pretrained(tmp_path / "gpt2")
     model = TinyGPTForCausalLM.from_pretrained(tmp_path / "gpt2")
     prompt = torch.randint(1, VOCAB, (1, 7), generator=torch.Generator().manual_seed(2))
-    compiled = CompiledDecoder(model, max_length=40).generate(prompt, max_new_tokens=20, min_new_tokens=20, **GREEDY)
+    decoder = CompiledDecoder(model, max_length=40, autotune=False)
+    compiled = decoder.generate(prompt, max_new_tokens=20, min_new_tokens=20, **GREEDY)
     assert step_logits_against_full_forward(reference, 7, compiled) < 1e-5
     eager = reference.generate(prompt, max_new_tokens=20, min_new_tokens=20, **GREEDY)
     assert torch.equal(compiled.sequences, eager.sequences)
@@ -48,7 +52,7 @@ def test_later_prompts_reuse_the_compiled_step_and_its_cache():
     """Freezing binds the compiled step to the decoder's cache: a new prompt must start from a clean cache, with
     no recompilation (a fresh StaticCache per call would silently keep writing into the first one)."""
     model = tiny_model("rope")
-    decoder = CompiledDecoder(model, max_length=32)
+    decoder = CompiledDecoder(model, max_length=32, autotune=False)
     prompts = [torch.randint(1, VOCAB, (1, n), generator=torch.Generator().manual_seed(n)) for n in (5, 11, 5)]
     decoder.generate(prompts[0], max_new_tokens=10)
     graphs = counters["stats"]["unique_graphs"]
@@ -66,7 +70,7 @@ def test_two_models_of_one_class_each_keep_their_own_compiled_step():
     prompt = torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert not torch.allclose(models[0](prompt).logits, models[1](prompt).logits, atol=1e-3)
-    decoders = [CompiledDecoder(model, max_length=32) for model in models]
+    decoders = [CompiledDecoder(model, max_length=32, autotune=False) for model in models]
     for _ in range(2):  # each compiles on its first call; both then run again, alternately
         for decoder, model in zip(decoders, models):
             compiled = decoder.generate(prompt, max_new_tokens=10, min_new_tokens=10, **GREEDY)
@@ -81,7 +85,7 @@ def test_decoders_of_one_model_share_a_cache_per_shape():
     # Different prompts, so that decoding from another decoder's cache would show.
     prompts = [torch.tensor([[1, 17, 42, 5]]), torch.tensor([[5, 9, 33, 21], [8, 60, 2, 3]]),
                torch.tensor([[3, 30, 12, 50]])]  # fmt: skip
-    decoders = [CompiledDecoder(model, batch_size=len(prompt), max_length=24) for prompt in prompts]
+    decoders = [CompiledDecoder(model, batch_size=len(prompt), max_length=24, autotune=False) for prompt in prompts]
     for _ in range(2):
         for decoder, prompt in zip(decoders, prompts):
             mask = torch.ones_like(prompt)
@@ -94,14 +98,15 @@ def test_after_the_weights_change_a_new_decoder_compiles_them_and_an_old_one_ref
     decoder's check the old step would keep decoding with the old weights."""
     model = tiny_model("rope")
     prompt = torch.tensor([[1, 17, 42, 5]])
-    old = CompiledDecoder(model, max_length=24)
+    old = CompiledDecoder(model, max_length=24, autotune=False)
     old.generate(prompt, max_new_tokens=8)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.mul_(1.5)
     with pytest.raises(ValueError, match="weights changed after this decoder was built"):
         old.generate(prompt, max_new_tokens=8)
-    compiled = CompiledDecoder(model, max_length=24).generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
+    decoder = CompiledDecoder(model, max_length=24, autotune=False)
+    compiled = decoder.generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
     assert step_logits_against_full_forward(model, 4, compiled) < 1e-5
 
 
@@ -110,7 +115,7 @@ def test_left_padded_batch_equals_single_sequences():
     short, long = [1, 17, 42], [5, 9, 33, 21, 8, 60]
     batch = torch.tensor([[0] * 3 + short, long])
     mask = torch.tensor([[0] * 3 + [1] * 3, [1] * 6])
-    decoder = CompiledDecoder(model, batch_size=2, max_length=24)
+    decoder = CompiledDecoder(model, batch_size=2, max_length=24, autotune=False)
     ten_greedy = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=0)
     out = decoder.generate(batch, attention_mask=mask, **ten_greedy)
     for row, prompt in zip(out, (short, long)):
@@ -120,11 +125,11 @@ def test_left_padded_batch_equals_single_sequences():
 
 def test_the_decoder_refuses_inputs_its_compiled_step_cannot_take():
     with pytest.raises(ValueError, match="max_length=65 exceeds n_positions=64"):
-        CompiledDecoder(tiny_model("learned"), max_length=65)
+        CompiledDecoder(tiny_model("learned"), max_length=65, autotune=False)
     with pytest.raises(ValueError, match="max_length=65 exceeds n_positions=64"):
-        CompiledDecoder(random_gpt2(), max_length=65)
-    CompiledDecoder(tiny_model("rope"), max_length=65)  # positions computed, not looked up: any length
-    decoder = CompiledDecoder(tiny_model(), max_length=16)
+        CompiledDecoder(random_gpt2(), max_length=65, autotune=False)
+    CompiledDecoder(tiny_model("rope"), max_length=65, autotune=False)  # positions computed, not looked up: any length
+    decoder = CompiledDecoder(tiny_model(), max_length=16, autotune=False)
     with pytest.raises(ValueError, match="built for batch size 1, got 2"):
         decoder.generate(torch.ones(2, 4, dtype=torch.long), max_new_tokens=2)
     with pytest.raises(ValueError, match=r"Prompt \(10 tokens\) \+ max_new_tokens \(7\) exceeds .*max_length=16"):
@@ -138,7 +143,7 @@ def test_decoders_are_safe_to_call_from_several_threads():
     from concurrent.futures import ThreadPoolExecutor
 
     model = tiny_model("learned")
-    decoders = [CompiledDecoder(model, max_length=32), CompiledDecoder(model, max_length=32)]
+    decoders = [CompiledDecoder(model, max_length=32, autotune=False) for _ in range(2)]
     prompts = [torch.randint(1, VOCAB, (1, 3 + i), generator=torch.Generator().manual_seed(i)) for i in range(6)]
     expected = [model.generate(p, max_new_tokens=16, min_new_tokens=16, **GREEDY).sequences for p in prompts]
     decoders[0].generate(prompts[0], max_new_tokens=16)  # compile once, before the threads start

@@ -34,6 +34,7 @@ def test_loads_through_auto_classes_and_is_gpt2_compatible():
     assert model.num_parameters() == hf_tinygpt.parameter_breakdown(model.config)["total"]
 
 
+@pytest.mark.slow
 def test_card_states_the_shipped_weights_measured_perplexity():
     card = ModelCard.load(CARD)
     training = card.data.tinygpt["training"]

@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "length_extrapolation.py"
 
 
+@pytest.mark.slow
 def test_quick_study_writes_csv_json_plot_and_marks_learned_beyond_its_rows(tmp_path):
     data = tmp_path / "data"
     data.mkdir()

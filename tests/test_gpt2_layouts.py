@@ -101,6 +101,7 @@ with torch.no_grad():
 """
 
 
+@pytest.mark.slow
 def test_private_sharded_hub_repo_over_http_with_revision_and_token(hub, tmp_path):
     """A Hub id through huggingface_hub's real HTTP path (tests/hub_server.py on loopback): a private repo whose
     `dev` branch holds a sharded checkpoint; the token and revision travel as transformers passes them."""
@@ -134,10 +135,10 @@ def run_script(name, *args):
     )
 
 
-def test_convert_gpt2_folder_round_trip_with_verify(tmp_path):
+def test_convert_gpt2_folder_round_trip_with_verify(tmp_path, cli):
     gpt2 = random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256)
     gpt2.save_pretrained(tmp_path / "gpt2")
-    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
+    out = cli("convert", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
                      "--verify", "--tolerance", "1e-5")  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "verify: max |Δlogits|" in out.stdout
@@ -147,22 +148,22 @@ def test_convert_gpt2_folder_round_trip_with_verify(tmp_path):
             "configuration_tinygpt.py", "tokenizer.json", "tokenizer_config.json"} <= files  # fmt: skip
     assert "auto_map" in json.loads((tmp_path / "tiny" / "config.json").read_text())
 
-    back = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", "--out", tmp_path / "back", "--verify")
+    back = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "back", "--verify")
     assert back.returncode == 0, back.stderr[-2000:]
     reloaded = GPT2LMHeadModel.from_pretrained(tmp_path / "back").eval()
     with torch.no_grad():
         assert (reloaded(IDS).logits - gpt2(IDS).logits).abs().max() <= 1e-5
 
 
-def test_existing_output_is_never_overwritten_without_force(tmp_path):
+def test_existing_output_is_never_overwritten_without_force(tmp_path, cli):
     random_gpt2().save_pretrained(tmp_path / "gpt2")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
-    args = ("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "out", "--tokenizer", "gpt2")
-    refused = run_script(*args)
+    args = ("convert", tmp_path / "gpt2", "--out", tmp_path / "out", "--tokenizer", "gpt2")
+    refused = cli(*args)
     assert refused.returncode == 2 and "exists; pass --force" in refused.stderr
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
-    forced = run_script(*args, "--force")  # --force replaces earlier outputs of hf-tinygpt, never the user's files
+    forced = cli(*args, "--force")  # --force replaces earlier outputs of hf-tinygpt, never the user's files
     assert forced.returncode == 2 and "keep.txt" in forced.stderr and "does not look like an earlier output" in forced.stderr
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
 
@@ -205,9 +206,9 @@ def nanogpt_checkpoint(path, *, bias=True, vocab=64, padded_vocab=72, compiled=F
 
 
 @pytest.mark.parametrize("bias, compiled", [(True, False), (False, True)])
-def test_nanogpt_checkpoint_converts_exactly(tmp_path, bias, compiled):
+def test_nanogpt_checkpoint_converts_exactly(tmp_path, bias, compiled, cli):
     reference = nanogpt_checkpoint(tmp_path / "ckpt.pt", bias=bias, compiled=compiled)
-    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "ckpt.pt", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
+    out = cli("convert", tmp_path / "ckpt.pt", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
                      "--trim-vocab", "64", "--verify", "--tolerance", "1e-5")  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     tiny = TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").eval()
@@ -270,20 +271,20 @@ def test_bad_sources_fail_clearly_and_leave_nothing(tmp_path, kind, capsys):
      ({"scale_embeddings": True}, "scale_embeddings=True"),
      ({"tie_word_embeddings": False}, "tie_word_embeddings=False")],
 )  # fmt: skip
-def test_export_to_gpt2_names_what_gpt2_cannot_express(tmp_path, fields, feature):
+def test_export_to_gpt2_names_what_gpt2_cannot_express(tmp_path, fields, feature, cli):
     from conftest import tiny_model
 
     tiny_model(**fields).save_pretrained(tmp_path / "tiny")
-    out = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", "--out", tmp_path / "gpt2")
+    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2")
     assert out.returncode == 2 and feature in out.stderr, out.stderr[-2000:]
     assert not (tmp_path / "gpt2").exists()
 
 
-def test_dtype_option_stores_bfloat16_weights(tmp_path):
+def test_dtype_option_stores_bfloat16_weights(tmp_path, cli):
     from safetensors import safe_open
 
     random_gpt2().save_pretrained(tmp_path / "gpt2")
-    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
+    out = cli("convert", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
                      "--dtype", "bfloat16", "--verify", "--tolerance", "0.05")  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     with safe_open(tmp_path / "tiny" / "model.safetensors", "pt") as f:
@@ -297,3 +298,14 @@ def test_old_non_zip_pickle_loads(tmp_path):
     gpt2.config.to_json_file(tmp_path / "config.json")
     torch.save(gpt2_tensors(gpt2), tmp_path / "pytorch_model.bin", _use_new_zipfile_serialization=False)
     assert_same_logits(TinyGPTForCausalLM.from_pretrained(tmp_path).eval(), gpt2)
+
+
+@pytest.mark.slow
+def test_the_conversion_scripts_are_the_convert_verb(tmp_path):
+    """scripts/convert_*.py in a fresh interpreter: the same `hf-tinygpt convert`, both ways, verified."""
+    random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(tmp_path / "gpt2")
+    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer",
+                     "gpt2", "--verify")  # fmt: skip
+    assert out.returncode == 0 and "verify: max |Δlogits|" in out.stdout, out.stderr[-2000:]
+    back = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", "--out", tmp_path / "back", "--verify")
+    assert back.returncode == 0 and "GPT2LMHeadModel format" in back.stdout, back.stderr[-2000:]

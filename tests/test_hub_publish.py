@@ -94,6 +94,7 @@ def test_gpt2_source_is_converted_verified_and_carded_with_its_base_model(tmp_pa
     assert "max |Δlogits| =" in card.text and f'model="{REPO}"' in card.text
 
 
+@pytest.mark.slow
 def test_staged_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path):
     model, folder = tinygpt_folder(tmp_path, scheme="rope")
     stage_for_hub(str(folder), tmp_path / "staged", REPO)
@@ -128,6 +129,7 @@ def card_snippet(card_text: str) -> str:
     return re.search(r"```python\n(.*?)```", card_text, re.S).group(1)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("online")
 def test_push_uploads_the_staged_folder_byte_for_byte_and_it_loads_over_http(hub, tmp_path):
     model, folder = tinygpt_folder(tmp_path, scheme="learned")
@@ -166,6 +168,7 @@ def test_private_repo_on_a_branch(hub, tmp_path):
                         cache_dir=tmp_path / "c2")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cli_push_opens_a_pull_request_and_never_reveals_the_token(hub, tmp_path):
     secret = HUB_TOKEN
     _, folder = tinygpt_folder(tmp_path)

@@ -155,6 +155,7 @@ def test_errors_map_to_huggingface_hub_exceptions(hub, api, folder, tmp_path):
     assert "hf_wrong" in hub.tokens_seen
 
 
+@pytest.mark.slow
 def test_transformers_loads_model_and_tokenizer_from_hub(hub, api, tmp_path):
     """A fresh interpreter with HF_ENDPOINT set: exactly how a user of the uploaded repo would load it."""
     from tokenizers import Tokenizer, models, pre_tokenizers

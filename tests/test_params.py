@@ -1,8 +1,5 @@
 """Where the parameters are: GPT-2 small must come to exactly 124,439,808 with its tied head."""
 
-import subprocess
-import sys
-
 from conftest import random_gpt2, tiny_model
 
 from hf_tinygpt import TinyGPTConfig, parameter_breakdown
@@ -35,32 +32,28 @@ def test_schemes_without_weights_have_no_position_parameters():
     assert untied["lm_head"] == 50257 * 768 and untied["total"] == 124_439_808 + 50257 * 768
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "hf_tinygpt.cli", *args], capture_output=True, text=True, timeout=120)
-
-
-def test_params_command_on_a_gpt2_folder_and_a_config_file(tmp_path):
+def test_params_command_on_a_gpt2_folder_and_a_config_file(tmp_path, cli):
     random_gpt2().save_pretrained(tmp_path / "gpt2")
-    out = run_cli("params", str(tmp_path / "gpt2"))
+    out = cli("params", str(tmp_path / "gpt2"))
     assert out.returncode == 0, out.stderr
     assert "learned positions, 2 layers, n_embd 32" in out.stdout
     total = parameter_breakdown(tiny_model())["total"]
     assert "total" in out.stdout and f"{total:,}" in out.stdout
 
     TinyGPTConfig().to_json_file(tmp_path / "small.json")
-    out = run_cli("params", str(tmp_path / "small.json"))
+    out = cli("params", str(tmp_path / "small.json"))
     assert out.returncode == 0 and "124,439,808" in out.stdout
 
 
-def test_params_command_reports_a_missing_path():
-    out = run_cli("params", "./no/such/folder")
+def test_params_command_reports_a_missing_path(cli):
+    out = cli("params", "./no/such/folder")
     assert out.returncode == 2 and "./no/such/folder: no such model folder" in out.stderr
 
 
-def test_verify_gpt2_command_on_the_4_36_checkpoint():
+def test_verify_gpt2_command_on_the_4_36_checkpoint(cli):
     from pathlib import Path
 
     folder = Path(__file__).parent / "fixtures" / "fake-gpt2-transformers-4.36"
-    out = run_cli("verify-gpt2", str(folder), "--tolerance", "1e-5")
+    out = cli("verify-gpt2", str(folder), "--tolerance", "1e-5")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "parameters: 102,640" in out.stdout and "OK: identical" in out.stdout

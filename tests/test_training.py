@@ -73,9 +73,9 @@ def test_pack_and_perplexity_agree_with_the_models_own_loss():
 # ---- runs ----------------------------------------------------------------------------------------------------
 
 
-def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_path):
+def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_path, cli):
     out = tmp_path / "run"
-    run = train_cli("--train", corpus, "--validation", corpus / "held_out.txt", *TINY, "--steps", 10, "--out", out,
+    run = cli("train", "--train", corpus, "--validation", corpus / "held_out.txt", *TINY, "--steps", 10, "--out", out,
                     "--position", "rope", "--save-dtype", "bfloat16", "--bf16")  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     model_dir = out / "model"
@@ -88,8 +88,9 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_p
     model = TinyGPTForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     held_out = torch.tensor(gpt2_tokenizer()((corpus / "held_out.txt").read_text()).input_ids + [50256])
     measured = perplexity(model, held_out, 32)
-    assert training["validation_perplexity"] == pytest.approx(measured, rel=1e-6)  # the shipped weights' figure
-    assert card.data.eval_results[0].metric_value == pytest.approx(measured, rel=1e-6, abs=0.005)
+    # The card's figure is the shipped (bf16) weights' own, measured again here: equal up to float32 summation order.
+    assert training["validation_perplexity"] == pytest.approx(measured, rel=1e-4)
+    assert card.data.eval_results[0].metric_value == pytest.approx(measured, rel=1e-4, abs=0.005)
     assert training["command"].startswith("hf-tinygpt train") and "--position rope" in training["command"]
     assert training["train_tokens"] > 0 and training["steps"] == 10
     assert f"Validation perplexity: {training['validation_perplexity']:.2f}" in card.text
@@ -97,10 +98,11 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_p
     assert [r["step"] for r in summary["history"]] == list(range(1, 11))
     assert summary["history"][-1]["train_loss"] < summary["history"][0]["train_loss"]  # it learned something
 
-    again = train_cli("--train", corpus, *TINY, "--steps", 2, "--out", out)  # never overwritten silently
+    again = cli("train", "--train", corpus, *TINY, "--steps", 2, "--out", out)  # never overwritten silently
     assert again.returncode == 2 and "--force" in again.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(corpus, tmp_path):
     """Dropout is on, so the RNG state must be restored too, not only weights, optimizer and schedule."""
     args = ["--train", corpus, "--validation", corpus / "held_out.txt", *TINY, "--dropout", "0.1", "--steps", 40,
@@ -148,6 +150,7 @@ if state.is_main_process:
 """
 
 
+@pytest.mark.slow
 def test_two_process_data_parallel_run_matches_one_process(corpus, tmp_path):
     """torchrun, 2 CPU processes (gloo): the ranks end identical, and match a 1-process run on the same global batch
     (to float rounding: all-reduced gradients are summed in another order). The learning-rate schedule must advance

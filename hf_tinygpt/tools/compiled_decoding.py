@@ -34,7 +34,8 @@ from ..model.modeling_tinygpt import CACHE_FIELD
 # not apply `freezing` in torch 2.13, so they are patched into inductor's config around each `generate` instead.
 # The last two keep autotuning from printing every candidate kernel's timing to stderr; older torch lacks them.
 _QUIET_AUTOTUNE = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
-INDUCTOR_SETTINGS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"} | {
+INDUCTOR_SETTINGS = {"freezing": True}
+AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"} | {
     key: value for key, value in _QUIET_AUTOTUNE.items() if hasattr(torch._inductor.config, key)
 }
 
@@ -62,16 +63,19 @@ class CompiledDecoder:
 
     Works for any transformers causal LM whose cache can be static: TinyGPT, and GPT2LMHeadModel for comparison.
     The model is switched to eager attention (see the module docstring); the first call compiles (tens of
-    seconds for GPT-2 small on 2 cores), later calls reuse the compiled step. Safe to call from several threads:
+    seconds for GPT-2 small on 2 cores; `autotune=False` skips timing candidate kernels, for a faster compile and
+    a slower step), later calls reuse the compiled step. Safe to call from several threads:
     calls run one at a time.
     """
 
-    def __init__(self, model, *, batch_size: int = 1, max_length: int | None = None):
+    def __init__(self, model, *, batch_size: int = 1, max_length: int | None = None, autotune: bool = True):
         self.model = model.eval()
         if model.config._attn_implementation != "eager":
             model.set_attn_implementation("eager")
         self.batch_size = batch_size
         self.max_length = max_length or model.config.n_positions
+        # Autotuning picks the fastest GEMM kernels by timing them: worth its compile time for speed, not for tests.
+        self.inductor_settings = INDUCTOR_SETTINGS | (AUTOTUNE_SETTINGS if autotune else {})
         # Learned positions stop at n_positions. The eager model says so itself, but that check is skipped inside
         # the compiled step, so it is made here, once (GPT-2's config has no position_embedding_type: learned).
         learned = getattr(model.config, "position_embedding_type", "learned") == "learned"
@@ -109,6 +113,6 @@ class CompiledDecoder:
                              "the old ones frozen in: build a new CompiledDecoder (it compiles again).")  # fmt: skip
         with _ONE_AT_A_TIME:
             self.cache.reset()
-            with torch._inductor.config.patch(INDUCTOR_SETTINGS), torch._dynamo.config.patch(DYNAMO_SETTINGS):
+            with torch._inductor.config.patch(self.inductor_settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
                 return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
                                            **{CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip

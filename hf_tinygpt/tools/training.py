@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from . import needs_extra
+from . import SMALL_MODEL, needs_extra
 
 try:
     from accelerate import Accelerator
@@ -38,9 +38,6 @@ from ..checkpoints.outputs import RUN_FOLDER, check_output, output_folder, run_f
 
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what --resume needs
 FINAL = "model"  # OUT/model: the complete tinygpt folder
-# The shape trained unless the settings' config says otherwise: small enough to train on a CPU in minutes (the
-# 50,257 × 64 tied head is most of its 3.4 M parameters). TinyGPTConfig's own defaults are GPT-2 small's 124 M.
-SMALL_MODEL = {"n_layer": 4, "n_embd": 64, "n_head": 4}
 
 
 @dataclass
@@ -291,8 +288,9 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
 
     protect = [*settings.train, *settings.validation, settings.tokenizer]
     out = check_output(settings.out, force=settings.force, protect=protect, kind=RUN_FOLDER, reuse=settings.resume)
-    # cpu=True where there is no accelerator: accelerate then also treats `torchrun` on CPUs as data-parallel (gloo)
-    accelerator = Accelerator(mixed_precision="bf16" if settings.bf16 else "no", cpu=not torch.accelerator.is_available())
+    # cpu=True where there is no accelerator: accelerate then also treats `torchrun` on CPUs as data-parallel (gloo).
+    # bf16 is torch's own autocast in the step, not accelerate's mixed_precision, which is fixed per process.
+    accelerator = Accelerator(cpu=not torch.accelerator.is_available())
     if settings.batch_size % accelerator.num_processes:
         raise ValueError(f"batch size {settings.batch_size} does not split over {accelerator.num_processes} processes")
 
@@ -384,7 +382,7 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
             indices = batch_indices(step, settings.batch_size, len(train_blocks), settings.seed)
             mine = indices[accelerator.process_index * per_process : (accelerator.process_index + 1) * per_process]
             ids = train_blocks[mine].to(accelerator.device)
-            with accelerator.autocast():
+            with torch.autocast(accelerator.device.type, dtype=torch.bfloat16, enabled=settings.bf16):
                 loss = model(input_ids=ids, labels=ids).loss
             lr = schedule.get_last_lr()[0]  # the rate this step uses
             accelerator.backward(loss)

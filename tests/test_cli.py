@@ -1,0 +1,71 @@
+"""`hf-tinygpt`: one convention across verbs, help that shows defaults and an example, and a version."""
+
+import importlib.metadata
+
+import pytest
+
+from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.cli import build_parser, main
+
+VERBS = ["generate", "params", "plot-positions", "verify-gpt2", "convert", "train", "push"]
+TAKES_A_HUB_MODEL = ["generate", "params", "plot-positions", "verify-gpt2", "convert", "push"]
+WRITES_A_FOLDER = ["plot-positions", "convert", "train", "push"]
+
+
+def options(verb: str) -> dict[str, object]:
+    """{--flag: its argparse action} for one verb."""
+    subparsers = next(a for a in build_parser()._actions if a.dest == "verb")  # argparse keeps them only here
+    return {flag: action for action in subparsers.choices[verb]._actions for flag in action.option_strings}
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hf-tinygpt {importlib.metadata.version('hf-tinygpt')}"
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_help_shows_defaults_and_an_example(verb, capsys):
+    with pytest.raises(SystemExit):
+        main([verb, "--help"])
+    text = capsys.readouterr().out
+    assert f"example:\n  hf-tinygpt {verb}" in text
+    for action in options(verb).values():
+        if action.default not in (None, False) and action.help and action.option_strings != ["-h", "--help"]:
+            assert f"(default: {action.default})" in " ".join(text.split()), action.option_strings
+
+
+def test_the_same_idea_has_the_same_flag_in_every_verb():
+    for verb in TAKES_A_HUB_MODEL:
+        assert {"--revision", "--token"} <= options(verb).keys(), verb
+    for verb in WRITES_A_FOLDER:
+        assert {"--out", "--force"} <= options(verb).keys(), verb
+    for verb in ["verify-gpt2", "convert", "push"]:
+        assert options(verb)["--tolerance"].default == 1e-5, verb
+    for verb in ["convert", "train", "push"]:
+        assert options(verb)["--tokenizer"].metavar == "gpt2|PATH", verb
+
+
+def test_train_defaults_to_a_small_model():
+    from hf_tinygpt.tools.training import TrainingSettings, build_config
+
+    args = build_parser().parse_args(["train", "--train", "texts", "--out", "run"])
+    settings = TrainingSettings(out=args.out, train=args.train, block_size=args.block_size)
+    config = build_config(settings, vocab_size=50257, eos_token_id=50256)
+    assert (config.n_layer, config.n_embd, config.n_head, args.steps) == (4, 64, 4, 500)
+    assert sum(p.numel() for p in TinyGPTForCausalLM(config).parameters()) < 4e6
+
+
+def test_push_dry_run_needs_out(capsys):
+    assert main(["push", "model", "me/tiny", "--dry-run"]) == 2
+    assert "--dry-run needs --out DIR" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_installed_console_script_runs():
+    import shutil
+    import subprocess
+
+    run = subprocess.run([shutil.which("hf-tinygpt"), "--version"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == f"hf-tinygpt {importlib.metadata.version('hf-tinygpt')}"

@@ -1,0 +1,90 @@
+"""The package's shape: layers that import only downwards, a model bundle on transformers' public API alone, and
+optional extras that fail with one line saying what to install."""
+
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+import hf_tinygpt
+from hf_tinygpt.cli import main
+
+PACKAGE = Path(hf_tinygpt.__file__).parent
+# Lower layers first; a module may import its own layer and the ones before it, never a later one.
+LAYERS = ["model", "checkpoints", "tools", "cli"]
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The hf_tinygpt modules a file imports (relative imports resolved), at any depth of the file."""
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{node.module}" if node.module else base
+                found |= {f"{module}.{alias.name}" if not node.module else module for alias in node.names}
+            elif node.module and node.module.startswith("hf_tinygpt"):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("hf_tinygpt")}
+    return found
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_layers_import_only_downwards():
+    for path in PACKAGE.rglob("*.py"):
+        own = layer_of(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+        if own is None:
+            continue  # the package's __init__ (the top: it re-exports the public API)
+        for module in imported_modules(path):
+            other = layer_of(module)
+            assert other is None or LAYERS.index(other) <= LAYERS.index(own), f"{path} imports {module}"
+
+
+def test_the_model_bundle_uses_only_public_transformers_api():
+    """The files that travel with every saved model import only torch, transformers and the standard library, no
+    underscore name from transformers, and pass no underscore keyword argument: a published repo keeps its copy of
+    this code forever. (The modeling hooks every in-tree model defines, such as `_init_weights` or
+    `config._attn_implementation`, are attributes of transformers' documented modeling interface, not imports.)"""
+    for name in ("configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py"):
+        tree = ast.parse((PACKAGE / "model" / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                top = node.module.split(".")[0]
+                assert top in ("torch", "transformers") or top in sys.stdlib_module_names, (name, node.module)
+                assert not any(part.startswith("_") for part in node.module.split(".")), (name, node.module)
+                assert not any(alias.name.startswith("_") for alias in node.names), (name, node.module)
+            if isinstance(node, ast.Call):
+                assert not any((k.arg or "").startswith("_") for k in node.keywords), (name, ast.unparse(node))
+
+
+def test_importing_the_package_needs_no_extra(monkeypatch):
+    for extra_package in ("accelerate", "matplotlib"):
+        monkeypatch.setitem(sys.modules, extra_package, None)  # as if not installed
+    for name in [name for name in sys.modules if name.startswith("hf_tinygpt")]:
+        monkeypatch.delitem(sys.modules, name)
+    importlib.import_module("hf_tinygpt.cli")
+    importlib.import_module("hf_tinygpt.checkpoints.convert")
+    importlib.import_module("hf_tinygpt.tools.generate")
+
+
+@pytest.mark.parametrize("verb, extra, package", [("train", "train", "accelerate"), ("plot-positions", "plots",
+                                                                                      "matplotlib")])  # fmt: skip
+def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, tmp_path, capsys, verb, extra, package):
+    for name in [name for name in sys.modules if name == package or name.startswith(package + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed, submodules included
+    monkeypatch.setitem(sys.modules, package, None)
+    monkeypatch.delitem(sys.modules, "hf_tinygpt.tools.training" if extra == "train" else "hf_tinygpt.tools.plots",
+                        raising=False)  # fmt: skip
+    args = {"train": ["train", "--train", str(tmp_path), "--out", str(tmp_path / "run")],
+            "plot-positions": ["plot-positions", "rope", "--out", str(tmp_path / "plots")]}[verb]  # fmt: skip
+    assert main(args) == 2
+    assert capsys.readouterr().err == (f"hf-tinygpt {verb}: error: this needs {package} (not installed): "
+                                       f"pip install 'hf-tinygpt[{extra}]'\n")  # fmt: skip
