@@ -64,7 +64,7 @@ def add_output_arguments(parser: argparse.ArgumentParser, what: str):
 
 def add_tolerance_argument(parser: argparse.ArgumentParser, what: str):
     parser.add_argument("--tolerance", type=finite_at_least(0), default=1e-5,
-                        help=f"largest max |Δlogits| against GPT2LMHeadModel {what} (fp32; bf16 weights need ~0.05)")  # fmt: skip
+                        help=f"largest max |Δlogits| against GPT2LMHeadModel {what} (for fp32; bf16 needs ~0.05)")  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -10,10 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, GenerationConfig, GPT2Config, GPT2LMHeadModel
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
 from ..model.configuration_tinygpt import TinyGPTConfig
-from ..model.gpt2_layout import HEAD, PREFIX, gpt2_fields_of_tinygpt, gpt2_state_dict_to_tinygpt, tinygpt_state_dict_to_gpt2
+from ..model.gpt2_layout import (
+    HEAD,
+    PREFIX,
+    gpt2_fields_of_tinygpt,
+    gpt2_state_dict_to_tinygpt,
+    tinygpt_state_dict_to_gpt2,
+)
 from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM
 from .bundled import load_tokenizer
 from .outputs import output_folder

@@ -6,7 +6,6 @@ logged or written into a staged file.
 """
 
 import contextlib
-import json
 import shutil
 import sys
 import tempfile
@@ -172,6 +171,8 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
                     commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
                 )  # fmt: skip
         except _transport_error() as error:
-            raise ConnectionError(f"pushing to {api.endpoint} failed: {type(error).__name__}: {error or 'no answer'} "
-                                  f"(timeout {timeout:g} s). The upload is one commit, so {repo_id} holds all of it or none "
-                                  "of it: look at the repo, then push again") from error  # fmt: skip
+            raise ConnectionError(
+                f"pushing to {api.endpoint} failed: {type(error).__name__}: {error or 'no answer'} (timeout "
+                f"{timeout:g} s). The upload is one commit, so {repo_id} holds all of it or none of it: look at the "
+                "repo, then push again"
+            ) from error

@@ -173,7 +173,8 @@ class TinyGPTConfig(PreTrainedConfig):
             raise ValueError(f"position_embedding_type='sinusoidal' needs an even n_embd, got {self.n_embd}")
         if self.position_embedding_type == "rope":
             if not isinstance(self.rope_parameters, dict):
-                raise ValueError(f"rope_parameters must be a dict (rope_type, rope_theta, ...), got {self.rope_parameters!r}")
+                raise ValueError(f"rope_parameters must be a dict (rope_type, rope_theta, ...), got "
+                                 f"{self.rope_parameters!r}")  # fmt: skip
             rope_type = self.rope_parameters.get("rope_type", "default")
             if rope_type not in ROPE_TYPES:
                 raise ValueError(f"rope_parameters['rope_type']={rope_type!r} is not one of {ROPE_TYPES}")

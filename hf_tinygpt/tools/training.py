@@ -246,7 +246,8 @@ def save_checkpoint(folder: Path, accelerator, model, optimizer, schedule, progr
             for rank, state in enumerate(rng_states):
                 torch.save(state, _rng_file(staging, rank))
             save_model(accelerator.unwrap_model(model), str(staging / WEIGHTS))
-            torch.save({"optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}, staging / TRAINING_STATE)
+            state = {"optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}
+            torch.save(state, staging / TRAINING_STATE)
             (staging / PROGRESS).write_text(json.dumps(progress, indent=2))
     accelerator.wait_for_everyone()
 
@@ -299,8 +300,10 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     train_files = text_files(settings.train, settings.glob, exclude=settings.validation)
     train_blocks = pack(tokenize_files(train_files, tokenizer), settings.block_size, what=", ".join(settings.train))
     if settings.batch_size > len(train_blocks):
-        raise ValueError(f"--batch-size {settings.batch_size} is more than the {len(train_blocks)} blocks of "
-                         f"{settings.block_size} tokens the training data holds: lower --batch-size or --block-size")  # fmt: skip
+        raise ValueError(
+            f"--batch-size {settings.batch_size} is more than the {len(train_blocks)} blocks of {settings.block_size} "
+            "tokens the training data holds: lower --batch-size or --block-size"
+        )
     validation = None
     if settings.validation:
         validation = tokenize_files([Path(p) for p in settings.validation], tokenizer)
