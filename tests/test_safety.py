@@ -1,8 +1,8 @@
 """Nothing lost, nothing run, every bad input named.
 
-Every verb that writes a folder goes through `hf_tinygpt.checkpoints.outputs`: OUT is refused before any work if writing it
-could destroy an input or something of the user's, it is built beside OUT and swapped in with one rename, and two
-writers cannot both win. The CLI cases run in-process through `main([...])`; the kill-at-every-step cases (each a
+Every verb that writes a folder goes through `hf_tinygpt.checkpoints.outputs`: OUT is refused before any work if
+writing it could destroy an input or something of the user's, it is built beside OUT and swapped in with one rename,
+and two writers cannot both win. The CLI cases run in-process through `main([...])`; the kill-at-every-step cases (each a
 fresh interpreter) are in `test_kills.py`.
 """
 
