@@ -147,13 +147,10 @@ def test_token_plus_position_is_what_the_first_block_sees(scheme, variant):
     assert len(set(result["ids"].tolist())) == len(set(result["tokens"]))
 
 
-def test_token_vs_position_picture_plots_those_arrays(tmp_path):
+def test_token_vs_position_picture_finds_the_repeated_token_or_says_there_is_none(tmp_path):
     model = tiny_model("learned")
-    plotted = plot_token_vs_position(model, tmp_path)
-    computed = token_vs_position(model)
-    for key in ("token", "position", "sum", "token_similarity", "sum_similarity"):
-        assert np.array_equal(plotted[key], computed[key])
-    assert plotted["pair"] == computed["pair"] == (4, 7)
+    plotted = plot_token_vs_position(model, tmp_path)  # its numbers are checked against the model just above
+    assert plotted["pair"] == (4, 7) and plotted["tokens"][4] == plotted["tokens"][7]
     assert is_png(tmp_path / "token_vs_position.png")
     none = token_vs_position(model, prompt="the cat sat on the mat")  # 'the' ≠ ' the': no repeated token
     assert none["pair"] is None and np.isnan(none["before"]) and np.isnan(none["after"])
