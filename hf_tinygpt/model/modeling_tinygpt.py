@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationMixin, GPT2Config, GPT2LMHeadModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
@@ -445,6 +445,7 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         shaped ones) is an error that lists them: nothing is ever silently random-initialised or dropped."""
         wants_info = kwargs.pop("output_loading_info", False)
         ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
+        gpt2_config = None
         reading = loading_tinygpt_weights.set(True)
         try:  # transformers reads config.json once, as for any model; a GPT-2 one comes back before any weight
             model, info = super().from_pretrained(  # mismatches are collected here and raised below, by name
@@ -452,13 +453,11 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
                 **kwargs,
             )  # fmt: skip
         except GPT2CheckpointFound as found:
-            loading_tinygpt_weights.reset(reading)
-            reading = None
-            model, info = cls._from_gpt2_checkpoint(pretrained_model_name_or_path, found.gpt2_config, *model_args,
-                                                    **kwargs)  # fmt: skip
+            gpt2_config = found.gpt2_config
         finally:
-            if reading is not None:
-                loading_tinygpt_weights.reset(reading)
+            loading_tinygpt_weights.reset(reading)
+        if gpt2_config is not None:
+            model, info = cls._from_gpt2_checkpoint(pretrained_model_name_or_path, gpt2_config, *model_args, **kwargs)
         mismatched = [] if ignore_mismatched else [  # (name, checkpoint shape, model shape)
             f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
             for key, theirs, ours in info["mismatched_keys"]
@@ -477,8 +476,6 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         """Read a GPT-2 checkpoint with transformers' own GPT2LMHeadModel (any layout it reads: safetensors or
         pickles, sharded, local or on the Hub), then map its tensors onto TinyGPT (`gpt2_layout`: transposed views,
         no copy). Returns (model, loading info in TinyGPT's names)."""
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         config = kwargs.pop("config", None)
         if not isinstance(config, TinyGPTConfig):
             config = TinyGPTConfig.from_dict(tinygpt_fields_of_gpt2(gpt2_config))
