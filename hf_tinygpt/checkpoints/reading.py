@@ -99,7 +99,8 @@ def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
                     raise
                 tensors = torch.load(weights_file, map_location="cpu", weights_only=True)  # pre-zip pickle: no mmap
     except Exception as error:  # truncated, corrupt, or a pickle that wants to run code
-        raise ValueError(f"{weights_file}: cannot read the tensors ({type(error).__name__}: {error})") from error
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(f"{weights_file}: cannot read the tensors ({type(error).__name__}: {first_line})") from error
     if not isinstance(tensors, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in tensors.items()):
         raise ValueError(f"{weights_file}: holds {type(tensors).__name__}, not a state dict (tensor names → tensors)")
     return tensors
