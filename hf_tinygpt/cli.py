@@ -16,6 +16,7 @@ import sys
 from huggingface_hub.errors import HfHubHTTPError
 
 from .checkpoints.reading import read_json_object, read_tinygpt_config
+from .model.configuration_tinygpt import POSITION_SCHEMES
 from .model.params import parameter_breakdown
 
 
@@ -238,7 +239,7 @@ def add_train_arguments(parser: argparse.ArgumentParser):
                  "learned positions). --config and these flags change it; flags win.",
     )  # fmt: skip
     model.add_argument("--config", help="JSON file of TinyGPTConfig fields")
-    model.add_argument("--position", choices=["learned", "sinusoidal", "rope", "alibi", "none"],
+    model.add_argument("--position", choices=POSITION_SCHEMES,
                        help="position scheme (default: learned)")  # fmt: skip
     model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
     model.add_argument("--n-embd", type=int, help=f"width (default: {SMALL_MODEL['n_embd']})")

@@ -26,6 +26,7 @@ from .outputs import output_folder
 from .reading import (
     check_finite,
     check_state_dict,
+    describe,
     has_tokenizer,
     read_config_dict,
     read_json_object,
@@ -118,8 +119,7 @@ def _read_nanogpt(path: Path, trim_vocab: int | None) -> Source:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as error:  # corrupt, or a pickle that would run code: weights_only refuses it
-        raise ValueError(f"{path}: cannot read it as a checkpoint ({type(error).__name__}: "
-                         f"{str(error).splitlines()[0] if str(error) else ''})") from error  # fmt: skip
+        raise ValueError(f"{path}: cannot read it as a checkpoint ({describe(error)})") from error
     if not isinstance(checkpoint, dict) or "model" not in checkpoint or "model_args" not in checkpoint:
         raise ValueError(f"{path}: not a nanoGPT checkpoint (expected a dict with 'model' and 'model_args')")
     args = checkpoint["model_args"]

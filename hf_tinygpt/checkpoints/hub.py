@@ -21,7 +21,6 @@ from .outputs import output_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
                    "added_tokens.json")  # fmt: skip
-WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 
 
 def check_repo_id(repo_id: str) -> str:

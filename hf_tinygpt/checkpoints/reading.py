@@ -23,6 +23,17 @@ MALFORMED = (KeyError, AttributeError, TypeError, IndexError, RuntimeError, Safe
              UnicodeDecodeError, RecursionError)  # fmt: skip
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (torch's and transformers' can run to a dozen lines)."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def describe(error: BaseException) -> str:
+    """`Type: first line of the message`, for an error wrapped in one that names the file."""
+    return f"{type(error).__name__}: {first_line(error)}"
+
+
 @contextlib.contextmanager
 def reading_checkpoint(source):
     """Around code that reads someone else's checkpoint: a malformed one becomes a ValueError naming it (our own
@@ -30,8 +41,7 @@ def reading_checkpoint(source):
     try:
         yield
     except MALFORMED as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise ValueError(f"{source}: cannot read this checkpoint ({type(error).__name__}: {first_line})") from error
+        raise ValueError(f"{source}: cannot read this checkpoint ({describe(error)})") from error
 
 
 def read_json_object(path, what: str | None = None) -> dict:
@@ -59,7 +69,7 @@ def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
     try:
         config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
     except OSError as error:
-        raise FileNotFoundError(f"{path}: no config.json there ({str(error).splitlines()[0]})") from None
+        raise FileNotFoundError(f"{path}: no config.json there ({first_line(error)})") from None
     return config_dict
 
 
@@ -99,8 +109,7 @@ def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
                     raise
                 tensors = torch.load(weights_file, map_location="cpu", weights_only=True)  # pre-zip pickle: no mmap
     except Exception as error:  # truncated, corrupt, or a pickle that wants to run code
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise ValueError(f"{weights_file}: cannot read the tensors ({type(error).__name__}: {first_line})") from error
+        raise ValueError(f"{weights_file}: cannot read the tensors ({describe(error)})") from error
     if not isinstance(tensors, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in tensors.items()):
         raise ValueError(f"{weights_file}: holds {type(tensors).__name__}, not a state dict (tensor names → tensors)")
     return tensors

@@ -24,17 +24,17 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from ..checkpoints.bundled import gpt2_tokenizer
+from ..checkpoints.reading import read_config_dict, read_tinygpt_config, reading_checkpoint
+from ..model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
+from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM, apply_rotary
 from . import needs_extra
 
 try:
     from matplotlib.figure import Figure
 except ImportError as error:
     raise needs_extra("plots", error) from error
-
-from ..checkpoints.bundled import gpt2_tokenizer
-from ..checkpoints.reading import read_config_dict, read_tinygpt_config, reading_checkpoint
-from ..model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
-from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM, apply_rotary
 
 PICTURES = {
     "learned": ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position"),

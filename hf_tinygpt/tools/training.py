@@ -20,6 +20,15 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+from tqdm.auto import tqdm
+from transformers import get_cosine_with_min_lr_schedule_with_warmup
+
+from ..checkpoints.outputs import RUN_FOLDER, check_output, output_folder, run_folder
+from ..checkpoints.reading import describe
+from ..model.configuration_tinygpt import TinyGPTConfig
+from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from . import SMALL_MODEL, needs_extra
 
 try:
@@ -27,14 +36,6 @@ try:
     from accelerate.utils import gather_object, set_seed
 except ImportError as error:
     raise needs_extra("train", error) from error
-from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
-from tqdm.auto import tqdm
-from transformers import get_cosine_with_min_lr_schedule_with_warmup
-
-from ..model.configuration_tinygpt import TinyGPTConfig
-from ..model.modeling_tinygpt import TinyGPTForCausalLM
-from ..checkpoints.outputs import RUN_FOLDER, check_output, output_folder, run_folder
 
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what --resume needs
 FINAL = "model"  # OUT/model: the complete tinygpt folder
@@ -262,8 +263,7 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, schedule):
         schedule.load_state_dict(state["schedule"])
         _set_rng_state(rng)
     except (OSError, RuntimeError, KeyError, ValueError, SafetensorError, pickle.UnpicklingError) as error:
-        raise ValueError(f"{folder}: cannot resume from this checkpoint ({type(error).__name__}: "
-                         f"{str(error).splitlines()[0] if str(error) else ''})") from error  # fmt: skip
+        raise ValueError(f"{folder}: cannot resume from this checkpoint ({describe(error)})") from error
 
 
 def _changed_settings(saved: dict, now: dict) -> list[str]:
