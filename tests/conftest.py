@@ -1,5 +1,6 @@
 """Shared fixtures: tiny random models. Everything here runs offline on a CPU in seconds."""
 
+import ast
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,22 @@ from hf_tinygpt import POSITION_SCHEMES, TinyGPTConfig, TinyGPTForCausalLM
 # The development tools (benchmarks, the extrapolation study) live beside the scripts that run them, not in the package.
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
+
+# transformers' own model test suite, used by test_transformers_suite.py (never copied into this repository).
+TRANSFORMERS_SUITE = Path(
+    os.environ.get("HF_TINYGPT_TRANSFORMERS_TESTS", Path(__file__).resolve().parents[2] / "shared" / "transformers-tests")
+)
+
+
+def pytest_configure(config):
+    """Register the markers on transformers' suite tests, which only the suite's own conftest declares (`_MARKERS`)."""
+    suite_conftest = TRANSFORMERS_SUITE / "conftest.py"
+    if suite_conftest.is_file():
+        for node in ast.parse(suite_conftest.read_text()).body:
+            if isinstance(node, ast.Assign) and [target.id for target in node.targets] == ["_MARKERS"]:
+                for marker in ast.literal_eval(node.value):
+                    config.addinivalue_line("markers", f"{marker}: a marker of transformers' test suite")
+
 
 VOCAB = 211  # small vocabularies keep the tests fast; token ids 0..210, eos = 0
 

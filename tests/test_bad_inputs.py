@@ -8,6 +8,7 @@ from conftest import VOCAB, random_gpt2, tiny_model
 from safetensors.torch import load_file, save_file
 
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
+from hf_tinygpt.checkpoints.reading import load_strictly
 
 
 @pytest.mark.parametrize(
@@ -43,7 +44,7 @@ def test_rope_options_land_in_rope_parameters():
     assert config.rotary_dim == 32
     scaled = TinyGPTConfig(position_embedding_type="rope", rope_parameters={"rope_type": "yarn", "factor": 4.0})
     assert scaled.rope_parameters["original_max_position_embeddings"] == 1024
-    assert TinyGPTConfig(position_embedding_type="alibi").rope_parameters is None
+    assert not hasattr(TinyGPTConfig(position_embedding_type="alibi"), "rope_parameters")
 
 
 @pytest.mark.parametrize("bad_id", [VOCAB, VOCAB + 100, -1])
@@ -63,13 +64,19 @@ def test_input_ids_and_inputs_embeds_are_exclusive():
         model()
 
 
-def test_tinygpt_folder_with_a_missing_tensor_is_refused(tmp_path):
+def test_a_missing_tensor_is_reported_by_from_pretrained_and_refused_by_the_strict_loader(tmp_path, cli):
     tiny_model().save_pretrained(tmp_path)
     tensors = load_file(tmp_path / "model.safetensors")
     del tensors["transformer.h.1.mlp.c_fc.bias"]
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    # transformers' contract: the tensor is initialised and reported, as for any model.
+    _, info = TinyGPTForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert set(info["missing_keys"]) == {"transformer.h.1.mlp.c_fc.bias"}
+    # What this package owns is strict: the library's loader and every command refuse it, naming the tensor.
     with pytest.raises(ValueError, match=r"Missing: \['transformer.h.1.mlp.c_fc.bias'\]"):
-        TinyGPTForCausalLM.from_pretrained(tmp_path)
+        load_strictly(tmp_path)
+    result = cli("generate", "hi", "--model", tmp_path, "--max-new-tokens", "2")
+    assert result.returncode != 0 and "Missing: ['transformer.h.1.mlp.c_fc.bias']" in result.stderr
 
 
 def test_gpt2_folder_with_missing_and_misshapen_tensors_lists_them(tmp_path):
@@ -79,7 +86,7 @@ def test_gpt2_folder_with_missing_and_misshapen_tensors_lists_them(tmp_path):
     tensors["transformer.h.1.attn.c_proj.bias"] = torch.zeros(31)
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError) as error:
-        TinyGPTForCausalLM.from_pretrained(tmp_path)
+        load_strictly(tmp_path)
     assert "Missing: ['transformer.h.0.ln_2.weight']" in str(error.value)
     assert "transformer.h.1.attn.c_proj.bias is (31,) in the checkpoint, (32,) in the model" in str(error.value)
 

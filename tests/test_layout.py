@@ -52,15 +52,23 @@ def test_the_model_bundle_uses_only_public_transformers_api():
     """The files that travel with every saved model import only torch, transformers and the standard library, no
     underscore name from transformers, and pass no underscore keyword argument: a published repo keeps its copy of
     this code forever. (The modeling hooks every in-tree model defines, such as `_init_weights` or
-    `config._attn_implementation`, are attributes of transformers' documented modeling interface, not imports.)"""
+    `config._attn_implementation`, are attributes of transformers' documented modeling interface, not imports.)
+    One exception: torch's `_StridedShard`, which transformers' own packed tensor-parallel style uses, imported in a
+    `try` that turns only tensor parallelism off if it ever goes away."""
     for name in ("configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py"):
         tree = ast.parse((PACKAGE / "model" / name).read_text())
+        guarded = {  # imports inside `try: ... except ImportError:`
+            id(inner) for node in ast.walk(tree) if isinstance(node, ast.Try)
+            and any(isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers)
+            for inner in ast.walk(node)
+        }  # fmt: skip
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0:
                 top = node.module.split(".")[0]
                 assert top in ("torch", "transformers") or top in sys.stdlib_module_names, (name, node.module)
                 assert not any(part.startswith("_") for part in node.module.split(".")), (name, node.module)
-                assert not any(alias.name.startswith("_") for alias in node.names), (name, node.module)
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                assert private in ([], ["_StridedShard"] if id(node) in guarded else []), (name, node.module)
             if isinstance(node, ast.Call):
                 assert not any((k.arg or "").startswith("_") for k in node.keywords), (name, ast.unparse(node))
 

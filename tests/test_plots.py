@@ -89,10 +89,10 @@ def test_dimension_traces_are_seeded_columns_of_the_position_rows(tmp_path):
                          ids=["default", "partial", "yarn"])  # fmt: skip
 def test_rope_frequencies_and_offset_similarity_are_the_models(tmp_path, rope):
     model = tiny_model("rope", n_embd=64, **rope)
-    wpe = model.transformer.wpe
+    rotary = model.transformer.rotary_emb  # LLaMA's name, where transformers looks for it
     theta = plot_rope_frequencies(model, tmp_path)["theta"]
-    assert torch.equal(torch.from_numpy(theta), wpe.inv_freq)
-    assert torch.equal(torch.from_numpy(theta), wpe.frequencies()[0])
+    assert torch.equal(torch.from_numpy(theta), rotary.inv_freq)
+    assert torch.equal(torch.from_numpy(theta), rotary.frequencies()[0])
     assert len(theta) == model.config.rotary_dim // 2
     curve = plot_rope_similarity(model, tmp_path)
     offsets, similarity = curve["offsets"], curve["similarity"]

@@ -87,7 +87,7 @@ def test_each_scheme_builds_its_own_module(scheme):
         "none": NoPositions,
     }
     model = tiny_model(scheme)
-    assert type(model.transformer.wpe) is expected[scheme]
+    assert type(model.transformer.positions) is expected[scheme]
     has_wpe_weight = "transformer.wpe.weight" in model.state_dict()
     assert has_wpe_weight == (scheme == "learned")  # only learned positions are weights
 

@@ -28,6 +28,7 @@ from .reading import (
     check_state_dict,
     describe,
     has_tokenizer,
+    load_strictly,
     read_config_dict,
     read_json_object,
     read_state_dict,
@@ -71,7 +72,7 @@ def _read_source(src: str, *, n_head: int | None, trim_vocab: int | None, **hub_
     config_dict = read_config_dict(src, **hub_kwargs)
     if config_dict.get("model_type") != "gpt2":
         raise ValueError(f"{src}: model_type is {config_dict.get('model_type')!r}, not 'gpt2'")
-    model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)  # transformers reads it; every tensor checked
+    model = load_strictly(src, **hub_kwargs)  # transformers reads it; every tensor checked
     state_dict = dict(model.state_dict())
     return Source(model.config, state_dict, "gpt2", src if has_tokenizer(src, **hub_kwargs) else None)
 
@@ -232,7 +233,7 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
         save_model_folder(model, staging, tokenizer_from=tokenizer_from)
         delta = None
         if verify_tolerance is not None:
-            converted = TinyGPTForCausalLM.from_pretrained(staging, dtype=torch.float32).eval()
+            converted = load_strictly(staging, dtype=torch.float32).eval()
             delta = _checked_delta(converted, reference_gpt2(source), staging, verify_tolerance)
         provenance = {"made_by": "conversion", "source_description": _source_description(src, source),
                       "max_abs_logit_delta": delta}  # fmt: skip
@@ -258,7 +259,7 @@ def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, verify_tolerance
     `verify_tolerance`, the written folder is read back by `GPT2LMHeadModel` and compared before the rename."""
     with output_folder(out, force=force, protect=[src]) as staging:
         with reading_checkpoint(src):
-            model = TinyGPTForCausalLM.from_pretrained(src, **hub_kwargs)
+            model = load_strictly(src, **hub_kwargs)
         gpt2_config = GPT2Config(**gpt2_fields_of_tinygpt(model.config))  # ValueError naming what GPT-2 lacks
         check_finite(model.state_dict(), str(src))
         with torch.device("meta"):
@@ -269,6 +270,6 @@ def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, verify_tolerance
         save_model_folder(gpt2.to(model.dtype).eval(), staging, tokenizer_from=tokenizer_from)
         delta = None
         if verify_tolerance is not None:
-            exported = GPT2LMHeadModel.from_pretrained(staging, dtype=torch.float32).eval()
+            exported = load_strictly(staging, GPT2LMHeadModel, dtype=torch.float32).eval()
             delta = _checked_delta(exported, model.float().eval(), staging, verify_tolerance)
     return Path(out), delta

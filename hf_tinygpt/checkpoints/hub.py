@@ -16,7 +16,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
 from ..model.configuration_tinygpt import TinyGPTConfig
-from .reading import read_config_dict, read_json_object, reading_checkpoint
+from .reading import load_strictly, read_config_dict, read_json_object, reading_checkpoint
 from .outputs import output_folder
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
@@ -68,7 +68,6 @@ def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: s
 
     from .bundled import load_tokenizer
     from .model_card import rerender_for
-    from ..model.modeling_tinygpt import TinyGPTForCausalLM
 
     missing = [name for name in _weight_files(folder) if not (folder / name).is_file()]
     tokenizer_files = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
@@ -77,7 +76,7 @@ def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: s
     if missing:
         raise FileNotFoundError(f"{folder}: cannot publish, missing: {', '.join(missing)}")
     with reading_checkpoint(folder):
-        model = TinyGPTForCausalLM.from_pretrained(folder)  # raises, naming tensors, if the weights do not fit
+        model = load_strictly(folder)  # raises, naming tensors, if the weights do not fit
 
     custom_object_save(model, staging, config=model.config)  # the installed code files; fills in auto_map
     model.config.save_pretrained(staging)

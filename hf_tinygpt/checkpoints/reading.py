@@ -115,6 +115,24 @@ def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
+    """`model_class.from_pretrained(source, **kwargs)`, strictly: a checkpoint whose tensors do not fit the model
+    (missing, unexpected or wrongly shaped ones) is a ValueError that lists them, where transformers would warn and
+    initialise them at random. Every load the command line makes goes through here."""
+    model, info = model_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+    mismatched = [f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
+                  for key, theirs, ours in info["mismatched_keys"]]  # fmt: skip
+    if info["missing_keys"] or info["unexpected_keys"] or mismatched:
+        shape = f"{model.config.n_layer} layers"
+        if scheme := getattr(model.config, "position_embedding_type", None):
+            shape = f"{scheme} positions, {shape}"
+        raise ValueError(
+            f"{source}: the checkpoint does not match the model ({shape}). Missing: {sorted(info['missing_keys'])}. "
+            f"Unexpected: {sorted(info['unexpected_keys'])}. Wrong shape: {sorted(mismatched)}."
+        )
+    return model
+
+
 def check_state_dict(config: TinyGPTConfig, state_dict: dict[str, torch.Tensor], source: str = "checkpoint"):
     """Raise a ValueError listing every missing, unexpected, wrongly shaped or non-float tensor for `config`."""
     with torch.device("meta"):

@@ -6,7 +6,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
-from .reading import read_config_dict, reading_checkpoint
+from .reading import load_strictly, read_config_dict, reading_checkpoint
 
 
 @torch.no_grad()
@@ -50,8 +50,8 @@ def verify_gpt2_checkpoint(gpt2_folder: str | None, text: str, seed: int = 0, **
         if not text:
             raise ValueError("--text is empty: give a prompt to compare the two models on")
         with reading_checkpoint(folder):
-            gpt2 = GPT2LMHeadModel.from_pretrained(folder, **hub_kwargs).eval()
-            tiny = TinyGPTForCausalLM.from_pretrained(folder, **hub_kwargs).eval()
+            gpt2 = load_strictly(folder, GPT2LMHeadModel, **hub_kwargs).eval()
+            tiny = load_strictly(folder, **hub_kwargs).eval()
         tokenizer = gpt2_tokenizer()
         ids = torch.tensor([tokenizer(text).input_ids])
         result = compare_with_gpt2(tiny, gpt2, ids)

@@ -56,11 +56,24 @@ class TinyGPTConfig(PreTrainedConfig):
         transformers' standard RoPE dictionary, only with `"rope"`: `rope_type` (`"default"`, `"linear"`,
         `"dynamic"`, `"yarn"`, ...), `rope_theta`, `partial_rotary_factor`, `factor`, ... The shortcuts
         `rope_theta=`, `partial_rotary_factor=` and `rope_scaling=` are accepted as keyword arguments too.
+        Only a rope config has the attribute at all: transformers reads its presence as "this model uses RoPE".
     scale_embeddings (`bool`, defaults to `False`):
         Multiply token embeddings by sqrt(n_embd) before adding positions, as in the original transformer.
     """
 
     model_type = "tinygpt"
+    # Distributed loading (`from_pretrained(..., distributed_config=DistributedConfig(tp_size=N | fsdp_size=N))`).
+    # Tensor parallelism shards attention by head: c_attn packs [q | k | v], so each rank takes its heads' slice of
+    # all three ("packed_qkv_colwise", registered in modeling_tinygpt.py); c_proj sums the ranks' partial outputs.
+    base_model_tp_plan = {
+        "wte": "embedding_rowwise",
+        "h.*.attn.c_attn": "packed_qkv_colwise",
+        "h.*.attn.c_proj": "rowwise",
+        "h.*.mlp.c_fc": "colwise",
+        "h.*.mlp.c_proj": "rowwise",
+    }
+    # FSDP2: one shard group per block, like transformers' own models (its default plan uses LLaMA's names).
+    base_model_fsdp_plan = {"wte": "free_full_weight", "h.*": "free_full_weight", "ln_f": "keep_full_weight"}
     attribute_map = {
         "hidden_size": "n_embd",
         "max_position_embeddings": "n_positions",
@@ -81,7 +94,6 @@ class TinyGPTConfig(PreTrainedConfig):
     layer_norm_epsilon: float = 1e-5
     initializer_range: float = 0.02
     position_embedding_type: str = "learned"
-    rope_parameters: dict | None = None
     scale_embeddings: bool = False
     use_cache: bool = True
     bos_token_id: int | None = 50256
@@ -92,7 +104,7 @@ class TinyGPTConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         # What transformers' own __post_init__ reads first must have the right type, or it fails unhelpfully.
         for name in ("rope_parameters", "rope_scaling"):
-            value = kwargs.get(name) if name == "rope_scaling" else self.rope_parameters
+            value = kwargs.get(name)
             if value is not None and not isinstance(value, dict):
                 raise ValueError(f"{name} must be a dict (rope_type, rope_theta, ...), got {value!r}")
         dtype = kwargs.get("dtype", kwargs.get("torch_dtype", getattr(self, "dtype", None)))
@@ -104,18 +116,19 @@ class TinyGPTConfig(PreTrainedConfig):
             raise ValueError(
                 f"position_embedding_type={self.position_embedding_type!r} is not one of {POSITION_SCHEMES}"
             )
-        rope_requested = self.rope_parameters is not None or any(kwargs.get(k) is not None for k in _ROPE_KWARGS)
-        if rope_requested and self.position_embedding_type != "rope":
-            raise ValueError(
-                f"rope_parameters/rope_theta/partial_rotary_factor/rope_scaling only apply to "
-                f"position_embedding_type='rope', not {self.position_embedding_type!r}"
-            )
-        if self.position_embedding_type == "rope" and self.rope_parameters is None and not kwargs.get("rope_scaling"):
-            self.rope_parameters = {"rope_type": "default"}
-        # transformers moves rope_theta / partial_rotary_factor / rope_scaling into `rope_parameters` here.
+        rope_parameters = kwargs.pop("rope_parameters", None)  # null in configs saved before it became rope-only
+        if any(kwargs.get(k) is not None for k in _ROPE_KWARGS) or rope_parameters is not None:
+            if self.position_embedding_type != "rope":
+                raise ValueError(
+                    f"rope_parameters/rope_theta/partial_rotary_factor/rope_scaling only apply to "
+                    f"position_embedding_type='rope', not {self.position_embedding_type!r}"
+                )
+        if self.position_embedding_type == "rope":
+            # With the attribute present, transformers moves rope_theta / partial_rotary_factor / rope_scaling into
+            # `rope_parameters` and fills in the defaults.
+            self.rope_parameters = rope_parameters or (None if kwargs.get("rope_scaling") else {"rope_type": "default"})
+            kwargs.setdefault("partial_rotary_factor", 1.0)  # stated, even when whole heads rotate
         super().__post_init__(**kwargs)
-        if self.position_embedding_type != "rope":
-            self.rope_parameters = None  # the base class fills in a default one for every config
         self._check()
 
     @classmethod
@@ -207,7 +220,7 @@ class TinyGPTConfig(PreTrainedConfig):
     @property
     def rotary_dim(self) -> int:
         """How many dimensions of each head RoPE rotates (the rest pass through unchanged)."""
-        fraction = (self.rope_parameters or {}).get("partial_rotary_factor", 1.0)
+        fraction = getattr(self, "rope_parameters", {}).get("partial_rotary_factor", 1.0)
         return int(self.head_size * fraction)
 
 

@@ -25,6 +25,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -35,8 +36,15 @@ from .gpt2_layout import LEGACY_BUFFERS, gpt2_state_dict_to_tinygpt, tinygpt_fie
 HUB_KWARGS = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder")
 
 # transformers 5.24 renamed the cache argument and output field from `past_key_values` to `cache`: accept both
-# on the way in, and fill whichever field this version's output classes have on the way out.
+# on the way in, and fill whichever field this version's output classes have on the way out. From 5.24 on, the old
+# name still works with transformers' own deprecation warning, as on its in-tree models; before, generate() passes
+# the old name, so it is plainly accepted.
 CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+if CACHE_FIELD == "cache":
+    renamed_cache_argument = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+else:
+    def renamed_cache_argument(forward):
+        return forward
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -51,6 +59,12 @@ class PositionScheme(nn.Module):
     """No position information (NoPE). The other schemes override the one place where they act."""
 
     needs_attention_bias = False  # True: the causal mask must be materialised so that a bias can be added to it
+    # The module's name in the model: GPT-2's `wpe` (its weights are `transformer.wpe.weight` for learned rows),
+    # LLaMA's `rotary_emb` for rope, where transformers' own RoPE tests look for it.
+    module_name = "wpe"
+
+    def __init__(self, config: TinyGPTConfig | None = None):
+        super().__init__()
 
     def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
@@ -74,12 +88,15 @@ class PositionScheme(nn.Module):
 class NoPositions(PositionScheme):
     """`none`: the causal mask is the only source of order."""
 
+    def __init__(self, config: TinyGPTConfig):
+        super().__init__(config)
+
 
 class LearnedPositions(nn.Embedding, PositionScheme):
     """`learned` (GPT-2): one trained row per position, `n_positions` of them and no more."""
 
     def __init__(self, config: TinyGPTConfig):
-        super().__init__(config.n_positions, config.n_embd)
+        nn.Embedding.__init__(self, config.n_positions, config.n_embd)
 
     def add_to_embeddings(self, inputs_embeds, position_ids):
         if not torch.compiler.is_compiling() and position_ids.numel() and int(position_ids.max()) >= self.num_embeddings:
@@ -138,6 +155,8 @@ class RotaryPositions(PositionScheme):
     Frequencies come from transformers' RoPE utilities: default, or any scaling in `rope_parameters`
     (linear, dynamic NTK, YaRN, ...), exactly as LLaMA-family models compute them.
     """
+
+    module_name = "rotary_emb"
 
     def __init__(self, config: TinyGPTConfig):
         super().__init__()
@@ -218,12 +237,12 @@ class AlibiPositions(PositionScheme):
         return torch.where(allowed, bias.to(dtype), torch.finfo(dtype).min)
 
 
-POSITION_SCHEME_CLASSES: dict[str, Callable[[TinyGPTConfig], PositionScheme]] = {
+POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
     "learned": LearnedPositions,
     "sinusoidal": SinusoidalPositions,
     "rope": RotaryPositions,
     "alibi": AlibiPositions,
-    "none": lambda config: NoPositions(),
+    "none": NoPositions,
 }
 
 
@@ -250,10 +269,15 @@ class TinyGPTAttention(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, **kwargs):
         batch, length, _ = hidden_states.shape
-        heads = (batch, length, self.num_heads, self.head_dim)
-        query, key, value = (
-            t.view(heads).transpose(1, 2) for t in self.c_attn(hidden_states).split(self.config.n_embd, dim=-1)
-        )
+        # [q | k | v] for every head; under tensor parallelism, for this rank's heads only (hence thirds, and -1).
+        heads = (batch, length, -1, self.head_dim)
+        query, key, value = (t.view(heads).transpose(1, 2) for t in self.c_attn(hidden_states).chunk(3, dim=-1))
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.shape[1] not in (1, query.shape[1]):
+            raise ValueError(
+                f"the attention bias has {attention_mask.shape[1]} heads but this attention layer computes "
+                f"{query.shape[1]}: position_embedding_type='alibi' biases every head differently, which "
+                "head-sharded tensor parallelism does not support; load this model without tensor parallelism"
+            )
         if rotary is not None:
             query, key = apply_rotary(query, key, *rotary)
         if cache is not None:
@@ -277,6 +301,36 @@ class TinyGPTAttention(nn.Module):
 
 
 _FUSED_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
+
+
+# Tensor parallelism. Guarded: without torch.distributed, or on a transformers whose parallel styles live elsewhere,
+# the model loads and runs as usual; only tensor parallelism is unavailable.
+try:
+    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard  # the placement transformers' packed style uses
+    from transformers.distributed.parallel_utils import ALL_PARALLEL_STYLES
+    from transformers.distributed.tensor_parallel import PackedColwiseParallel
+except ImportError:
+    PackedColwiseParallel = None
+
+if PackedColwiseParallel is not None:
+
+    class PackedQKVColwise(PackedColwiseParallel):
+        """Tensor parallelism for `c_attn`, which packs [q | k | v] along its output: each rank takes its heads'
+        slice of each of the three, in the weight and in the bias (transformers' packed column-wise style, with three
+        blocks where gate/up projections have two, and the bias split the same way)."""
+
+        def __init__(self):
+            super().__init__(split_factor=3)
+
+        def shard_param(self, module, param, mesh):
+            meta = module._parameters.get(param)
+            if meta is not None:
+                placement = _StridedShard(dim=0, split_factor=self.split_factor)
+                sharded = distribute_tensor(meta, mesh, [placement], src_data_rank=None)
+                module._parameters[param] = nn.Parameter(sharded, requires_grad=meta.requires_grad)
+
+    ALL_PARALLEL_STYLES.register("packed_qkv_colwise", PackedQKVColwise())
 
 
 class TinyGPTMLP(nn.Module):
@@ -349,13 +403,18 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
     def __init__(self, config: TinyGPTConfig):
         super().__init__(config)
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        # GPT-2's name for the position module; only `learned` has weights (`transformer.wpe.weight`).
-        self.wpe = POSITION_SCHEME_CLASSES[config.position_embedding_type](config)
+        positions = POSITION_SCHEME_CLASSES[config.position_embedding_type](config)
+        self.add_module(positions.module_name, positions)  # `wpe`, or `rotary_emb` for rope
         self.drop = nn.Dropout(config.embd_pdrop)
         self.h = nn.ModuleList(TinyGPTBlock(config, layer_idx=i) for i in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.gradient_checkpointing = False
         self.post_init()
+
+    @property
+    def positions(self) -> PositionScheme:
+        """The position scheme (`self.wpe`, or `self.rotary_emb` for rope)."""
+        return self.rotary_emb if self.config.position_embedding_type == "rope" else self.wpe
 
     def get_input_embeddings(self):
         return self.wte
@@ -374,6 +433,7 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
                 f"[0, {self.config.vocab_size - 1}]. Was the input made by this model's tokenizer?"
             )
 
+    @renamed_cache_argument
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -404,19 +464,19 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         if position_ids is None:
             position_ids = (torch.arange(query_length, device=inputs_embeds.device) + past_length).unsqueeze(0)
 
-        hidden_states = self.wpe.add_to_embeddings(inputs_embeds, position_ids)
+        hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
         if token_type_ids is not None:  # GPT-2 embeds segment ids with the token embedding matrix
             hidden_states = hidden_states + self.wte(token_type_ids)
         hidden_states = self.drop(hidden_states)
 
-        needs_bias = self.wpe.needs_attention_bias
+        needs_bias = self.positions.needs_attention_bias
         # The cache is passed positionally: its keyword is `cache` on transformers >= 5.24, `past_key_values` before.
         attention_mask = create_causal_mask(
             self.config, inputs_embeds, attention_mask, cache, position_ids, allow_is_causal_skip=not needs_bias
         )
         if needs_bias:
-            attention_mask = self.wpe.bias_attention(attention_mask, query_length, past_length, inputs_embeds.dtype)
-        rotary = self.wpe.rotary_cos_sin(hidden_states, position_ids)
+            attention_mask = self.positions.bias_attention(attention_mask, query_length, past_length, inputs_embeds.dtype)
+        rotary = self.positions.rotary_cos_sin(hidden_states, position_ids)
 
         for block in self.h:
             hidden_states = block(
@@ -430,6 +490,9 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
     """TinyGPT with a language-model head tied to the token embeddings (`lm_head.weight is transformer.wte.weight`)."""
 
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
+    # The head's logits are computed per vocabulary shard and gathered (TP); its weight is not resharded (FSDP).
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+    _fsdp_plan = {"lm_head": "keep_full_weight"}
 
     def __init__(self, config: TinyGPTConfig):
         super().__init__(config)
@@ -439,43 +502,27 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """Load a tinygpt folder or Hub repo, or a GPT-2 one (`model_type: gpt2`, converted on the fly).
+        """transformers' `from_pretrained` for a tinygpt folder or Hub repo; a GPT-2 one (`model_type: gpt2`) is
+        read by transformers' GPT2LMHeadModel and converted on the fly.
 
-        Unlike plain transformers, a checkpoint whose tensors do not fit the model (missing, unexpected or wrongly
-        shaped ones) is an error that lists them: nothing is ever silently random-initialised or dropped."""
-        wants_info = kwargs.pop("output_loading_info", False)
-        ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
-        gpt2_config = None
+        As for any transformers model, tensors the checkpoint lacks are initialised and reported (a warning, and
+        `output_loading_info=True`), and a tied head is never missing. `hf_tinygpt.checkpoints.reading.load_model`
+        is the strict form the command line uses: any missing, unexpected or misshapen tensor is an error."""
         reading = loading_tinygpt_weights.set(True)
         try:  # transformers reads config.json once, as for any model; a GPT-2 one comes back before any weight
-            model, info = super().from_pretrained(  # mismatches are collected here and raised below, by name
-                pretrained_model_name_or_path, *model_args, output_loading_info=True, ignore_mismatched_sizes=True,
-                **kwargs,
-            )  # fmt: skip
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except GPT2CheckpointFound as found:
             gpt2_config = found.gpt2_config
         finally:
             loading_tinygpt_weights.reset(reading)
-        if gpt2_config is not None:
-            model, info = cls._from_gpt2_checkpoint(pretrained_model_name_or_path, gpt2_config, *model_args, **kwargs)
-        mismatched = [] if ignore_mismatched else [  # (name, checkpoint shape, model shape)
-            f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
-            for key, theirs, ours in info["mismatched_keys"]
-        ]
-        if info["missing_keys"] or info["unexpected_keys"] or mismatched:
-            raise ValueError(
-                f"{pretrained_model_name_or_path}: the checkpoint does not match the model "
-                f"({model.config.position_embedding_type} positions, {model.config.n_layer} layers). "
-                f"Missing: {sorted(info['missing_keys'])}. Unexpected: {sorted(info['unexpected_keys'])}. "
-                f"Wrong shape: {sorted(mismatched)}."
-            )
-        return (model, info) if wants_info else model
+        return cls._from_gpt2_checkpoint(pretrained_model_name_or_path, gpt2_config, *model_args, **kwargs)
 
     @classmethod
     def _from_gpt2_checkpoint(cls, pretrained_model_name_or_path, gpt2_config: dict, *model_args, **kwargs):
         """Read a GPT-2 checkpoint with transformers' own GPT2LMHeadModel (any layout it reads: safetensors or
         pickles, sharded, local or on the Hub), then map its tensors onto TinyGPT (`gpt2_layout`: transposed views,
-        no copy). Returns (model, loading info in TinyGPT's names)."""
+        no copy). The loading info, if asked for, is GPT-2's in TinyGPT's names."""
+        wants_info = kwargs.pop("output_loading_info", False)
         config = kwargs.pop("config", None)
         if not isinstance(config, TinyGPTConfig):
             config = TinyGPTConfig.from_dict(tinygpt_fields_of_gpt2(gpt2_config))
@@ -484,15 +531,17 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         hub_kwargs = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
         gpt2, info = GPT2LMHeadModel.from_pretrained(
             pretrained_model_name_or_path, config=GPT2Config.from_dict(gpt2_config), output_loading_info=True,
-            ignore_mismatched_sizes=True, **hub_kwargs,
+            ignore_mismatched_sizes=kwargs.get("ignore_mismatched_sizes", False), **hub_kwargs,
         )  # fmt: skip
         info["unexpected_keys"] = [key for key in info["unexpected_keys"] if not key.endswith(LEGACY_BUFFERS)]
         state_dict = gpt2_state_dict_to_tinygpt(gpt2.state_dict())
         del gpt2
         model, ours = super().from_pretrained(None, *model_args, config=config, state_dict=state_dict,
                                               output_loading_info=True, **kwargs)  # fmt: skip
-        return model, {key: [*info[key], *ours[key]] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        info = {key: [*info[key], *ours[key]] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        return (model, info) if wants_info else model
 
+    @renamed_cache_argument
     @can_return_tuple
     def forward(
         self,

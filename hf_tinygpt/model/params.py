@@ -23,7 +23,7 @@ def parameter_breakdown(model_or_config: TinyGPTForCausalLM | TinyGPTConfig) -> 
 
     parts = {
         "token_embedding": count(body.wte),
-        "position_embedding": count(body.wpe),
+        "position_embedding": count(body.positions),
         "blocks": count(body.h),
         "final_norm": count(body.ln_f),
         "lm_head": 0 if model.lm_head.weight is body.wte.weight else count(model.lm_head),

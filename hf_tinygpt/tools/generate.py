@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer, set_seed
 
 from ..checkpoints.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer
-from ..checkpoints.reading import check_finite, has_tokenizer, reading_checkpoint
+from ..checkpoints.reading import check_finite, has_tokenizer, load_strictly, reading_checkpoint
 
 
 def load_for_generation(model: str | None = None, **hub_kwargs):
@@ -15,7 +15,7 @@ def load_for_generation(model: str | None = None, **hub_kwargs):
     without tokenizer files (the default one) gets the bundled GPT-2 tokenizer."""
     source = str(model or DEFAULT_MODEL_DIR)
     with reading_checkpoint(source):
-        loaded = AutoModelForCausalLM.from_pretrained(source, **hub_kwargs).eval()
+        loaded = load_strictly(source, AutoModelForCausalLM, **hub_kwargs).eval()
         tokenizer = AutoTokenizer.from_pretrained(source, **hub_kwargs) if has_tokenizer(source, **hub_kwargs) else None
     check_finite(loaded.state_dict(), source)  # NaN weights would fail deep inside sampling
     if tokenizer is None:

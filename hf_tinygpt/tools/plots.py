@@ -1,8 +1,9 @@
 """Pictures of what a model's position scheme computes, drawn from the model's own methods.
 
-Every number plotted comes from the model: learned rows are `wpe.weight`, sinusoidal rows are `wpe.rows()`, what is
-added to the token embeddings is `wpe.add_to_embeddings()`, RoPE angles come from `wpe.inv_freq` and its cos/sin
-from `wpe.rotary_cos_sin()` + `apply_rotary()`, ALiBi biases from `wpe.bias()`. Nothing is re-derived here.
+Every number plotted comes from the model's position scheme (`transformer.positions`): learned rows are its
+`weight`, sinusoidal rows its `rows()`, what is added to the token embeddings its `add_to_embeddings()`, RoPE angles
+its `inv_freq` and cos/sin from `rotary_cos_sin()` + `apply_rotary()`, ALiBi biases its `bias()`. Nothing is
+re-derived here.
 
     model, label = load_for_plots("out/tinygpt")              # or a GPT-2 folder / Hub id, a config.json, "rope"
     arrays = plot_positions(model, "plots/", label=label)     # {picture name: {array name: numpy array}}
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoints.bundled import gpt2_tokenizer
-from ..checkpoints.reading import read_config_dict, read_tinygpt_config, reading_checkpoint
+from ..checkpoints.reading import load_strictly, read_config_dict, read_tinygpt_config, reading_checkpoint
 from ..model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
 from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM, apply_rotary
 from . import needs_extra
@@ -82,7 +83,7 @@ def load_for_plots(model_or_config: str, scheme: str | None = None, *, seed: int
             if scheme is not None:
                 fields["position_embedding_type"] = scheme
             if fields["position_embedding_type"] != "rope":
-                fields["rope_parameters"] = None
+                fields.pop("rope_parameters", None)
             config = TinyGPTConfig.from_dict(fields)
         return _untrained(config, seed, f"{Path(source).name} (untrained)")
     if config_overrides:
@@ -96,7 +97,7 @@ def load_for_plots(model_or_config: str, scheme: str | None = None, *, seed: int
             "reachable Hub id"
         ) from None
     with reading_checkpoint(source):
-        model = TinyGPTForCausalLM.from_pretrained(source, **(hub_kwargs or {})).float().eval()
+        model = load_strictly(source, **(hub_kwargs or {})).float().eval()
     found = model.config.position_embedding_type
     if scheme not in (None, found):
         raise ValueError(f"{source} has {found} positions (fixed by its weights), not {scheme}")
@@ -116,7 +117,7 @@ def _untrained(config: TinyGPTConfig, seed: int, name: str):
 
 def _body(model):
     body = getattr(model, "transformer", model)
-    if not isinstance(getattr(body, "wpe", None), PositionScheme):
+    if not isinstance(getattr(body, "positions", None), PositionScheme):
         raise TypeError(f"{type(model).__name__} is not a TinyGPT model: load GPT-2 ones with load_for_plots()")
     return body
 
@@ -185,11 +186,11 @@ def _heatmap(fig, ax, matrix, *, cmap="RdBu_r", limit=None, label="value"):
 
 
 def _position_rows(model, n: int) -> torch.Tensor:
-    """(n, n_embd) float32: what `wpe.add_to_embeddings` adds at positions 0..n-1 (learned: `wpe.weight` rows,
-    sinusoidal: `wpe.rows()`)."""
+    """(n, n_embd) float32: what `positions.add_to_embeddings` adds at positions 0..n-1 (learned: the rows of
+    `positions.weight`, sinusoidal: `positions.rows()`)."""
     body = _body(model)
     zeros = torch.zeros(1, n, model.config.n_embd)
-    return body.wpe.add_to_embeddings(zeros, torch.arange(n)[None])[0].float()
+    return body.positions.add_to_embeddings(zeros, torch.arange(n)[None])[0].float()
 
 
 # ---- learned and sinusoidal ------------------------------------------------------------------------------------
@@ -277,10 +278,10 @@ def plot_cosine_similarity(model, out_dir, *, label=None, svg=False, max_positio
 @torch.no_grad()
 def plot_rope_frequencies(model, out_dir, *, label=None, svg=False) -> dict[str, np.ndarray]:
     """`rope_frequencies`: θ_i, the angle (radians per position) by which rotated pair i of each head turns, from the
-    model's `wpe.inv_freq`, and its wavelength 2π/θ_i in positions. Returns {"theta": (rotary_dim/2,),
+    model's `positions.inv_freq`, and its wavelength 2π/θ_i in positions. Returns {"theta": (rotary_dim/2,),
     "wavelength": (rotary_dim/2,)}."""
     _requires(model, "rope_frequencies")
-    theta = _numpy(_body(model).wpe.inv_freq)
+    theta = _numpy(_body(model).positions.inv_freq)
     wavelength = 2 * np.pi / theta
     pairs = np.arange(len(theta))
     fig = Figure(figsize=(12, 4.8), layout="constrained")
@@ -313,7 +314,7 @@ def rope_similarity(model, max_offset: int | None = None) -> tuple[np.ndarray, n
     body = _body(model)
     n = _positions(model, max_offset)
     ones = torch.ones(1, 1, n, model.config.rotary_dim)  # (batch, heads, positions, rotary_dim)
-    cos, sin = body.wpe.rotary_cos_sin(ones, torch.arange(n)[None])
+    cos, sin = body.positions.rotary_cos_sin(ones, torch.arange(n)[None])
     query, key = apply_rotary(ones, ones, cos, sin)
     scores = query[0, 0] @ key[0, 0, 0]  # query at every position m · key at position 0
     return np.arange(n), _numpy(scores / scores[0])
@@ -346,13 +347,13 @@ def plot_rope_similarity(model, out_dir, *, label=None, svg=False, max_positions
 @torch.no_grad()
 def plot_alibi_bias(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
     """`alibi_bias`: the bias each head adds to the attention score of a key d positions before the query, from the
-    model's `wpe.bias()` (last query against all keys). Returns {"distances": (n,), "bias": (n_head, n),
+    model's `positions.bias()` (last query against all keys). Returns {"distances": (n,), "bias": (n_head, n),
     "slopes": (n_head,)}."""
     _requires(model, "alibi_bias")
-    wpe = _body(model).wpe
+    alibi = _body(model).positions
     n = _positions(model, max_positions)
-    bias = _numpy(wpe.bias(1, n, n - 1)[0, :, 0].flip(-1))  # key slot n-1-d is d positions before the query
-    distances, slopes = np.arange(n), _numpy(wpe.slopes)
+    bias = _numpy(alibi.bias(1, n, n - 1)[0, :, 0].flip(-1))  # key slot n-1-d is d positions before the query
+    distances, slopes = np.arange(n), _numpy(alibi.slopes)
     fig = Figure(figsize=(10, 5.5), layout="constrained")
     ax = fig.add_subplot()
     colours = _colour_cycle(len(slopes))
@@ -396,9 +397,10 @@ def _fit_vocabulary(ids: list[int], vocab_size: int) -> tuple[list[int], bool]:
 def token_vs_position(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> dict:
     """The prompt's token embeddings, the position contribution, and their sum: what the first block sees (the model's
     `hidden_states[0]` in eval mode). Token embeddings are `wte` rows (× √n_embd when scale_embeddings); the sum is
-    `wpe.add_to_embeddings(token, positions)`; the position part is `wpe.add_to_embeddings(0, positions)`, zero for
-    rope, alibi and none. `pair` is the first repeated token's two positions, and `before`/`after` the cosine
-    similarity of its two rows in `token`/`sum` (NaN when the prompt repeats no token)."""
+    `add_to_embeddings(token, positions)` of the position scheme; the position part is
+    `add_to_embeddings(0, positions)`, zero for rope, alibi and none. `pair` is the first repeated token's two
+    positions, and `before`/`after` the cosine similarity of its two rows in `token`/`sum` (NaN when the prompt repeats
+    no token)."""
     body = _body(model)
     tokenizer = tokenizer or gpt2_tokenizer()
     raw_ids = tokenizer(prompt)["input_ids"]
@@ -409,8 +411,8 @@ def token_vs_position(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> di
     token = body.wte(input_ids).float()
     if model.config.scale_embeddings:
         token = token * math.sqrt(model.config.n_embd)
-    summed = body.wpe.add_to_embeddings(token, positions)[0].float()
-    position = body.wpe.add_to_embeddings(torch.zeros_like(token), positions)[0].float()
+    summed = body.positions.add_to_embeddings(token, positions)[0].float()
+    position = body.positions.add_to_embeddings(torch.zeros_like(token), positions)[0].float()
     token = token[0]
     seen, pair = {}, None
     for index, token_id in enumerate(ids):

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
 from ..checkpoints.outputs import RUN_FOLDER, check_output, output_folder, run_folder
-from ..checkpoints.reading import describe
+from ..checkpoints.reading import describe, load_strictly
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from . import SMALL_MODEL, needs_extra
@@ -449,7 +449,7 @@ def _write_final_model(model, folder: Path, settings, tokenizer_from, n_files, t
         save_model_folder(to_save, staging, tokenizer_from=tokenizer_from)
         ppl = None
         if validation is not None:
-            written = TinyGPTForCausalLM.from_pretrained(staging, dtype=torch.float32)
+            written = load_strictly(staging, dtype=torch.float32)
             ppl = perplexity(written, validation, settings.block_size, settings.eval_batch_size)
         device = accelerator.device.type
         if device == "cpu":

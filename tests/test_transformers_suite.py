@@ -1,0 +1,107 @@
+"""transformers' own model test suite, run on TinyGPT for every position scheme, exactly as an in-tree model runs it.
+
+The suite (`ModelTesterMixin`, `GenerationTesterMixin`, `ConfigTester`, the training / tensor-parallel / FSDP
+mixins, wired by `CausalLMModelTester` / `CausalLMModelTest`) is used as a dependency from
+`../shared/transformers-tests` (or `$HF_TINYGPT_TRANSFORMERS_TESTS`), never copied here. Each scheme gets its own
+test class; GPT-2 runs in the same session as the reference (`pytest -m slow tests/test_transformers_suite.py`).
+
+Skips that this file adds are only for what cannot apply to a decoder-only model on a CPU; each has its reason below.
+The suite skips some tests itself (GPU-only kernels, Hub-only pipeline models, multi-process runs its offline copy
+cannot start); TinyGPT's tensor-parallel and FSDP runs are in tests/test_distributed.py instead.
+"""
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import pytest
+from conftest import TRANSFORMERS_SUITE
+
+SUITE = TRANSFORMERS_SUITE
+if not (SUITE / "tests" / "causal_lm_tester.py").is_file():
+    pytest.skip(
+        f"TRANSFORMERS' MODEL TEST SUITE NOT FOUND at {SUITE}: none of its tests ran. Put the suite there (see "
+        "../shared/transformers-tests/SOURCE.md) or point HF_TINYGPT_TRANSFORMERS_TESTS at it.",
+        allow_module_level=True,
+    )
+
+def suite_view() -> Path:
+    """A folder of links that looks like transformers' source tree: the suite's `tests/` and `utils/` beside
+    `src/transformers` (the installed package, which the pipeline mixin imports from there). The suite itself is
+    left untouched."""
+    import transformers
+
+    view = Path(tempfile.mkdtemp(prefix="tinygpt-transformers-suite-"))
+    atexit.register(shutil.rmtree, view, ignore_errors=True)  # removes the links, never what they point to
+    for entry in ("tests", "utils"):
+        (view / entry).symlink_to(SUITE / entry, target_is_directory=True)
+    (view / "src").mkdir()
+    (view / "src" / "transformers").symlink_to(Path(transformers.__file__).parent, target_is_directory=True)
+    return view
+
+
+sys.path.insert(0, str(suite_view()))
+for requirement in ("parameterized", "timeout_decorator", "pytest_timeout", "httpx"):
+    pytest.importorskip(requirement, reason=f"transformers' test suite needs {requirement} (pip install -e '.[dev]')")
+
+os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "true"  # as the suite's own conftest sets it: never ask the Hub
+
+from transformers.models.auto import modeling_auto  # noqa: E402
+
+from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel  # noqa: E402
+from tests.causal_lm_tester import CausalLMModelTest, CausalLMModelTester  # noqa: E402
+from tests.models.gpt2.test_modeling_gpt2 import GPT2ModelTest  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True, scope="module")
+def tinygpt_in_transformers_tables():
+    """The suite tells a base model from an LM head by transformers' built-in auto tables (which
+    `AutoModel.register` does not touch): list TinyGPT there, as an in-tree model is listed."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(modeling_auto.MODEL_MAPPING_NAMES, "tinygpt", "TinyGPTModel")
+        patch.setitem(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, "tinygpt", "TinyGPTForCausalLM")
+        yield
+
+
+class TinyGPTModelTester(CausalLMModelTester):
+    base_model_class = TinyGPTModel
+    config_class = TinyGPTConfig
+    causal_lm_class = TinyGPTForCausalLM
+
+    def __init__(self, parent, position_embedding_type="learned", **kwargs):
+        # n_embd 32, 2 layers (the suite's defaults) and 4 heads: head_dim 8, so partial rotary has room to work.
+        super().__init__(parent, num_attention_heads=4, **kwargs)
+        self.position_embedding_type = position_embedding_type
+
+
+def suite_for(scheme: str):
+    """The suite's test class for one position scheme."""
+
+    class Tester(TinyGPTModelTester):
+        def __init__(self, parent, **kwargs):
+            super().__init__(parent, position_embedding_type=scheme, **kwargs)
+
+    class Test(CausalLMModelTest, unittest.TestCase):
+        model_tester_class = Tester
+        # The suite runs this check only for models whose config file has a 2023+ copyright line; ours has none.
+        test_can_init_all_missing_weights_before_2023 = True
+
+    Test.__name__ = Test.__qualname__ = f"TestTinyGPT{scheme.capitalize()}"
+    return Test
+
+
+TestTinyGPTLearned = suite_for("learned")
+TestTinyGPTSinusoidal = suite_for("sinusoidal")
+TestTinyGPTRope = suite_for("rope")
+TestTinyGPTAlibi = suite_for("alibi")
+TestTinyGPTNone = suite_for("none")
+
+
+class TestGPT2Reference(GPT2ModelTest):
+    """transformers' own GPT-2 test class, unchanged, in the same session: what 'passing' looks like here."""
