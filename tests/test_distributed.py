@@ -50,6 +50,11 @@ def test_tensor_parallel_alibi_is_refused_by_name(tmp_path):
     assert "position_embedding_type='alibi' biases every head differently" in run.stderr
 
 
+def test_tensor_parallel_needs_heads_that_divide_among_the_ranks(tmp_path):
+    run = torchrun("tp", saved_model(tmp_path, "learned", n_head=1), tmp_path)
+    assert run.returncode != 0 and "n_head (1) must be divisible by the tensor-parallel size" in run.stderr
+
+
 def test_fsdp_shards_per_block_trains_like_one_process_and_saves_a_plain_checkpoint(tmp_path):
     run = torchrun("fsdp", saved_model(tmp_path, "learned"), tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -2,6 +2,7 @@
 
 import json
 import os
+from contextlib import nullcontext
 import subprocess
 import sys
 import textwrap
@@ -269,3 +270,40 @@ def test_a_tinygpt_hub_repo_costs_no_request_beyond_what_a_gpt2_repo_costs(hub, 
     for cache in ("cold", "warm"):
         assert len(requests["tinygpt", cache]) <= len(requests["gpt2", cache]), requests
     assert sum(path.endswith("/config.json") and method == "GET" for method, path in requests["tinygpt", "cold"]) == 1
+
+
+# ---- transformers' loading contract (the strict loader the CLI uses is in test_bad_inputs.py) ---------------------
+
+
+def test_a_base_model_checkpoint_loads_into_the_lm_class_with_its_tied_head(tmp_path):
+    lm = tiny_model("rope")
+    lm.transformer.save_pretrained(tmp_path)  # TinyGPTModel: no `transformer.` prefix, no head
+    loaded, info = TinyGPTForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]  # the tied head is never "missing"
+    ids = torch.randint(0, VOCAB, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(ids).logits, lm(ids).logits)
+
+
+def test_an_empty_state_dict_initialises_every_weight_as_transformers_does():
+    """`from_pretrained(None, config=..., state_dict={})`: every tensor comes from `_init_weights`, none from meta."""
+    model = TinyGPTForCausalLM.from_pretrained(None, config=tiny_config("sinusoidal"), state_dict={})
+    assert all(t.device.type == "cpu" for t in [*model.parameters(), *model.buffers()])
+    built = TinyGPTForCausalLM(tiny_config("sinusoidal"))
+    assert torch.equal(model.transformer.positions.inv_freq, built.transformer.positions.inv_freq)
+    assert model.lm_head.weight is model.transformer.wte.weight
+
+
+def test_the_old_cache_argument_name_still_works():
+    """transformers 5.24 renamed `past_key_values=` to `cache=`; the old name gives the same result (with transformers'
+    own deprecation warning on 5.24+, as its in-tree models do)."""
+    from hf_tinygpt.model.modeling_tinygpt import CACHE_FIELD
+
+    model, ids = tiny_model("rope"), torch.randint(0, VOCAB, (1, 6))
+    renamed = CACHE_FIELD == "cache"
+    with torch.no_grad():
+        cache = getattr(model(ids[:, :5], use_cache=True), CACHE_FIELD)
+        with pytest.warns(FutureWarning, match="`past_key_values` is deprecated") if renamed else nullcontext():
+            new = model(ids[:, 5:], past_key_values=cache).logits
+        full = model(ids).logits[:, 5:]
+    assert (new - full).abs().max() < 1e-5

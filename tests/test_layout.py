@@ -77,7 +77,8 @@ def test_the_model_bundle_uses_only_public_transformers_api():
 def test_importing_the_package_needs_no_extra():
     """In a fresh interpreter: importing the package afresh here would register a second TinyGPTConfig class with
     the Auto classes and confuse every later test."""
-    blocked = "import sys; sys.modules.update(accelerate=None, matplotlib=None)"  # as if not installed
+    # As if not installed. peft too: it requires accelerate, and transformers imports it whenever it is present.
+    blocked = "import sys; sys.modules.update(accelerate=None, matplotlib=None, peft=None)"
     modules = ("hf_tinygpt.cli", "hf_tinygpt.checkpoints.convert", "hf_tinygpt.checkpoints.hub", "hf_tinygpt.tools.generate")
     imports = "import " + ", ".join(modules)
     run = subprocess.run([sys.executable, "-c", f"{blocked}; {imports}"], capture_output=True, text=True, timeout=300)

@@ -1,5 +1,6 @@
 """The five position schemes: what each one computes, and that each one decodes and saves exactly."""
 
+import json
 import math
 
 import pytest
@@ -148,16 +149,37 @@ def test_other_schemes_run_past_n_positions(scheme_name):
 # ---- sinusoidal --------------------------------------------------------------------------------------------
 
 
-def test_sinusoidal_rows_equal_the_closed_formula():
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+def test_sinusoidal_rows_equal_the_closed_formula(scale):
     d = 32
-    positions = SinusoidalPositions(tiny_config("sinusoidal", n_embd=d))
+    positions = SinusoidalPositions(tiny_config("sinusoidal", n_embd=d, sinusoidal_scale=scale))
     p = torch.tensor([0, 1, 7, 63, 1000])
     rows = positions.rows(p)
     for row, pos in zip(rows, p.tolist()):
         for i in range(d // 2):
             angle = pos / 10000 ** (2 * i / d)
-            assert row[2 * i].item() == pytest.approx(math.sin(angle), abs=1e-4)
-            assert row[2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-4)
+            assert row[2 * i].item() == pytest.approx(scale * math.sin(angle), abs=1e-4)
+            assert row[2 * i + 1].item() == pytest.approx(scale * math.cos(angle), abs=1e-4)
+
+
+def test_sinusoidal_rows_start_at_the_size_of_the_token_embeddings():
+    """Unit rows (Vaswani's) would dwarf GPT-2-initialised tokens (std 0.02) and train far slower: by default each
+    dimension of a row has the rms of an initial token embedding, ×√d with scale_embeddings."""
+    for scale_embeddings in (False, True):
+        model = tiny_model("sinusoidal", n_embd=64, scale_embeddings=scale_embeddings)
+        rows = model.transformer.positions.rows(torch.arange(4096))
+        tokens = model.transformer.wte.weight * (8.0 if scale_embeddings else 1.0)
+        assert rows.pow(2).mean().sqrt() == pytest.approx(tokens.std().item(), rel=0.05)
+
+
+def test_sinusoidal_configs_saved_before_the_scale_option_keep_unit_rows(tmp_path):
+    model = tiny_model("sinusoidal")
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["sinusoidal_scale"] == pytest.approx(0.02 * math.sqrt(2))  # saved explicitly from now on
+    del config["sinusoidal_scale"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert TinyGPTForCausalLM.from_pretrained(tmp_path).config.sinusoidal_scale == 1.0
 
 
 def test_sinusoidal_rows_are_added_to_token_embeddings():

@@ -15,6 +15,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .gpt2_layout import tinygpt_fields_of_gpt2
 
+
 def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -59,6 +60,11 @@ class TinyGPTConfig(PreTrainedConfig):
         Only a rope config has the attribute at all: transformers reads its presence as "this model uses RoPE".
     scale_embeddings (`bool`, defaults to `False`):
         Multiply token embeddings by sqrt(n_embd) before adding positions, as in the original transformer.
+    sinusoidal_scale (`float`, *optional*):
+        Only with `"sinusoidal"`: the rows are multiplied by this. By default `initializer_range · √2`
+        (× √n_embd with `scale_embeddings`), which gives them the per-dimension size of freshly initialised token
+        embeddings: unit-amplitude rows (1.0, Vaswani et al.'s) drown GPT-2-initialised tokens and train far slower
+        (scripts/README.md, "Length extrapolation"). Configs saved before this option existed read as 1.0.
     """
 
     model_type = "tinygpt"
@@ -95,6 +101,7 @@ class TinyGPTConfig(PreTrainedConfig):
     initializer_range: float = 0.02
     position_embedding_type: str = "learned"
     scale_embeddings: bool = False
+    sinusoidal_scale: float | None = None
     use_cache: bool = True
     bos_token_id: int | None = 50256
     eos_token_id: int | list[int] | None = 50256
@@ -128,6 +135,14 @@ class TinyGPTConfig(PreTrainedConfig):
             # `rope_parameters` and fills in the defaults.
             self.rope_parameters = rope_parameters or (None if kwargs.get("rope_scaling") else {"rope_type": "default"})
             kwargs.setdefault("partial_rotary_factor", 1.0)  # stated, even when whole heads rotate
+        if self.sinusoidal_scale is not None and self.position_embedding_type != "sinusoidal":
+            raise ValueError(f"sinusoidal_scale only applies to position_embedding_type='sinusoidal', not "
+                             f"{self.position_embedding_type!r}")  # fmt: skip
+        if self.position_embedding_type == "sinusoidal" and self.sinusoidal_scale is None:
+            # The per-dimension rms of an initial token embedding (sin/cos pairs have rms 1/√2); unit rows without one.
+            scaled = self.scale_embeddings is True and _is_int(self.n_embd) and self.n_embd > 0
+            token_size = self.initializer_range * (math.sqrt(self.n_embd) if scaled else 1)
+            self.sinusoidal_scale = token_size * math.sqrt(2) if _is_number(token_size) and token_size > 0 else 1.0
         super().__post_init__(**kwargs)
         self._check()
 
@@ -148,7 +163,11 @@ class TinyGPTConfig(PreTrainedConfig):
 
     @staticmethod
     def _tinygpt_fields(config_dict: dict) -> dict:
-        return tinygpt_fields_of_gpt2(config_dict) if config_dict.get("model_type") == "gpt2" else config_dict
+        if config_dict.get("model_type") == "gpt2":
+            return tinygpt_fields_of_gpt2(config_dict)
+        if config_dict.get("position_embedding_type") == "sinusoidal" and "sinusoidal_scale" not in config_dict:
+            return {**config_dict, "sinusoidal_scale": 1.0}  # saved before the option existed: unit rows, as then
+        return config_dict
 
     def _check(self):
         """Every field checked for type and range, naming the field: a bad value fails here, not as NaN logits."""
@@ -182,6 +201,9 @@ class TinyGPTConfig(PreTrainedConfig):
             raise ValueError(f"initializer_range must be a finite number >= 0, got {self.initializer_range!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        scale = self.sinusoidal_scale
+        if scale is not None and not (_is_number(scale) and 0 < scale < math.inf):
+            raise ValueError(f"sinusoidal_scale must be a finite number > 0, got {self.sinusoidal_scale!r}")
         if self.position_embedding_type == "sinusoidal" and self.n_embd % 2:
             raise ValueError(f"position_embedding_type='sinusoidal' needs an even n_embd, got {self.n_embd}")
         if self.position_embedding_type == "rope":

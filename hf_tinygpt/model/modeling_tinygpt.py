@@ -88,9 +88,6 @@ class PositionScheme(nn.Module):
 class NoPositions(PositionScheme):
     """`none`: the causal mask is the only source of order."""
 
-    def __init__(self, config: TinyGPTConfig):
-        super().__init__(config)
-
 
 class LearnedPositions(nn.Embedding, PositionScheme):
     """`learned` (GPT-2): one trained row per position, `n_positions` of them and no more."""
@@ -109,14 +106,15 @@ class LearnedPositions(nn.Embedding, PositionScheme):
 
 
 class SinusoidalPositions(PositionScheme):
-    """`sinusoidal` (Vaswani et al. 2017): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same angle).
+    """`sinusoidal` (Vaswani et al. 2017): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same angle), times
+    `config.sinusoidal_scale` (by default the size of freshly initialised token embeddings; see the config).
 
     Computed from the position ids on every call, so any position works: nothing is learned or stored.
     """
 
     def __init__(self, config: TinyGPTConfig, base: float = 10000.0):
         super().__init__()
-        self.dim, self.base = config.n_embd, base
+        self.dim, self.base, self.scale = config.n_embd, base, config.sinusoidal_scale
         self.register_fixed_buffers()
 
     def fixed_buffers(self):
@@ -125,7 +123,8 @@ class SinusoidalPositions(PositionScheme):
     def rows(self, position_ids: torch.Tensor) -> torch.Tensor:
         """The position rows for `position_ids`, shape (*position_ids.shape, n_embd), float32."""
         angles = position_ids[..., None].float() * self.inv_freq
-        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # interleave: sin, cos, sin, cos, ...
+        rows = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # interleave: sin, cos, sin, cos, ...
+        return rows * self.scale
 
     def add_to_embeddings(self, inputs_embeds, position_ids):
         return inputs_embeds + self.rows(position_ids).to(inputs_embeds.dtype)
@@ -270,8 +269,12 @@ class TinyGPTAttention(nn.Module):
     def forward(self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, **kwargs):
         batch, length, _ = hidden_states.shape
         # [q | k | v] for every head; under tensor parallelism, for this rank's heads only (hence thirds, and -1).
+        qkv = self.c_attn(hidden_states)
+        if qkv.shape[-1] % (3 * self.head_dim):
+            raise ValueError(f"tensor parallelism splits attention by head: n_head ({self.num_heads}) must be "
+                             "divisible by the tensor-parallel size")  # fmt: skip
         heads = (batch, length, -1, self.head_dim)
-        query, key, value = (t.view(heads).transpose(1, 2) for t in self.c_attn(hidden_states).chunk(3, dim=-1))
+        query, key, value = (t.view(heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
         if isinstance(attention_mask, torch.Tensor) and attention_mask.shape[1] not in (1, query.shape[1]):
             raise ValueError(
                 f"the attention bias has {attention_mask.shape[1]} heads but this attention layer computes "
