@@ -275,14 +275,19 @@ def test_a_tinygpt_hub_repo_costs_no_request_beyond_what_a_gpt2_repo_costs(hub, 
 # ---- transformers' loading contract (the strict loader the CLI uses is in test_bad_inputs.py) ---------------------
 
 
-def test_a_base_model_checkpoint_loads_into_the_lm_class_with_its_tied_head(tmp_path):
-    lm = tiny_model("rope")
-    lm.transformer.save_pretrained(tmp_path)  # TinyGPTModel: no `transformer.` prefix, no head
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_base_model_checkpoint_loads_into_the_lm_class(tmp_path, tied):
+    """A TinyGPTModel checkpoint (no `transformer.` prefix, no head) loads into TinyGPTForCausalLM. A tied head is
+    never "missing"; an untied one is initialised and reported, as transformers does for any model."""
+    lm = tiny_model("rope", tie_word_embeddings=tied)
+    lm.transformer.save_pretrained(tmp_path)
     loaded, info = TinyGPTForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"]  # the tied head is never "missing"
-    ids = torch.randint(0, VOCAB, (2, 9))
-    with torch.no_grad():
-        assert torch.equal(loaded.eval()(ids).logits, lm(ids).logits)
+    assert set(info["missing_keys"]) == (set() if tied else {"lm_head.weight"}) and not info["unexpected_keys"]
+    assert torch.equal(loaded.transformer.wte.weight, lm.transformer.wte.weight)
+    if tied:
+        ids = torch.randint(0, VOCAB, (2, 9))
+        with torch.no_grad():
+            assert torch.equal(loaded.eval()(ids).logits, lm(ids).logits)
 
 
 def test_an_empty_state_dict_initialises_every_weight_as_transformers_does():
