@@ -1,6 +1,7 @@
 """The shipped default model: small, GPT-2-compatible, loads through the Auto classes, and its card's perplexity is
 what the shipped weights really score on the held-out Hamlet."""
 
+import json
 import re
 from pathlib import Path
 
@@ -24,6 +25,8 @@ def test_shipped_folder_is_small_and_complete():
     files = {p.name: p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir()}
     assert set(files) == {"config.json", "generation_config.json", "model.safetensors"}
     assert sum(files.values()) <= 8 * 10**6
+    auto_map = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text())["auto_map"]
+    assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}  # vLLM builds the body: AutoModel
 
 
 def test_loads_through_auto_classes_and_is_gpt2_compatible():

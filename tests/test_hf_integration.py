@@ -69,8 +69,9 @@ def test_saved_folder_carries_code_and_auto_map(tmp_path):
     tiny_model("alibi").save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "tinygpt"
-    assert config["auto_map"] == {
+    assert config["auto_map"] == {  # every class: vLLM's Transformers backend builds the body with AutoModel
         "AutoConfig": "configuration_tinygpt.TinyGPTConfig",
+        "AutoModel": "modeling_tinygpt.TinyGPTModel",
         "AutoModelForCausalLM": "modeling_tinygpt.TinyGPTForCausalLM",
     }
     for code_file in ("configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py"):
@@ -99,7 +100,7 @@ REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
         pass
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, pipeline
 
     folder, prompt = sys.argv[1], sys.argv[2]
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
@@ -107,7 +108,10 @@ REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     tokens = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
     text = pipeline("text-generation", model=folder, trust_remote_code=True)(prompt, max_new_tokens=8, do_sample=False)
-    print(json.dumps({"class": type(model).__module__, "tokens": tokens, "text": text[0]["generated_text"]}))
+    # what vLLM's Transformers backend does with a saved LM folder: build the body from the config alone
+    body = AutoModel.from_config(AutoConfig.from_pretrained(folder, trust_remote_code=True), trust_remote_code=True)
+    print(json.dumps({"class": type(model).__module__, "tokens": tokens, "text": text[0]["generated_text"],
+                      "body": type(body).__name__}))
     """
 )
 
@@ -131,6 +135,7 @@ def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, sc
     assert result["class"].startswith("transformers_modules.")  # the copied code, not the package
     assert result["tokens"] == expected
     assert result["text"] == tokenizer.decode(expected)
+    assert result["body"] == "TinyGPTModel"
 
 
 # ---- tied head -----------------------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
     staged = tmp_path / "staged"
     assert {p.name for p in staged.iterdir()} == REPO_FILES  # no optimizer state, no old checkpoints
     assert (staged / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+    auto_map = json.loads((staged / "config.json").read_text())["auto_map"]
+    assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}
     listing = capsys.readouterr().out
     size = (staged / "model.safetensors").stat().st_size
     assert re.search(rf"model\.safetensors\s+{size:,} bytes", listing)

@@ -79,6 +79,7 @@ def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: s
         model = load_strictly(folder)  # raises, naming tensors, if the weights do not fit
 
     custom_object_save(model, staging, config=model.config)  # the installed code files; fills in auto_map
+    model.name_every_class_in_auto_map(model.config)
     model.config.save_pretrained(staging)
     for name in [*_weight_files(folder), *([] if tokenizer else tokenizer_files)]:
         shutil.copy2(folder / name, staging / name)

@@ -388,6 +388,23 @@ class TinyGPTPreTrainedModel(PreTrainedModel):
         "attentions": OutputRecorder(TinyGPTAttention, index=1),
     }
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' `save_pretrained`; when the classes are registered for the Auto API (importing hf_tinygpt
+        does it), the folder's `auto_map` names both model classes, whichever one is saved: a client may build the
+        body from a saved LM's config (vLLM's Transformers backend calls `AutoModel.from_config`)."""
+        self.name_every_class_in_auto_map(self.config)
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @classmethod
+    def name_every_class_in_auto_map(cls, config: TinyGPTConfig):
+        """Add `AutoModel` and `AutoModelForCausalLM` to `config.auto_map` (what transformers writes there names only
+        the class being saved). Nothing happens for classes not registered with the Auto API."""
+        if cls._auto_class is None:
+            return
+        module = cls.__module__.rsplit(".", 1)[-1]  # the file's name, as the copy next to the weights is imported
+        config.auto_map = {**(getattr(config, "auto_map", None) or {}), "AutoModel": f"{module}.TinyGPTModel",
+                           "AutoModelForCausalLM": f"{module}.TinyGPTForCausalLM"}  # fmt: skip
+
     @torch.no_grad()
     def _init_weights(self, module):
         """GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layer)."""
