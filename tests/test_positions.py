@@ -315,3 +315,24 @@ def test_sdpa_and_eager_agree(scheme):
         a = eager(ids, attention_mask=mask).logits
         b = sdpa(ids, attention_mask=mask).logits
     assert (a[mask.bool()] - b[mask.bool()]).abs().max() <= 1e-5
+
+
+@pytest.fixture
+def kernel_without_bias():
+    """An attention kernel registered under its own name, as engines register theirs (vLLM's "vllm"): transformers
+    then builds no 4D float mask for it, so it cannot take ALiBi's bias."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register("engine_kernel", sdpa_attention_forward)
+    yield "engine_kernel"
+    AttentionInterface._global_mapping.pop("engine_kernel")
+
+
+def test_alibi_is_refused_at_load_under_a_kernel_that_takes_no_bias(tmp_path, kernel_without_bias):
+    tiny_model("alibi").save_pretrained(tmp_path / "alibi")
+    with pytest.raises(ValueError, match="attn_implementation='engine_kernel' cannot take"):
+        TinyGPTForCausalLM.from_pretrained(tmp_path / "alibi", attn_implementation=kernel_without_bias)
+    tiny_model("rope").save_pretrained(tmp_path / "rope")  # the other schemes run on any kernel
+    model = TinyGPTForCausalLM.from_pretrained(tmp_path / "rope", attn_implementation=kernel_without_bias)
+    assert torch.isfinite(model(torch.randint(0, VOCAB, (1, 5))).logits).all()

@@ -208,11 +208,21 @@ class AlibiPositions(PositionScheme):
     """
 
     needs_attention_bias = True
+    KERNELS_WITH_BIAS = ("eager", "sdpa")  # the attention kernels that add a 4D float mask to the scores
 
     def __init__(self, config: TinyGPTConfig):
         super().__init__()
+        kernel = config._attn_implementation
+        if kernel is not None and kernel not in self.KERNELS_WITH_BIAS:  # refuse at load, not at the first request
+            raise ValueError(self.needs_a_kernel_with_bias(f"attn_implementation={kernel!r}"))
         self.num_heads = config.n_head
         self.register_fixed_buffers()
+
+    @classmethod
+    def needs_a_kernel_with_bias(cls, kernel: str) -> str:
+        return (f"position_embedding_type='alibi' adds a per-head bias to the attention scores, which {kernel} "
+                f"cannot take: use attn_implementation in {cls.KERNELS_WITH_BIAS} (an engine that brings its own "
+                "attention kernel, such as vLLM's, cannot run ALiBi TinyGPTs)")  # fmt: skip
 
     def fixed_buffers(self):
         return {"slopes": alibi_slopes(self.num_heads)}
@@ -226,11 +236,8 @@ class AlibiPositions(PositionScheme):
 
     def bias_attention(self, attention_mask, query_length, past_length, dtype):
         # `attention_mask` is 4D (B, 1, q, kv): boolean (sdpa: True = attend) or additive float (eager: 0 = attend).
-        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
-            raise ValueError(
-                "position_embedding_type='alibi' adds a bias to the attention scores, which needs "
-                "attn_implementation='eager' or 'sdpa' (got a kernel that takes no additive mask)"
-            )
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:  # a kernel switched after load
+            raise ValueError(self.needs_a_kernel_with_bias("a kernel that takes no additive mask"))
         allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
         bias = self.bias(query_length, attention_mask.shape[-1], past_length, attention_mask.device)
         return torch.where(allowed, bias.to(dtype), torch.finfo(dtype).min)
