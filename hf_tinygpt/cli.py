@@ -125,14 +125,19 @@ def convert_command(args) -> int:
     hub = hub_options(args)
     tolerance = args.tolerance if args.verify else None
     if args.to == "gpt2":
-        out, delta = convert.tinygpt_to_gpt2(args.src, args.out, force=args.force, verify_tolerance=tolerance, **hub)
+        not_for_export = {"--n-head": args.n_head, "--trim-vocab": args.trim_vocab, "--base-model": args.base_model,
+                          "--license": args.license}  # fmt: skip
+        if given := [flag for flag, value in not_for_export.items() if value is not None]:
+            raise ValueError(f"{', '.join(given)} only apply to a conversion to tinygpt, not with --to gpt2")
+        out, delta = convert.tinygpt_to_gpt2(args.src, args.out, tokenizer=args.tokenizer, dtype=args.dtype,
+                                             force=args.force, verify_tolerance=tolerance, **hub)  # fmt: skip
         report(delta)
         print(f"wrote {out} (GPT2LMHeadModel format)")
     else:
         out, source, delta = convert.gpt2_to_tinygpt(
             args.src, args.out, tokenizer=args.tokenizer, dtype=args.dtype, force=args.force, n_head=args.n_head,
-            trim_vocab=args.trim_vocab, verify_tolerance=tolerance, base_model=args.base_model, license=args.license,
-            **hub,
+            trim_vocab=args.trim_vocab, verify_tolerance=tolerance, base_model=args.base_model,
+            license=args.license or "mit", **hub,
         )  # fmt: skip
         report(delta)
         print(f"wrote {out} ({source.kind} → tinygpt, {source.config.n_layer} layers, n_embd {source.config.n_embd})")
@@ -151,7 +156,7 @@ def push_command(args) -> int:
     if args.out is not None and not args.dry_run:
         raise ValueError("--out is where --dry-run stages the files; without --dry-run the push stages in a temporary "
                          "folder")  # fmt: skip
-    options = dict(tokenizer=args.tokenizer, base_model=args.base_model, license=args.license,
+    options = dict(tokenizer=args.tokenizer, base_model=args.base_model, license=args.license or "mit",
                    verify_tolerance=args.tolerance)  # fmt: skip
     if args.dry_run:
         if args.out is None:
@@ -190,7 +195,7 @@ def add_push_arguments(parser: argparse.ArgumentParser):
     add_tokenizer_argument(parser)
     add_tolerance_argument(parser, "when a GPT-2 SRC is converted first")
     parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card")
-    parser.add_argument("--license", default="mit", help="licence for the model card")
+    parser.add_argument("--license", help="licence for the model card (default: mit)")
 
 
 def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
@@ -336,7 +341,7 @@ def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--trim-vocab", type=int_at_least(1),
                         help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)")  # fmt: skip
     parser.add_argument("--base-model", help="Hub id of the source, for the model card (default: SRC if a Hub id)")
-    parser.add_argument("--license", default="mit", help="licence for the model card (GPT-2's weights are MIT)")
+    parser.add_argument("--license", help="licence for the model card (default: mit, as GPT-2's weights)")
     add_hub_arguments(parser)
 
 

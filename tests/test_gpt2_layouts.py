@@ -297,3 +297,31 @@ def test_the_conversion_scripts_are_the_convert_verb(tmp_path):
     assert out.returncode == 0 and "verify: max |Δlogits|" in out.stdout, out.stderr[-2000:]
     back = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", "--out", tmp_path / "back", "--verify")
     assert back.returncode == 0 and "GPT2LMHeadModel format" in back.stdout, back.stderr[-2000:]
+
+
+def test_gpt2_export_is_complete_for_engines(tmp_path, cli):
+    """What engines' converters read: GPT-2's legacy `n_ctx`, and a tokenizer, the bundled one when the source
+    relies on it (no tokenizer files, GPT-2's vocabulary, like the shipped model); `--dtype` is honoured."""
+    from safetensors import safe_open
+
+    random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(tmp_path / "gpt2")
+    TinyGPTForCausalLM.from_pretrained(tmp_path / "gpt2").save_pretrained(tmp_path / "tiny")  # no tokenizer files
+    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "back", "--dtype", "bfloat16",
+              "--verify", "--tolerance", "0.05")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert config["n_ctx"] == config["n_positions"] == 64
+    assert (tmp_path / "back" / "tokenizer.json").is_file()
+    with safe_open(tmp_path / "back" / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(key).dtype for key in f.keys()} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("flag, value", [("--trim-vocab", "10"), ("--n-head", "2"), ("--license", "apache-2.0"),
+                                         ("--base-model", "gpt2")])  # fmt: skip
+def test_gpt2_export_refuses_flags_it_would_ignore(tmp_path, cli, flag, value):
+    from conftest import tiny_model
+
+    tiny_model().save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", flag, value)
+    assert out.returncode == 2 and f"{flag} only apply to a conversion to tinygpt" in out.stderr
+    assert not (tmp_path / "gpt2").exists()

@@ -253,10 +253,16 @@ def reference_gpt2(source: Source) -> GPT2LMHeadModel:
     return gpt2
 
 
-def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, verify_tolerance: float | None = None,
+def tinygpt_to_gpt2(src: str, out: str, *, tokenizer: str | None = None, dtype: str | None = None,
+                    force: bool = False, verify_tolerance: float | None = None,
                     **hub_kwargs) -> tuple[Path, float | None]:  # fmt: skip
-    """A GPT-2-compatible tinygpt (learned positions, tied, unscaled) → a folder `GPT2LMHeadModel` loads. With
-    `verify_tolerance`, the written folder is read back by `GPT2LMHeadModel` and compared before the rename."""
+    """A GPT-2-compatible tinygpt (learned positions, tied, unscaled) → a folder `GPT2LMHeadModel` loads, complete
+    for engines: with `n_ctx` and a tokenizer (`tokenizer`, else SRC's, else the bundled GPT-2 one when SRC relies
+    on it: no tokenizer of its own and GPT-2's vocabulary). `dtype` stores the weights in that dtype. With
+    `verify_tolerance`, the written folder is read back by `GPT2LMHeadModel` and compared (in fp32, with SRC) before
+    the rename."""
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
     with output_folder(out, force=force, protect=[src]) as staging:
         with reading_checkpoint(src):
             model = load_strictly(src, **hub_kwargs)
@@ -266,8 +272,10 @@ def tinygpt_to_gpt2(src: str, out: str, *, force: bool = False, verify_tolerance
             gpt2 = GPT2LMHeadModel(gpt2_config)
         gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(model.state_dict()), strict=False, assign=True)
         gpt2.tie_weights()
-        tokenizer_from = src if has_tokenizer(src, **hub_kwargs) else None
-        save_model_folder(gpt2.to(model.dtype).eval(), staging, tokenizer_from=tokenizer_from)
+        tokenizer_from = tokenizer or (src if has_tokenizer(src, **hub_kwargs) else None)
+        if tokenizer_from is None and len(load_tokenizer("gpt2")) <= model.config.vocab_size:
+            tokenizer_from = "gpt2"  # what `hf-tinygpt generate` gives a folder without one: the bundled tokenizer
+        save_model_folder(gpt2.to(DTYPES.get(dtype, model.dtype)).eval(), staging, tokenizer_from=tokenizer_from)
         delta = None
         if verify_tolerance is not None:
             exported = load_strictly(staging, GPT2LMHeadModel, dtype=torch.float32).eval()

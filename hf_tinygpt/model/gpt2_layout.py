@@ -66,7 +66,9 @@ def gpt2_fields_of_tinygpt(config) -> dict:
     if cannot:
         raise ValueError("This TinyGPT cannot be expressed as GPT-2: " + "; ".join(cannot))
     fields = {name: getattr(config, name) for name in SHARED_CONFIG_FIELDS}
-    return {**fields, **GPT2_ONLY_OPTIONS}
+    # `n_ctx`: GPT-2's legacy name for the context, gone from GPT2Config but read by engines' converters
+    # (llama.cpp's convert_hf_to_gguf.py fails without it).
+    return {**fields, **GPT2_ONLY_OPTIONS, "n_ctx": config.n_positions}
 
 
 def gpt2_state_dict_to_tinygpt(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
