@@ -252,20 +252,36 @@ def test_bad_sources_fail_clearly_and_leave_nothing(tmp_path, kind, capsys):
 
 
 @pytest.mark.parametrize(
-    "fields, feature",
-    [({"position_embedding_type": "rope"}, "position_embedding_type='rope'"),
-     ({"position_embedding_type": "alibi"}, "position_embedding_type='alibi'"),
-     ({"position_embedding_type": "sinusoidal"}, "position_embedding_type='sinusoidal'"),
-     ({"scale_embeddings": True}, "scale_embeddings=True"),
-     ({"tie_word_embeddings": False}, "tie_word_embeddings=False")],
+    "scheme, reason",
+    [("rope", "RoPE rotates q and k inside attention"), ("alibi", "ALiBi biases the attention scores by distance")],
 )  # fmt: skip
-def test_export_to_gpt2_names_what_gpt2_cannot_express(tmp_path, fields, feature, cli):
+def test_export_to_gpt2_names_what_gpt2_cannot_express(tmp_path, scheme, reason, cli):
     from conftest import tiny_model
 
-    tiny_model(**fields).save_pretrained(tmp_path / "tiny")
+    tiny_model(scheme).save_pretrained(tmp_path / "tiny")
     out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2")
-    assert out.returncode == 2 and feature in out.stderr, out.stderr[-2000:]
+    assert out.returncode == 2 and f"position_embedding_type='{scheme}'" in out.stderr and reason in out.stderr
     assert not (tmp_path / "gpt2").exists()
+
+
+@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "none"])
+@pytest.mark.parametrize("fields", [{}, {"scale_embeddings": True}, {"tie_word_embeddings": False},
+                                    {"scale_embeddings": True, "tie_word_embeddings": False}],
+                         ids=["tied", "scaled", "untied", "scaled-untied"])  # fmt: skip
+def test_gpt2_twins_export_exactly(tmp_path, cli, scheme, fields):
+    """Fixed position rows (sinusoidal, or none: zeros) become GPT-2's wpe; scaled embeddings a pre-scaled wte with
+    the unscaled matrix as an untied head. transformers' own GPT2LMHeadModel then gives the same logits at every
+    position up to n_positions."""
+    from conftest import tiny_model
+
+    model = tiny_model(scheme, **fields)
+    model.save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", "--verify")
+    assert out.returncode == 0, out.stderr[-2000:]
+    gpt2 = GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").eval()
+    ids = torch.randint(0, VOCAB, (2, model.config.n_positions))
+    with torch.no_grad():
+        assert (gpt2(ids).logits - model(ids).logits).abs().max() <= 1e-5
 
 
 def test_dtype_option_stores_bfloat16_weights(tmp_path, cli):

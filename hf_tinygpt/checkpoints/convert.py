@@ -246,7 +246,8 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
 def reference_gpt2(source: Source) -> GPT2LMHeadModel:
     """transformers' GPT2LMHeadModel on the source's own tensors: the reference `--verify` compares against."""
     gpt2 = GPT2LMHeadModel(GPT2Config(**gpt2_fields_of_tinygpt(source.config))).eval()
-    missing, unexpected = gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(source.state_dict), strict=False)
+    missing, unexpected = gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(source.state_dict, source.config),
+                                               strict=False)  # fmt: skip
     if unexpected or set(missing) - {HEAD}:  # the head is tied: it is wte
         raise ValueError(f"GPT-2 reference: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
     gpt2.tie_weights()
@@ -256,8 +257,8 @@ def reference_gpt2(source: Source) -> GPT2LMHeadModel:
 def tinygpt_to_gpt2(src: str, out: str, *, tokenizer: str | None = None, dtype: str | None = None,
                     force: bool = False, verify_tolerance: float | None = None,
                     **hub_kwargs) -> tuple[Path, float | None]:  # fmt: skip
-    """A GPT-2-compatible tinygpt (learned positions, tied, unscaled) → a folder `GPT2LMHeadModel` loads, complete
-    for engines: with `n_ctx` and a tokenizer (`tokenizer`, else SRC's, else the bundled GPT-2 one when SRC relies
+    """A tinygpt GPT-2 reproduces exactly (learned, sinusoidal or no positions; scaled or untied embeddings; see
+    `gpt2_layout`) → a folder `GPT2LMHeadModel` loads, complete for engines: with `n_ctx` and a tokenizer (`tokenizer`, else SRC's, else the bundled GPT-2 one when SRC relies
     on it: no tokenizer of its own and GPT-2's vocabulary). `dtype` stores the weights in that dtype. With
     `verify_tolerance`, the written folder is read back by `GPT2LMHeadModel` and compared (in fp32, with SRC) before
     the rename."""
@@ -270,7 +271,13 @@ def tinygpt_to_gpt2(src: str, out: str, *, tokenizer: str | None = None, dtype: 
         check_finite(model.state_dict(), str(src))
         with torch.device("meta"):
             gpt2 = GPT2LMHeadModel(gpt2_config)
-        gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(model.state_dict()), strict=False, assign=True)
+        n = model.config.n_positions  # what the position scheme adds at 0..n-1 becomes GPT-2's wpe
+        zeros = torch.zeros(1, n, model.config.n_embd, dtype=torch.float32)
+        rows = model.transformer.positions.add_to_embeddings(zeros, torch.arange(n)[None])[0].detach()
+        state_dict = tinygpt_state_dict_to_gpt2(model.state_dict(), model.config, position_rows=rows)
+        missing, unexpected = gpt2.load_state_dict(state_dict, strict=False, assign=True)
+        if unexpected or set(missing) - ({HEAD} if gpt2_config.tie_word_embeddings else set()):
+            raise ValueError(f"GPT-2 export: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
         gpt2.tie_weights()
         tokenizer_from = tokenizer or (src if has_tokenizer(src, **hub_kwargs) else None)
         if tokenizer_from is None and len(load_tokenizer("gpt2")) <= model.config.vocab_size:

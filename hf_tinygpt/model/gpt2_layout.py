@@ -7,6 +7,10 @@ TinyGPT's module tree uses GPT-2's names, so a GPT-2 state dict maps onto it wit
   3. the legacy `attn.bias` / `attn.masked_bias` buffers (a causal mask saved as weights) are dropped.
 The head is tied, so `lm_head.weight` is optional on the way in and equal to `wte` on the way out.
 
+The way out also takes TinyGPTs that are GPT-2 in disguise, exactly up to `n_positions`: fixed position rows
+(sinusoidal, or none: zeros) become GPT-2's `wpe`, and scaled token embeddings (`scale_embeddings`) become a
+pre-scaled `wte` with the original matrix as an untied head.
+
 Pure data and tensor renaming, no I/O: used by the config (a GPT-2 config.json reads as a TinyGPTConfig), by
 `TinyGPTForCausalLM.from_pretrained` (a GPT-2 checkpoint converts on the fly) and by the converters in
 `hf_tinygpt.checkpoints`. It travels with the model's remote code, so it imports torch only.
@@ -54,18 +58,22 @@ def tinygpt_fields_of_gpt2(gpt2_config: dict) -> dict:
     return {"model_type": "tinygpt", "position_embedding_type": "learned", **fields}
 
 
+# Position schemes GPT-2 reproduces exactly (as `wpe` rows), and why the others have no GPT-2 twin.
+GPT2_POSITIONS = ("learned", "sinusoidal", "none")
+NOT_GPT2 = {
+    "rope": "RoPE rotates q and k inside attention, which GPT-2's attention does not",
+    "alibi": "ALiBi biases the attention scores by distance, which GPT-2's attention does not",
+}
+
+
 def gpt2_fields_of_tinygpt(config) -> dict:
     """GPT2Config fields for a TinyGPTConfig that GPT-2 can express, or a ValueError naming what it cannot."""
-    cannot = []
-    if config.position_embedding_type != "learned":
-        cannot.append(f"position_embedding_type={config.position_embedding_type!r} (GPT-2 has learned positions)")
-    if config.scale_embeddings:
-        cannot.append("scale_embeddings=True (GPT-2 does not scale token embeddings)")
-    if not config.tie_word_embeddings:
-        cannot.append("tie_word_embeddings=False (GPT-2's head is tied to wte)")
-    if cannot:
-        raise ValueError("This TinyGPT cannot be expressed as GPT-2: " + "; ".join(cannot))
+    if config.position_embedding_type not in GPT2_POSITIONS:
+        raise ValueError(f"This TinyGPT cannot be expressed as GPT-2: position_embedding_type="
+                         f"{config.position_embedding_type!r} ({NOT_GPT2[config.position_embedding_type]})")  # fmt: skip
     fields = {name: getattr(config, name) for name in SHARED_CONFIG_FIELDS}
+    # Scaled embeddings are stored pre-scaled in GPT-2's wte; the head then keeps the unscaled matrix, untied.
+    fields["tie_word_embeddings"] = config.tie_word_embeddings and not config.scale_embeddings
     # `n_ctx`: GPT-2's legacy name for the context, gone from GPT2Config but read by engines' converters
     # (llama.cpp's convert_hf_to_gguf.py fails without it).
     return {**fields, **GPT2_ONLY_OPTIONS, "n_ctx": config.n_positions}
@@ -84,10 +92,18 @@ def gpt2_state_dict_to_tinygpt(state_dict: dict[str, torch.Tensor]) -> dict[str,
     return converted
 
 
-def tinygpt_state_dict_to_gpt2(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """TinyGPT tensors → `GPT2LMHeadModel` names and Conv1D layout (the tied head is written once, as wte)."""
-    return {
-        key: tensor.t().contiguous() if _is_conv1d(key) else tensor
-        for key, tensor in state_dict.items()
-        if key != HEAD
-    }
+def tinygpt_state_dict_to_gpt2(state_dict: dict[str, torch.Tensor], config,
+                               position_rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
+    """TinyGPT tensors → `GPT2LMHeadModel` names and Conv1D layout, for a config `gpt2_fields_of_tinygpt` accepts.
+    `position_rows` (n_positions, n_embd) is what the scheme adds at positions 0..n_positions-1, GPT-2's `wpe`
+    (needed unless the positions are learned). A tied head is written once, as wte."""
+    gpt2 = {key: tensor.t().contiguous() if _is_conv1d(key) else tensor for key, tensor in state_dict.items()}
+    head = gpt2.pop(HEAD, None)
+    if config.position_embedding_type != "learned":
+        gpt2[PREFIX + "wpe.weight"] = position_rows.to(gpt2[TIED_TO].dtype)
+    if config.scale_embeddings:  # the head reads the unscaled matrix, the input the scaled one (as TinyGPT computes)
+        gpt2[HEAD] = gpt2[TIED_TO] if config.tie_word_embeddings else head
+        gpt2[TIED_TO] = gpt2[TIED_TO] * config.n_embd**0.5
+    elif not config.tie_word_embeddings:
+        gpt2[HEAD] = head
+    return gpt2
