@@ -124,15 +124,15 @@ def convert_command(args) -> int:
 
     hub = hub_options(args)
     tolerance = args.tolerance if args.verify else None
-    if args.to == "gpt2":
+    if args.to != "tinygpt":
         not_for_export = {"--n-head": args.n_head, "--trim-vocab": args.trim_vocab, "--base-model": args.base_model,
                           "--license": args.license}  # fmt: skip
         if given := [flag for flag, value in not_for_export.items() if value is not None]:
-            raise ValueError(f"{', '.join(given)} only apply to a conversion to tinygpt, not with --to gpt2")
-        out, delta = convert.tinygpt_to_gpt2(args.src, args.out, tokenizer=args.tokenizer, dtype=args.dtype,
-                                             force=args.force, verify_tolerance=tolerance, **hub)  # fmt: skip
+            raise ValueError(f"{', '.join(given)} only apply to a conversion to tinygpt, not with --to {args.to}")
+        out, delta = convert.export_tinygpt(args.src, args.out, to=args.to, tokenizer=args.tokenizer, dtype=args.dtype,
+                                            force=args.force, verify_tolerance=tolerance, **hub)  # fmt: skip
         report(delta)
-        print(f"wrote {out} (GPT2LMHeadModel format)")
+        print(f"wrote {out} ({convert.EXPORTS[args.to][1].__name__} format)")
     else:
         out, source, delta = convert.gpt2_to_tinygpt(
             args.src, args.out, tokenizer=args.tokenizer, dtype=args.dtype, force=args.force, n_head=args.n_head,
@@ -332,7 +332,9 @@ def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
                                     "(with --to gpt2: a tinygpt folder or Hub id)")  # fmt: skip
     add_output_arguments(parser, "the converted model folder")
-    parser.add_argument("--to", choices=["tinygpt", "gpt2"], default="tinygpt", help="output format")
+    parser.add_argument("--to", choices=["tinygpt", "gpt2", "gpt_neox"], default="tinygpt",
+                        help="output format: tinygpt, or the exact twin among transformers' architectures (gpt2 for "
+                             "learned, sinusoidal or no positions; gpt_neox for rope)")  # fmt: skip
     add_tokenizer_argument(parser)
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="store the weights in this dtype")
     parser.add_argument("--verify", action="store_true", help="compare with GPT2LMHeadModel before writing")

@@ -341,3 +341,34 @@ def test_gpt2_export_refuses_flags_it_would_ignore(tmp_path, cli, flag, value):
     out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", flag, value)
     assert out.returncode == 2 and f"{flag} only apply to a conversion to tinygpt" in out.stderr
     assert not (tmp_path / "gpt2").exists()
+
+
+@pytest.mark.parametrize("fields", [{}, {"partial_rotary_factor": 0.5}, {"scale_embeddings": True},
+                                    {"tie_word_embeddings": False},
+                                    {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}}],
+                         ids=["default", "partial", "scaled", "untied", "linear-scaling"])  # fmt: skip
+def test_rope_exports_exactly_to_gpt_neox(tmp_path, cli, fields):
+    """A rope TinyGPT is GPT-NeoX with sequential residuals: per-head q/k/v rows, rotate-half RoPE on the first
+    partial_rotary_factor of each head. transformers' own GPTNeoXForCausalLM gives the same logits."""
+    from conftest import tiny_model
+    from transformers import GPTNeoXForCausalLM
+
+    model = tiny_model("rope", **fields)
+    model.save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", "gpt_neox", tmp_path / "tiny", "--out", tmp_path / "neox", "--verify")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "GPTNeoXForCausalLM format" in out.stdout
+    neox = GPTNeoXForCausalLM.from_pretrained(tmp_path / "neox").eval()
+    assert neox.config.use_parallel_residual is False
+    ids = torch.randint(0, VOCAB, (2, model.config.n_positions))
+    with torch.no_grad():
+        assert (neox(ids).logits - model(ids).logits).abs().max() <= 1e-5
+
+
+def test_only_rope_exports_to_gpt_neox(tmp_path, cli):
+    from conftest import tiny_model
+
+    tiny_model("learned").save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", "gpt_neox", tmp_path / "tiny", "--out", tmp_path / "neox")
+    assert out.returncode == 2 and "position_embedding_type='learned' has no GPT-NeoX twin" in out.stderr
+    assert not (tmp_path / "neox").exists()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
 
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.gpt2_layout import (
@@ -22,6 +22,7 @@ from ..model.gpt2_layout import (
 )
 from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM
 from .bundled import load_tokenizer
+from .gpt_neox_layout import gpt_neox_fields_of_tinygpt, tinygpt_state_dict_to_gpt_neox
 from .outputs import output_folder
 from .reading import (
     check_finite,
@@ -254,37 +255,64 @@ def reference_gpt2(source: Source) -> GPT2LMHeadModel:
     return gpt2
 
 
-def tinygpt_to_gpt2(src: str, out: str, *, tokenizer: str | None = None, dtype: str | None = None,
-                    force: bool = False, verify_tolerance: float | None = None,
-                    **hub_kwargs) -> tuple[Path, float | None]:  # fmt: skip
-    """A tinygpt GPT-2 reproduces exactly (learned, sinusoidal or no positions; scaled or untied embeddings; see
-    `gpt2_layout`) → a folder `GPT2LMHeadModel` loads, complete for engines: with `n_ctx` and a tokenizer (`tokenizer`, else SRC's, else the bundled GPT-2 one when SRC relies
-    on it: no tokenizer of its own and GPT-2's vocabulary). `dtype` stores the weights in that dtype. With
-    `verify_tolerance`, the written folder is read back by `GPT2LMHeadModel` and compared (in fp32, with SRC) before
-    the rename."""
+def export_gpt2(model) -> GPT2LMHeadModel:
+    """transformers' GPT2LMHeadModel with the same math as `model` (learned, sinusoidal or no positions; scaled or
+    untied embeddings; see `gpt2_layout`), or a ValueError naming why there is none."""
+    config = GPT2Config(**gpt2_fields_of_tinygpt(model.config))
+    n = model.config.n_positions  # what the position scheme adds at 0..n-1 becomes GPT-2's wpe
+    zeros = torch.zeros(1, n, model.config.n_embd, dtype=torch.float32)
+    rows = model.transformer.positions.add_to_embeddings(zeros, torch.arange(n)[None])[0].detach()
+    return _filled(GPT2LMHeadModel, config, lambda head: tinygpt_state_dict_to_gpt2(model.state_dict(), model.config,
+                                                                                     rows))  # fmt: skip
+
+
+def export_gpt_neox(model) -> GPTNeoXForCausalLM:
+    """transformers' GPTNeoXForCausalLM with the same math as a rope `model` (see `gpt_neox_layout`)."""
+    config = GPTNeoXConfig(**gpt_neox_fields_of_tinygpt(model.config))
+    return _filled(GPTNeoXForCausalLM, config,
+                   lambda head: tinygpt_state_dict_to_gpt_neox(model.state_dict(), model.config, head))  # fmt: skip
+
+
+def _filled(model_class, config, state_dict_for):
+    """`model_class(config)` holding the tensors `state_dict_for(name of its output matrix)` gives (no copy)."""
+    with torch.device("meta"):
+        target = model_class(config)
+    head = next(name for name, module in target.named_modules() if module is target.get_output_embeddings())
+    missing, unexpected = target.load_state_dict(state_dict_for(f"{head}.weight"), strict=False, assign=True)
+    if unexpected or set(missing) - ({f"{head}.weight"} if config.tie_word_embeddings else set()):  # tied: wte
+        raise ValueError(f"{model_class.__name__} export: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
+    target.tie_weights()
+    return target.eval()
+
+
+EXPORTS = {"gpt2": (export_gpt2, GPT2LMHeadModel), "gpt_neox": (export_gpt_neox, GPTNeoXForCausalLM)}
+
+
+def export_tinygpt(src: str, out: str, *, to: str = "gpt2", tokenizer: str | None = None, dtype: str | None = None,
+                   force: bool = False, verify_tolerance: float | None = None,
+                   **hub_kwargs) -> tuple[Path, float | None]:  # fmt: skip
+    """A tinygpt → its exact twin among transformers' own architectures, in a folder that class loads: GPT-2 for
+    learned, sinusoidal or no positions, GPT-NeoX for rope (`to`; anything else is refused with the reason). The
+    folder is complete for engines: GPT-2's legacy `n_ctx`, and a tokenizer (`tokenizer`, else SRC's, else the
+    bundled GPT-2 one when SRC relies on it: no tokenizer of its own and GPT-2's vocabulary). `dtype` stores the
+    weights in that dtype. With `verify_tolerance`, the written folder is read back by the target class and compared
+    (in fp32, with SRC) before the rename."""
+    if to not in EXPORTS:
+        raise ValueError(f"--to {to!r} is not one of {sorted(EXPORTS)} (or tinygpt)")
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
+    export, target_class = EXPORTS[to]
     with output_folder(out, force=force, protect=[src]) as staging:
         with reading_checkpoint(src):
             model = load_strictly(src, **hub_kwargs)
-        gpt2_config = GPT2Config(**gpt2_fields_of_tinygpt(model.config))  # ValueError naming what GPT-2 lacks
         check_finite(model.state_dict(), str(src))
-        with torch.device("meta"):
-            gpt2 = GPT2LMHeadModel(gpt2_config)
-        n = model.config.n_positions  # what the position scheme adds at 0..n-1 becomes GPT-2's wpe
-        zeros = torch.zeros(1, n, model.config.n_embd, dtype=torch.float32)
-        rows = model.transformer.positions.add_to_embeddings(zeros, torch.arange(n)[None])[0].detach()
-        state_dict = tinygpt_state_dict_to_gpt2(model.state_dict(), model.config, position_rows=rows)
-        missing, unexpected = gpt2.load_state_dict(state_dict, strict=False, assign=True)
-        if unexpected or set(missing) - ({HEAD} if gpt2_config.tie_word_embeddings else set()):
-            raise ValueError(f"GPT-2 export: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
-        gpt2.tie_weights()
+        target = export(model)  # a ValueError naming what the target cannot express
         tokenizer_from = tokenizer or (src if has_tokenizer(src, **hub_kwargs) else None)
         if tokenizer_from is None and len(load_tokenizer("gpt2")) <= model.config.vocab_size:
             tokenizer_from = "gpt2"  # what `hf-tinygpt generate` gives a folder without one: the bundled tokenizer
-        save_model_folder(gpt2.to(DTYPES.get(dtype, model.dtype)).eval(), staging, tokenizer_from=tokenizer_from)
+        save_model_folder(target.to(DTYPES.get(dtype, model.dtype)), staging, tokenizer_from=tokenizer_from)
         delta = None
         if verify_tolerance is not None:
-            exported = load_strictly(staging, GPT2LMHeadModel, dtype=torch.float32).eval()
+            exported = load_strictly(staging, target_class, dtype=torch.float32).eval()
             delta = _checked_delta(exported, model.float().eval(), staging, verify_tolerance)
     return Path(out), delta

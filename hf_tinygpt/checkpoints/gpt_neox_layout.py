@@ -1,0 +1,74 @@
+"""The TinyGPT → GPT-NeoX mapping: a RoPE TinyGPT is transformers' GPTNeoXForCausalLM with sequential residuals.
+
+Same math, piece by piece: pre-LN blocks with LayerNorm biases, q/k/v/output projections with biases, rotate-half
+RoPE on the first `partial_rotary_factor` of each head (transformers' RoPE utilities on both sides), a GELU MLP,
+a final LayerNorm; `use_parallel_residual=False` gives x + attn(ln_1 x), then x + mlp(ln_2 x). Two layouts differ:
+  1. TinyGPT's c_attn stacks [all q | all k | all v]; GPT-NeoX's query_key_value stacks [q, k, v] per head;
+  2. scaled token embeddings (`scale_embeddings`) become a pre-scaled `embed_in`, with the unscaled matrix as an
+     untied head.
+Only the exporter uses it, so it lives here rather than in the model bundle.
+"""
+
+import torch
+
+from ..model.gpt2_layout import HEAD, PREFIX, TIED_TO
+
+NEOX_NAMES = {  # TinyGPT name (after `transformer.`) → GPT-NeoX name (after `gpt_neox.`); per block after `h.N.`
+    "ln_1": "input_layernorm",
+    "attn.c_attn": "attention.query_key_value",
+    "attn.c_proj": "attention.dense",
+    "ln_2": "post_attention_layernorm",
+    "mlp.c_fc": "mlp.dense_h_to_4h",
+    "mlp.c_proj": "mlp.dense_4h_to_h",
+}
+
+
+def gpt_neox_fields_of_tinygpt(config) -> dict:
+    """GPTNeoXConfig fields with the same math as a rope TinyGPTConfig, or a ValueError naming why there is none."""
+    if config.position_embedding_type != "rope":
+        raise ValueError(f"GPT-NeoX rotates q and k (RoPE); position_embedding_type="
+                         f"{config.position_embedding_type!r} has no GPT-NeoX twin")  # fmt: skip
+    if config.embd_pdrop != config.resid_pdrop:
+        raise ValueError(f"GPT-NeoX has one hidden dropout; embd_pdrop ({config.embd_pdrop}) and resid_pdrop "
+                         f"({config.resid_pdrop}) differ")  # fmt: skip
+    return dict(
+        vocab_size=config.vocab_size, hidden_size=config.n_embd, num_hidden_layers=config.n_layer,
+        num_attention_heads=config.n_head, intermediate_size=config.n_inner or 4 * config.n_embd,
+        hidden_act=config.activation_function, attention_dropout=config.attn_pdrop, hidden_dropout=config.resid_pdrop,
+        max_position_embeddings=config.n_positions, initializer_range=config.initializer_range,
+        layer_norm_eps=config.layer_norm_epsilon, use_cache=config.use_cache, bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
+        tie_word_embeddings=config.tie_word_embeddings and not config.scale_embeddings,
+        use_parallel_residual=False, attention_bias=True, rope_parameters=dict(config.rope_parameters),
+    )  # fmt: skip
+
+
+def _per_head_qkv(tensor: torch.Tensor, n_head: int) -> torch.Tensor:
+    """[all q | all k | all v] rows → [q_0, k_0, v_0, q_1, k_1, v_1, ...] (weight or bias)."""
+    rest = tensor.shape[1:]
+    return tensor.reshape(3, n_head, -1, *rest).transpose(0, 1).reshape(tensor.shape).contiguous()
+
+
+def tinygpt_state_dict_to_gpt_neox(state_dict: dict[str, torch.Tensor], config,
+                                   head: str = "lm_head.weight") -> dict[str, torch.Tensor]:  # fmt: skip
+    """TinyGPT tensors → `GPTNeoXForCausalLM` names and layout; `head` is its output matrix's name (`lm_head` in
+    transformers 5, `embed_out` in the original checkpoints). A tied head is written once, as embed_in."""
+    neox = {}
+    for key, tensor in state_dict.items():
+        if key in (HEAD, TIED_TO):
+            continue
+        name = key.removeprefix(PREFIX)
+        if name.startswith("h."):
+            _, layer, rest = name.split(".", 2)
+            module, _, param = rest.rpartition(".")
+            if module == "attn.c_attn":
+                tensor = _per_head_qkv(tensor, config.n_head)
+            name = f"layers.{layer}.{NEOX_NAMES[module]}.{param}"
+        else:
+            name = name.replace("ln_f.", "final_layer_norm.")
+        neox["gpt_neox." + name] = tensor
+    wte, head_matrix = state_dict[TIED_TO], state_dict.get(HEAD, state_dict[TIED_TO])
+    neox["gpt_neox.embed_in.weight"] = wte * config.n_embd**0.5 if config.scale_embeddings else wte
+    if config.scale_embeddings or not config.tie_word_embeddings:
+        neox[head] = head_matrix
+    return neox
