@@ -125,6 +125,7 @@ def convert_command(args) -> int:
     hub = hub_options(args)
     tolerance = args.tolerance if args.verify else None
     if args.to != "tinygpt":
+        tolerance = args.tolerance  # an export is always checked against its target class before it is written
         not_for_export = {"--n-head": args.n_head, "--trim-vocab": args.trim_vocab, "--base-model": args.base_model,
                           "--license": args.license}  # fmt: skip
         if given := [flag for flag, value in not_for_export.items() if value is not None]:
@@ -337,7 +338,8 @@ def add_convert_arguments(parser: argparse.ArgumentParser):
                              "learned, sinusoidal or no positions; gpt_neox for rope)")  # fmt: skip
     add_tokenizer_argument(parser)
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="store the weights in this dtype")
-    parser.add_argument("--verify", action="store_true", help="compare with GPT2LMHeadModel before writing")
+    parser.add_argument("--verify", action="store_true",
+                        help="compare with GPT2LMHeadModel before writing (always done with --to gpt2 | gpt_neox)")
     add_tolerance_argument(parser, "that --verify accepts")
     parser.add_argument("--n-head", type=int_at_least(1), help="heads, for a lone weights file without config.json")
     parser.add_argument("--trim-vocab", type=int_at_least(1),
