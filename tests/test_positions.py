@@ -9,7 +9,7 @@ from conftest import VOCAB, tiny_config, tiny_model
 from transformers import DynamicCache, LlamaConfig, StaticCache
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
 from hf_tinygpt.model.modeling_tinygpt import (
     AlibiPositions,
     LearnedPositions,
@@ -180,6 +180,8 @@ def test_sinusoidal_configs_saved_before_the_scale_option_keep_unit_rows(tmp_pat
     del config["sinusoidal_scale"]
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert TinyGPTForCausalLM.from_pretrained(tmp_path).config.sinusoidal_scale == 1.0
+    handwritten = {"position_embedding_type": "sinusoidal", "n_embd": 32, "n_head": 4}  # not saved by transformers
+    assert TinyGPTConfig.from_dict(handwritten).sinusoidal_scale == pytest.approx(0.02 * math.sqrt(2))
 
 
 def test_sinusoidal_rows_are_added_to_token_embeddings():

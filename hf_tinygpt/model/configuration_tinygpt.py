@@ -64,7 +64,8 @@ class TinyGPTConfig(PreTrainedConfig):
         Only with `"sinusoidal"`: the rows are multiplied by this. By default `initializer_range · √2`
         (× √n_embd with `scale_embeddings`), which gives them the per-dimension size of freshly initialised token
         embeddings: unit-amplitude rows (1.0, Vaswani et al.'s) drown GPT-2-initialised tokens and train far slower
-        (scripts/README.md, "Length extrapolation"). Configs saved before this option existed read as 1.0.
+        (scripts/README.md, "Length extrapolation"). Configs saved (by `save_pretrained`, which records the
+        transformers version) before this option existed read as 1.0.
     """
 
     model_type = "tinygpt"
@@ -165,8 +166,9 @@ class TinyGPTConfig(PreTrainedConfig):
     def _tinygpt_fields(config_dict: dict) -> dict:
         if config_dict.get("model_type") == "gpt2":
             return tinygpt_fields_of_gpt2(config_dict)
-        if config_dict.get("position_embedding_type") == "sinusoidal" and "sinusoidal_scale" not in config_dict:
-            return {**config_dict, "sinusoidal_scale": 1.0}  # saved before the option existed: unit rows, as then
+        saved_before_the_option = "transformers_version" in config_dict and "sinusoidal_scale" not in config_dict
+        if config_dict.get("position_embedding_type") == "sinusoidal" and saved_before_the_option:
+            return {**config_dict, "sinusoidal_scale": 1.0}  # unit rows, as they were then
         return config_dict
 
     def _check(self):
