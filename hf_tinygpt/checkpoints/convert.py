@@ -262,8 +262,8 @@ def export_gpt2(model) -> GPT2LMHeadModel:
     n = model.config.n_positions  # what the position scheme adds at 0..n-1 becomes GPT-2's wpe
     zeros = torch.zeros(1, n, model.config.n_embd, dtype=torch.float32)
     rows = model.transformer.positions.add_to_embeddings(zeros, torch.arange(n)[None])[0].detach()
-    return _filled(GPT2LMHeadModel, config, lambda head: tinygpt_state_dict_to_gpt2(model.state_dict(), model.config,
-                                                                                     rows))  # fmt: skip
+    state_dict = tinygpt_state_dict_to_gpt2(model.state_dict(), model.config, rows)
+    return _filled(GPT2LMHeadModel, config, lambda head: state_dict)  # GPT-2's head is `lm_head` in every version
 
 
 def export_gpt_neox(model) -> GPTNeoXForCausalLM:
