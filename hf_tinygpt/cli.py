@@ -381,8 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
          plot_positions_command)  # fmt: skip
     verb("verify-gpt2", "compare TinyGPT with transformers' GPT-2 on the same weights", add_verify_arguments,
          verify_gpt2_command)  # fmt: skip
-    verb("convert", "GPT-2 / nanoGPT checkpoint → tinygpt folder (or back with --to gpt2)", add_convert_arguments,
-         convert_command)  # fmt: skip
+    verb("convert", "GPT-2 / nanoGPT checkpoint → tinygpt folder (or out with --to gpt2 | gpt_neox)",
+         add_convert_arguments, convert_command)  # fmt: skip
     verb("train", "train a TinyGPT from scratch on text files ([train] extra: accelerate)", add_train_arguments,
          train_command)  # fmt: skip
     verb("push", "publish a tinygpt (or converted GPT-2) model to the Hub, with its card", add_push_arguments,

@@ -245,23 +245,18 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
 
 
 def reference_gpt2(source: Source) -> GPT2LMHeadModel:
-    """transformers' GPT2LMHeadModel on the source's own tensors: the reference `--verify` compares against."""
-    gpt2 = GPT2LMHeadModel(GPT2Config(**gpt2_fields_of_tinygpt(source.config))).eval()
-    missing, unexpected = gpt2.load_state_dict(tinygpt_state_dict_to_gpt2(source.state_dict, source.config),
-                                               strict=False)  # fmt: skip
-    if unexpected or set(missing) - {HEAD}:  # the head is tied: it is wte
-        raise ValueError(f"GPT-2 reference: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
-    gpt2.tie_weights()
-    return gpt2
+    """transformers' GPT2LMHeadModel on the source's own tensors, in fp32: the reference `--verify` compares
+    against (built from the source, not from the converted model)."""
+    state_dict = tinygpt_state_dict_to_gpt2(source.state_dict, source.config)  # learned positions: no rows needed
+    config = GPT2Config(**gpt2_fields_of_tinygpt(source.config))
+    return _filled(GPT2LMHeadModel, config, lambda head: state_dict).float()
 
 
 def export_gpt2(model) -> GPT2LMHeadModel:
     """transformers' GPT2LMHeadModel with the same math as `model` (learned, sinusoidal or no positions; scaled or
     untied embeddings; see `gpt2_layout`), or a ValueError naming why there is none."""
     config = GPT2Config(**gpt2_fields_of_tinygpt(model.config))
-    n = model.config.n_positions  # what the position scheme adds at 0..n-1 becomes GPT-2's wpe
-    zeros = torch.zeros(1, n, model.config.n_embd, dtype=torch.float32)
-    rows = model.transformer.positions.add_to_embeddings(zeros, torch.arange(n)[None])[0].detach()
+    rows = model.transformer.positions.added_rows(model.config.n_positions, model.config.n_embd)  # GPT-2's wpe
     state_dict = tinygpt_state_dict_to_gpt2(model.state_dict(), model.config, rows)
     return _filled(GPT2LMHeadModel, config, lambda head: state_dict)  # GPT-2's head is `lm_head` in every version
 

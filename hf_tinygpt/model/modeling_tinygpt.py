@@ -75,6 +75,12 @@ class PositionScheme(nn.Module):
     def bias_attention(self, attention_mask, query_length: int, past_length: int, dtype: torch.dtype):
         return attention_mask
 
+    def added_rows(self, n: int, n_embd: int) -> torch.Tensor:
+        """(n, n_embd) float32: what `add_to_embeddings` adds at positions 0..n-1 (zeros for the schemes that act
+        inside attention). The plots draw these; a GPT-2 export stores them as its `wpe`."""
+        zeros = torch.zeros(1, n, n_embd)
+        return self.add_to_embeddings(zeros, torch.arange(n)[None])[0].detach().float()
+
     def fixed_buffers(self) -> dict[str, torch.Tensor]:
         """Values of the scheme's computed (never learned, never saved) buffers. transformers builds models on the
         meta device when loading, so `_init_weights` fills these in again from here."""

@@ -186,11 +186,9 @@ def _heatmap(fig, ax, matrix, *, cmap="RdBu_r", limit=None, label="value"):
 
 
 def _position_rows(model, n: int) -> torch.Tensor:
-    """(n, n_embd) float32: what `positions.add_to_embeddings` adds at positions 0..n-1 (learned: the rows of
+    """(n, n_embd) float32: what the position scheme adds at positions 0..n-1 (learned: the rows of
     `positions.weight`, sinusoidal: `positions.rows()`)."""
-    body = _body(model)
-    zeros = torch.zeros(1, n, model.config.n_embd)
-    return body.positions.add_to_embeddings(zeros, torch.arange(n)[None])[0].float()
+    return _body(model).positions.added_rows(n, model.config.n_embd)
 
 
 # ---- learned and sinusoidal ------------------------------------------------------------------------------------
