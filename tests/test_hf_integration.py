@@ -108,10 +108,15 @@ REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     tokens = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
     text = pipeline("text-generation", model=folder, trust_remote_code=True)(prompt, max_new_tokens=8, do_sample=False)
-    # what vLLM's Transformers backend does with a saved LM folder: build the body from the config alone
-    body = AutoModel.from_config(AutoConfig.from_pretrained(folder, trust_remote_code=True), trust_remote_code=True)
+    # what vLLM's Transformers backend does with a saved LM folder: build the body from the config alone, and send
+    # the config to its engine process pickled by value (the remote code is not importable there)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    body = AutoModel.from_config(config, trust_remote_code=True)
+    import cloudpickle, pickle, transformers_modules
+    cloudpickle.register_pickle_by_value(transformers_modules)
+    sent = pickle.loads(cloudpickle.dumps(config))
     print(json.dumps({"class": type(model).__module__, "tokens": tokens, "text": text[0]["generated_text"],
-                      "body": type(body).__name__}))
+                      "body": type(body).__name__, "config_sent_by_value": sent.to_dict() == config.to_dict()}))
     """
 )
 
@@ -135,7 +140,7 @@ def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, sc
     assert result["class"].startswith("transformers_modules.")  # the copied code, not the package
     assert result["tokens"] == expected
     assert result["text"] == tokenizer.decode(expected)
-    assert result["body"] == "TinyGPTModel"
+    assert result["body"] == "TinyGPTModel" and result["config_sent_by_value"]
 
 
 # ---- tied head -----------------------------------------------------------------------------------------------

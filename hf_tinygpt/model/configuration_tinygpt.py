@@ -32,7 +32,20 @@ _ROPE_KWARGS = ("rope_theta", "partial_rotary_factor", "rope_scaling")
 # True while `TinyGPTForCausalLM.from_pretrained` reads a config: a GPT-2 one then means the weights need converting
 # too, so it is handed back to that method (`GPT2CheckpointFound`) before transformers reads any weight. This way a
 # tinygpt checkpoint costs exactly the requests transformers makes for any model: config.json is read once.
-loading_tinygpt_weights = contextvars.ContextVar("loading_tinygpt_weights", default=False)
+class _ContextFlag:
+    """A context variable that pickles as a fresh, unset one: engines that ship remote-code configs to worker
+    processes pickle this module by value (vLLM uses cloudpickle), and a ContextVar itself cannot be pickled."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._var = contextvars.ContextVar(name, default=False)
+        self.get, self.set, self.reset = self._var.get, self._var.set, self._var.reset
+
+    def __reduce__(self):
+        return type(self), (self.name,)
+
+
+loading_tinygpt_weights = _ContextFlag("loading_tinygpt_weights")
 
 
 class GPT2CheckpointFound(Exception):

@@ -1,0 +1,64 @@
+"""What test_engines.py runs inside each engine's own venv (never in the project's): one engine, one folder, and
+JSON on stdout. The venvs hold the engine and what it needs from PyPI, not hf_tinygpt: TinyGPT folders load through
+the code saved beside their weights (`trust_remote_code`), as they would on a machine without this package.
+
+    python engine_worker.py onnx FOLDER OUT.onnx INPUTS.json   → {"logits": [...]}
+    python engine_worker.py vllm FOLDER INPUTS.json             → {"tokens": [[...], ...]}
+    python engine_worker.py llama_cpp MODEL.gguf INPUTS.json    → {"tokens": [[...], ...], "logits": [...]}
+
+INPUTS.json: {"input_ids": [[...], ...], "attention_mask": [[...], ...], "max_new_tokens": n}.
+"""
+
+import json
+import sys
+
+
+def onnx(folder: str, out: str, inputs: dict) -> dict:
+    """torch.onnx.export (dynamo) of the logits, dynamic batch and length, then the same inputs in ONNX Runtime."""
+    import onnxruntime
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    class Logits(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
+    example = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.config.n_positions)
+    torch.onnx.export(Logits(model), (example, torch.ones_like(example)), out, dynamo=True,
+                      input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                      dynamic_shapes={"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}})  # fmt: skip
+    session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
+    feed = {name: torch.tensor(inputs[name]).numpy() for name in ("input_ids", "attention_mask")}
+    return {"logits": session.run(["logits"], feed)[0].tolist()}
+
+
+def vllm(folder: str, inputs: dict) -> dict:
+    """vLLM's offline `LLM.generate`, greedy, fp32, on prompts given as token ids. vLLM picks the model class: its
+    own for GPT-2 and GPT-NeoX, its Transformers backend (the folder's remote code) for TinyGPT."""
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(model=folder, trust_remote_code=True, dtype="float32", max_model_len=128, seed=0,
+              enforce_eager=True,  # torch.compile gives the same tokens, 25 s later
+              kv_cache_memory_bytes=64 * 2**20,  # else the CPU backend reserves 90% of the machine's memory
+              skip_tokenizer_init=True)  # fmt: skip
+    greedy = SamplingParams(temperature=0, max_tokens=inputs["max_new_tokens"], ignore_eos=True, detokenize=False)
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in inputs["input_ids"]], greedy, use_tqdm=False)
+    return {"tokens": [list(output.outputs[0].token_ids) for output in outputs],
+            "architecture": llm.llm_engine.model_config.architecture}  # fmt: skip
+
+
+def main(engine: str, *args: str) -> None:
+    *paths, inputs = args
+    result = {"onnx": onnx, "vllm": vllm}[engine](*paths, json.loads(open(inputs).read()))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
