@@ -281,6 +281,12 @@ def _filled(model_class, config, state_dict_for):
 
 
 EXPORTS = {"gpt2": (export_gpt2, GPT2LMHeadModel), "gpt_neox": (export_gpt_neox, GPTNeoXForCausalLM)}
+# Schemes no architecture in transformers reproduces exactly, and why (read off transformers 5.24's modeling files).
+NO_TWIN = {
+    "alibi": "BLOOM normalises the token embeddings with an extra LayerNorm; Falcon divides the bias by √head_dim and "
+             "builds it in bfloat16; MPT has no biases and uses the exact (erf) GELU. ALiBi TinyGPTs run as they are: "
+             "transformers (eager or sdpa attention) or ONNX Runtime",
+}  # fmt: skip
 
 
 def export_tinygpt(src: str, out: str, *, to: str = "gpt2", tokenizer: str | None = None, dtype: str | None = None,
@@ -300,6 +306,10 @@ def export_tinygpt(src: str, out: str, *, to: str = "gpt2", tokenizer: str | Non
     with output_folder(out, force=force, protect=[src]) as staging:
         with reading_checkpoint(src):
             model = load_strictly(src, **hub_kwargs)
+        scheme = model.config.position_embedding_type
+        if scheme in NO_TWIN:
+            raise ValueError(f"position_embedding_type={scheme!r} has no exact twin among transformers' "
+                             f"architectures: {NO_TWIN[scheme]}")  # fmt: skip
         check_finite(model.state_dict(), str(src))
         target = export(model)  # a ValueError naming what the target cannot express
         tokenizer_from = tokenizer or (src if has_tokenizer(src, **hub_kwargs) else None)
