@@ -2,7 +2,7 @@
 
 Conventions shared by every verb: a folder it writes is `--out DIR` (written atomically, replaced only with
 `--force`, see hf_tinygpt/checkpoints/outputs.py); a model that may be a Hub id comes with `--revision` and
-`--token`; a comparison with GPT2LMHeadModel accepts `--tolerance` (max |Δlogits|, default 1e-5).
+`--token`; a comparison with GPT2LMHeadModel accepts `--tolerance` (max |Δlogits| per unit of the logits' scale, max(1, max |logit|); default 1e-5).
 """
 
 import argparse
@@ -65,7 +65,8 @@ def add_output_arguments(parser: argparse.ArgumentParser, what: str):
 
 def add_tolerance_argument(parser: argparse.ArgumentParser, what: str):
     parser.add_argument("--tolerance", type=finite_at_least(0), default=1e-5,
-                        help=f"largest max |Δlogits| against GPT2LMHeadModel {what} (for fp32; bf16 needs ~0.05)")  # fmt: skip
+                        help=f"largest max |Δlogits| against GPT2LMHeadModel {what}, per unit of the logits' scale, "
+                             f"max(1, max |logit|) (for fp32; bf16 needs ~0.05)")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -107,10 +108,12 @@ def verify_gpt2_command(args) -> int:
     result = verify_gpt2_checkpoint(args.model, args.text, **hub_options(args))
     same = result["tinygpt_tokens"] == result["gpt2_tokens"]
     print(f"parameters: {result['parameters']:,}")
-    print(f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {args.tolerance:g})")
+    scale = result["logit_scale"]
+    print(f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {args.tolerance:g} × the "
+          f"logits' scale {scale:.3g})")  # fmt: skip
     print(f"greedy continuation, GPT2LMHeadModel: {result['gpt2_text']!r}")
     print(f"greedy continuation, TinyGPT:         {result['tinygpt_text']!r}")
-    ok = same and result["max_abs_logit_delta"] <= args.tolerance
+    ok = same and result["max_abs_logit_delta"] <= args.tolerance * scale
     print("OK: identical" if ok else "MISMATCH")
     return 0 if ok else 1
 
@@ -120,7 +123,7 @@ def convert_command(args) -> int:
 
     def report(delta):
         if delta is not None:
-            print(f"verify: max |Δlogits| = {delta:.3g} (tolerance {args.tolerance:g})")
+            print(f"verify: max |Δlogits| = {delta:.3g} (tolerance {args.tolerance:g} per unit of the logits' scale)")
 
     hub = hub_options(args)
     tolerance = args.tolerance if args.verify else None

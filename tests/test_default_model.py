@@ -37,6 +37,16 @@ def test_loads_through_auto_classes_and_is_gpt2_compatible():
     assert model.num_parameters() == hf_tinygpt.parameter_breakdown(model.config)["total"]
 
 
+def test_runs_on_engines_through_its_exact_gpt2_twin(tmp_path, cli):
+    """What llama.cpp and vLLM's native GPT-2 are given: `convert --to gpt2`, verified against GPT2LMHeadModel with
+    the default tolerance. Trained logits reach ~14, where fp32 rounding alone exceeds 1e-5 (it is a few ulps of the
+    largest logit), so the tolerance is per unit of the logits' scale. Heads of 32 suit vLLM's CPU attention."""
+    assert hf_tinygpt.TinyGPTConfig.from_pretrained(DEFAULT_MODEL_DIR).head_size >= 32
+    out = cli("convert", "--to", "gpt2", DEFAULT_MODEL_DIR, "--out", tmp_path / "gpt2")
+    assert out.returncode == 0, out.stderr
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (tmp_path / "gpt2").iterdir()}
+
+
 @pytest.mark.slow
 def test_card_states_the_shipped_weights_measured_perplexity():
     card = ModelCard.load(CARD)

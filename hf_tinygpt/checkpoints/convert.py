@@ -198,9 +198,10 @@ def sample_ids(folder, vocab_size: int) -> torch.Tensor:
 def _checked_delta(model_a, model_b, folder, tolerance: float) -> float:
     from .verify import max_logit_delta
 
-    delta = max_logit_delta(model_a, model_b, sample_ids(folder, model_a.config.vocab_size))
-    if not delta <= tolerance:
-        raise ValueError(f"verification failed: max |Δlogits| {delta:.3g} > {tolerance:g}; nothing written")
+    delta, scale = max_logit_delta(model_a, model_b, sample_ids(folder, model_a.config.vocab_size))
+    if not delta <= tolerance * scale:
+        raise ValueError(f"verification failed: max |Δlogits| {delta:.3g} > {tolerance:g} × {scale:.3g} (the logits' "
+                         f"scale); nothing written")  # fmt: skip
     return delta
 
 

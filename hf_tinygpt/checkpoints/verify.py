@@ -10,22 +10,25 @@ from .reading import load_strictly, read_config_dict, reading_checkpoint
 
 
 @torch.no_grad()
-def max_logit_delta(model_a, model_b, input_ids: torch.Tensor) -> float:
-    """max |Δlogits| over the vocabulary both models share."""
+def max_logit_delta(model_a, model_b, input_ids: torch.Tensor) -> tuple[float, float]:
+    """max |Δlogits| over the vocabulary both models share, and the logits' scale: max(1, max |logit| of model_b).
+    A tolerance applies to Δ / scale: fp32 rounding is a few ulps of the largest logit, which a trained model's
+    logits (≈ 10 and more) make larger than a random model's (< 1), for the same exact math."""
     a, b = model_a(input_ids).logits.float(), model_b(input_ids).logits.float()
     vocab = min(a.shape[-1], b.shape[-1])
-    return (a[..., :vocab] - b[..., :vocab]).abs().max().item()
+    return (a[..., :vocab] - b[..., :vocab]).abs().max().item(), max(1.0, b.abs().max().item())
 
 
 @torch.no_grad()
 def compare_with_gpt2(tiny: TinyGPTForCausalLM, gpt2: GPT2LMHeadModel, input_ids: torch.Tensor, new_tokens: int = 16):
-    """max |Δlogits| on `input_ids`, and both models' greedy continuations (token ids)."""
-    delta = max_logit_delta(tiny, gpt2, input_ids)
+    """max |Δlogits| on `input_ids` (and the logits' scale), and both models' greedy continuations (token ids)."""
+    delta, scale = max_logit_delta(tiny, gpt2, input_ids)
     kwargs = dict(max_new_tokens=new_tokens, do_sample=False, attention_mask=torch.ones_like(input_ids))
     kwargs["pad_token_id"] = gpt2.config.eos_token_id
     ours, theirs = tiny.generate(input_ids, **kwargs), gpt2.generate(input_ids, **kwargs)
     return {
         "max_abs_logit_delta": delta,
+        "logit_scale": scale,
         "tinygpt_tokens": ours[0, input_ids.shape[1] :].tolist(),
         "gpt2_tokens": theirs[0, input_ids.shape[1] :].tolist(),
     }
