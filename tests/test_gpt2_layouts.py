@@ -362,6 +362,11 @@ def test_rope_exports_exactly_to_gpt_neox(tmp_path, cli, fields):
     assert "GPTNeoXForCausalLM format" in out.stdout
     neox = GPTNeoXForCausalLM.from_pretrained(tmp_path / "neox").eval()
     assert neox.config.use_parallel_residual is False
+    # complete for llama.cpp's converter: an output matrix of its own, and the RoPE settings by their old names
+    assert neox.config.tie_word_embeddings is False and neox.get_output_embeddings().weight.abs().sum() > 0
+    saved = json.loads((tmp_path / "neox" / "config.json").read_text())
+    assert saved["rotary_pct"] == model.config.rope_parameters.get("partial_rotary_factor", 1.0)
+    assert saved["rotary_emb_base"] == model.config.rope_parameters["rope_theta"]
     ids = torch.randint(0, VOCAB, (2, model.config.n_positions))
     with torch.no_grad():
         assert (neox(ids).logits - model(ids).logits).abs().max() <= 1e-5
@@ -385,3 +390,19 @@ def test_an_export_that_does_not_match_its_source_writes_nothing(tmp_path, cli):
     out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", "--dtype", "bfloat16")
     assert out.returncode == 2 and "verification failed" in out.stderr and "nothing written" in out.stderr
     assert not (tmp_path / "gpt2").exists()
+
+
+def test_a_target_class_checkpoint_that_does_not_fit_is_named_as_well(tmp_path):
+    """The strict loader reads exports back with their own class (GPT-NeoX names its layer count differently)."""
+    from safetensors.torch import load_file, save_file
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from hf_tinygpt.checkpoints.reading import load_strictly
+
+    GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
+                                     vocab_size=VOCAB, tie_word_embeddings=False)).save_pretrained(tmp_path)  # fmt: skip
+    tensors = load_file(tmp_path / "model.safetensors")
+    del tensors["embed_out.weight"]
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"does not match the model \(2 layers\)\. Missing: \['(embed_out|lm_head).weight'\]"):
+        load_strictly(tmp_path, GPTNeoXForCausalLM)

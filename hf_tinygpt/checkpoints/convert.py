@@ -22,7 +22,7 @@ from ..model.gpt2_layout import (
 )
 from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM
 from .bundled import load_tokenizer
-from .gpt_neox_layout import gpt_neox_fields_of_tinygpt, tinygpt_state_dict_to_gpt_neox
+from .gpt_neox_layout import gpt_neox_fields_of_tinygpt, gpt_neox_legacy_fields, tinygpt_state_dict_to_gpt_neox
 from .outputs import output_folder
 from .reading import (
     check_finite,
@@ -265,6 +265,8 @@ def export_gpt2(model) -> GPT2LMHeadModel:
 def export_gpt_neox(model) -> GPTNeoXForCausalLM:
     """transformers' GPTNeoXForCausalLM with the same math as a rope `model` (see `gpt_neox_layout`)."""
     config = GPTNeoXConfig(**gpt_neox_fields_of_tinygpt(model.config))
+    for name, value in gpt_neox_legacy_fields(model.config).items():
+        setattr(config, name, value)
     return _filled(GPTNeoXForCausalLM, config,
                    lambda head: tinygpt_state_dict_to_gpt_neox(model.state_dict(), model.config, head))  # fmt: skip
 

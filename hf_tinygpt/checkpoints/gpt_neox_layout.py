@@ -4,8 +4,9 @@ Same math, piece by piece: pre-LN blocks with LayerNorm biases, q/k/v/output pro
 RoPE on the first `partial_rotary_factor` of each head (transformers' RoPE utilities on both sides), a GELU MLP,
 a final LayerNorm; `use_parallel_residual=False` gives x + attn(ln_1 x), then x + mlp(ln_2 x). Two layouts differ:
   1. TinyGPT's c_attn stacks [all q | all k | all v]; GPT-NeoX's query_key_value stacks [q, k, v] per head;
-  2. scaled token embeddings (`scale_embeddings`) become a pre-scaled `embed_in`, with the unscaled matrix as an
-     untied head.
+  2. scaled token embeddings (`scale_embeddings`) become a pre-scaled `embed_in`, with the unscaled matrix as the
+     head. The head is always written out (untied), even when TinyGPT ties it: llama.cpp's GPT-NeoX needs an output
+     matrix of its own (its GPT-2 falls back to the embeddings; its GPT-NeoX does not).
 Only the exporter uses it, so it lives here rather than in the model bundle.
 """
 
@@ -38,9 +39,16 @@ def gpt_neox_fields_of_tinygpt(config) -> dict:
         max_position_embeddings=config.n_positions, initializer_range=config.initializer_range,
         layer_norm_eps=config.layer_norm_epsilon, use_cache=config.use_cache, bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
-        tie_word_embeddings=config.tie_word_embeddings and not config.scale_embeddings,
-        use_parallel_residual=False, attention_bias=True, rope_parameters=dict(config.rope_parameters),
+        tie_word_embeddings=False, use_parallel_residual=False, attention_bias=True, rope_parameters=dict(config.rope_parameters),
     )  # fmt: skip
+
+
+def gpt_neox_legacy_fields(config) -> dict:
+    """GPT-NeoX's original names for the RoPE settings, which engines' converters still read: llama.cpp's reads
+    `rotary_pct` (and assumes 0.25 without it). GPTNeoXConfig's constructor consumes them into `rope_parameters`,
+    so the exporter sets them on the config afterwards."""
+    rope = config.rope_parameters
+    return {"rotary_pct": rope.get("partial_rotary_factor", 1.0), "rotary_emb_base": rope["rope_theta"]}
 
 
 def _per_head_qkv(tensor: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -52,7 +60,7 @@ def _per_head_qkv(tensor: torch.Tensor, n_head: int) -> torch.Tensor:
 def tinygpt_state_dict_to_gpt_neox(state_dict: dict[str, torch.Tensor], config,
                                    head: str = "lm_head.weight") -> dict[str, torch.Tensor]:  # fmt: skip
     """TinyGPT tensors → `GPTNeoXForCausalLM` names and layout; `head` is its output matrix's name (`lm_head` in
-    transformers 5, `embed_out` in the original checkpoints). A tied head is written once, as embed_in."""
+    transformers 5, `embed_out` in the original checkpoints)."""
     neox = {}
     for key, tensor in state_dict.items():
         if key in (HEAD, TIED_TO):
@@ -68,7 +76,7 @@ def tinygpt_state_dict_to_gpt_neox(state_dict: dict[str, torch.Tensor], config,
             name = name.replace("ln_f.", "final_layer_norm.")
         neox["gpt_neox." + name] = tensor
     wte, head_matrix = state_dict[TIED_TO], state_dict.get(HEAD, state_dict[TIED_TO])
-    neox["gpt_neox.embed_in.weight"] = wte * config.n_embd**0.5 if config.scale_embeddings else wte
-    if config.scale_embeddings or not config.tie_word_embeddings:
-        neox[head] = head_matrix
+    embed_in = neox["gpt_neox.embed_in.weight"] = wte * config.n_embd**0.5 if config.scale_embeddings else wte
+    # a copy where the two would share memory: save_pretrained keeps only one of an untied model's shared tensors
+    neox[head] = head_matrix.clone() if head_matrix.data_ptr() == embed_in.data_ptr() else head_matrix
     return neox

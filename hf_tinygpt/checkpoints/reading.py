@@ -123,7 +123,7 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     mismatched = [f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
                   for key, theirs, ours in info["mismatched_keys"]]  # fmt: skip
     if info["missing_keys"] or info["unexpected_keys"] or mismatched:
-        shape = f"{model.config.n_layer} layers"
+        shape = f"{model.config.num_hidden_layers} layers"
         if scheme := getattr(model.config, "position_embedding_type", None):
             shape = f"{scheme} positions, {shape}"
         raise ValueError(
