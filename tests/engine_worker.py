@@ -1,16 +1,19 @@
 """What test_engines.py runs inside each engine's own venv (never in the project's): one engine, one folder, and
-JSON on stdout. The venvs hold the engine and what it needs from PyPI, not hf_tinygpt: TinyGPT folders load through
-the code saved beside their weights (`trust_remote_code`), as they would on a machine without this package.
+JSON on the stdout line that starts with RESULT. The venvs hold the engine and what it needs from PyPI, not
+hf_tinygpt: TinyGPT folders load through the code saved beside their weights (`trust_remote_code`), as they would
+on a machine without this package.
 
     python engine_worker.py onnx FOLDER OUT.onnx INPUTS.json   → {"logits": [...]}
     python engine_worker.py vllm FOLDER INPUTS.json             → {"tokens": [[...], ...]}
-    python engine_worker.py llama_cpp MODEL.gguf INPUTS.json    → {"tokens": [[...], ...], "logits": [...]}
+    python engine_worker.py llama_cpp MODEL.gguf INPUTS.json    → {"tokens": [[...], ...], "logits": [[...], ...]}
 
 INPUTS.json: {"input_ids": [[...], ...], "attention_mask": [[...], ...], "max_new_tokens": n}.
 """
 
 import json
 import sys
+
+RESULT = "engine_worker result:"
 
 
 def onnx(folder: str, out: str, inputs: dict) -> dict:
@@ -54,10 +57,28 @@ def vllm(folder: str, inputs: dict) -> dict:
             "architecture": llm.llm_engine.model_config.architecture}  # fmt: skip
 
 
+def llama_cpp(gguf: str, inputs: dict) -> dict:
+    """llama.cpp (llama-cpp-python) on a GGUF: greedy tokens through its own sampler (top_k=1), and the logits at
+    each prompt's last position."""
+    import numpy
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=gguf, n_ctx=128, logits_all=True, n_threads=2, seed=0, verbose=False)
+    tokens, logits = [], []
+    for ids in inputs["input_ids"]:
+        llm.reset()
+        llm.eval(ids)
+        logits.append(numpy.asarray(llm.scores[len(ids) - 1], dtype=numpy.float32).tolist())
+        greedy = llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True)
+        tokens.append([int(token) for token, _ in zip(greedy, range(inputs["max_new_tokens"]))])
+    return {"tokens": tokens, "logits": logits}
+
+
 def main(engine: str, *args: str) -> None:
     *paths, inputs = args
-    result = {"onnx": onnx, "vllm": vllm}[engine](*paths, json.loads(open(inputs).read()))
-    print(json.dumps(result))
+    engines = {"onnx": onnx, "vllm": vllm, "llama_cpp": llama_cpp}
+    result = engines[engine](*paths, json.loads(open(inputs).read()))
+    print(RESULT, json.dumps(result), flush=True)  # engines log to stdout too, before and after
 
 
 if __name__ == "__main__":

