@@ -57,8 +57,21 @@ os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "true"  # as the suite's own conf
 from transformers.models.auto import modeling_auto  # noqa: E402
 
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel  # noqa: E402
-from tests.causal_lm_tester import CausalLMModelTest, CausalLMModelTester  # noqa: E402
-from tests.models.gpt2 import test_modeling_gpt2  # noqa: E402  (a module: its test class is not collected twice)
+
+try:
+    from tests.causal_lm_tester import CausalLMModelTest, CausalLMModelTester
+    from tests.models.gpt2 import test_modeling_gpt2  # a module: its test class is not collected twice
+except ImportError as error:
+    # The suite is transformers' own tests from one version (its SOURCE.md); they import that version's internals,
+    # so an older installed transformers cannot run it. Skipped loudly, as above, rather than a collection error
+    # that would stop the fast tier too.
+    import transformers
+
+    pytest.skip(
+        f"TRANSFORMERS' MODEL TEST SUITE at {SUITE} DOES NOT IMPORT on the installed transformers "
+        f"{transformers.__version__} ({error}): none of its tests ran. Run it on the transformers it was copied from.",
+        allow_module_level=True,
+    )
 
 pytestmark = pytest.mark.slow
 

@@ -320,12 +320,12 @@ _FUSED_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
 
 
 # Tensor parallelism. Guarded: without torch.distributed, or on a transformers whose parallel styles live elsewhere,
-# the model loads and runs as usual; only tensor parallelism is unavailable.
+# the model loads and runs as usual; only tensor parallelism is unavailable. The registry is imported from
+# `tensor_parallel`, where every supported transformers has it (5.22 moved its definition to `parallel_utils`).
 try:
     from torch.distributed.tensor import distribute_tensor
     from torch.distributed.tensor.placement_types import _StridedShard  # the placement transformers' packed style uses
-    from transformers.distributed.parallel_utils import ALL_PARALLEL_STYLES
-    from transformers.distributed.tensor_parallel import PackedColwiseParallel
+    from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES, PackedColwiseParallel
 except ImportError:
     PackedColwiseParallel = None
 
