@@ -2,7 +2,8 @@
 
 Conventions shared by every verb: a folder it writes is `--out DIR` (written atomically, replaced only with
 `--force`, see hf_tinygpt/checkpoints/outputs.py); a model that may be a Hub id comes with `--revision` and
-`--token`; a comparison with GPT2LMHeadModel accepts `--tolerance` (max |Δlogits| per unit of the logits' scale, max(1, max |logit|); default 1e-5).
+`--token`; a comparison with GPT2LMHeadModel accepts `--tolerance` (max |Δlogits| per unit of the logits' scale,
+max(1, max |logit|); default 1e-5).
 """
 
 import argparse

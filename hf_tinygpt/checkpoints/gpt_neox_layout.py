@@ -39,7 +39,8 @@ def gpt_neox_fields_of_tinygpt(config) -> dict:
         max_position_embeddings=config.n_positions, initializer_range=config.initializer_range,
         layer_norm_eps=config.layer_norm_epsilon, use_cache=config.use_cache, bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
-        tie_word_embeddings=False, use_parallel_residual=False, attention_bias=True, rope_parameters=dict(config.rope_parameters),
+        tie_word_embeddings=False, use_parallel_residual=False, attention_bias=True,
+        rope_parameters=dict(config.rope_parameters),
     )  # fmt: skip
 
 

@@ -29,9 +29,6 @@ ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
 _ROPE_KWARGS = ("rope_theta", "partial_rotary_factor", "rope_scaling")
 
 
-# True while `TinyGPTForCausalLM.from_pretrained` reads a config: a GPT-2 one then means the weights need converting
-# too, so it is handed back to that method (`GPT2CheckpointFound`) before transformers reads any weight. This way a
-# tinygpt checkpoint costs exactly the requests transformers makes for any model: config.json is read once.
 class _ContextFlag:
     """A context variable that pickles as a fresh, unset one: engines that ship remote-code configs to worker
     processes pickle this module by value (vLLM uses cloudpickle), and a ContextVar itself cannot be pickled."""
@@ -45,6 +42,9 @@ class _ContextFlag:
         return type(self), (self.name,)
 
 
+# True while `TinyGPTForCausalLM.from_pretrained` reads a config: a GPT-2 one then means the weights need converting
+# too, so it is handed back to that method (`GPT2CheckpointFound`) before transformers reads any weight. This way a
+# tinygpt checkpoint costs exactly the requests transformers makes for any model: config.json is read once.
 loading_tinygpt_weights = _ContextFlag("loading_tinygpt_weights")
 
 
