@@ -322,3 +322,12 @@ def test_the_old_cache_argument_name_still_works():
             new = model(ids[:, 5:], past_key_values=cache).logits
         full = model(ids).logits[:, 5:]
     assert (new - full).abs().max() < 1e-5
+
+
+def test_the_packed_qkv_tensor_parallel_style_is_registered_where_transformers_looks():
+    """`base_model_tp_plan` names "packed_qkv_colwise" for c_attn; transformers resolves plan names through this
+    registry (every supported version has it in `tensor_parallel`), so a missing entry would only fail under torchrun."""
+    from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
+
+    assert hf_tinygpt.TinyGPTConfig.base_model_tp_plan["h.*.attn.c_attn"] == "packed_qkv_colwise"
+    assert "packed_qkv_colwise" in ALL_PARALLEL_STYLES
