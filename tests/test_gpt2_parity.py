@@ -8,6 +8,7 @@ import torch
 from conftest import VOCAB, random_gpt2
 
 from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.model.modeling_tinygpt import CACHE_FIELD
 
 SHAPES = [  # (n_embd, n_layer, n_head, n_positions, extra GPT2Config options)
     (32, 2, 4, 64, {}),
@@ -152,3 +153,39 @@ def test_token_type_ids_are_embedded_like_gpt2(pair):
     segments = torch.randint(0, 2, (2, 9))
     with torch.no_grad():
         assert (tiny(ids, token_type_ids=segments).logits - gpt2(ids, token_type_ids=segments).logits).abs().max() <= 1e-5
+
+
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Counts every read of a tensor's value back into Python (`int(t)`, `t.item()`, `bool(t)`, ...): on an
+    accelerator each one waits for the device to finish, once per decoding step if a forward makes it."""
+
+    READS = {torch.Tensor.item, torch.Tensor.__int__, torch.Tensor.__bool__, torch.Tensor.__float__,
+             torch.Tensor.__index__, torch.Tensor.tolist}  # fmt: skip
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += func in self.READS
+        return func(*args, **kwargs or {})
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_decoding_step_reads_no_more_back_to_the_host_than_gpt2s(pair, padded):
+    """Validating the token ids (and the positions' range) at every step would read them back each time: a
+    decoding step makes the reads GPT-2's makes (its mask's), and no more."""
+    gpt2, tiny = pair
+    ids = torch.randint(0, VOCAB, (2, 6))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0 if padded else 1
+    reads = {}
+    for name, model in (("gpt2", gpt2), ("tiny", tiny)):
+        with torch.no_grad():
+            cache = getattr(model(ids, attention_mask=mask, use_cache=True), CACHE_FIELD)
+            step = {"attention_mask": torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1), "use_cache": True,
+                    "position_ids": mask.sum(1, keepdim=True), CACHE_FIELD: cache}
+            with HostReads() as counted:
+                model(torch.randint(0, VOCAB, (2, 1)), **step)
+        reads[name] = counted.count
+    assert reads["tiny"] <= reads["gpt2"]

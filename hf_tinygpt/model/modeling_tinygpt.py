@@ -55,6 +55,27 @@ else:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def checked_lookup(embedding: nn.Embedding, ids: torch.Tensor, explain: Callable[[torch.Tensor], str | None]):
+    """`embedding(ids)`, where an id outside the table is a ValueError saying `explain(ids)`, not torch's "index
+    out of range in self".
+
+    The check reads the ids back to the host only where that is free or rare: a CPU lookup checks its indices
+    anyway, so its IndexError is translated. On an accelerator an out-of-range index is a device-side assert that
+    kills the process, so inputs of several positions (a prompt, a batch) are read back and checked first, but not
+    one-token decoding steps (a wait for the device at every step: in `generate` the ids are the model's own
+    predictions, and transformers' models check none).
+    """
+    if ids.device.type != "cpu" and ids.shape[-1] > 1 and ids.numel() and not torch.compiler.is_compiling():
+        if (message := explain(ids)) is not None:
+            raise ValueError(message)
+    try:
+        return embedding(ids)
+    except IndexError:
+        if (message := explain(ids)) is not None:
+            raise ValueError(message) from None
+        raise
+
+
 class PositionScheme(nn.Module):
     """No position information (NoPE). The other schemes override the one place where they act."""
 
@@ -102,13 +123,15 @@ class LearnedPositions(nn.Embedding, PositionScheme):
         nn.Embedding.__init__(self, config.n_positions, config.n_embd)
 
     def add_to_embeddings(self, inputs_embeds, position_ids):
-        if not torch.compiler.is_compiling() and position_ids.numel() and int(position_ids.max()) >= self.num_embeddings:
-            raise ValueError(
-                f"Learned position embeddings cover positions 0..{self.num_embeddings - 1} (n_positions="
-                f"{self.num_embeddings}), but position {int(position_ids.max())} was requested. Shorten the input "
-                "(prompt + new tokens) or use a scheme that extrapolates (sinusoidal, rope, alibi, none)."
-            )
-        return inputs_embeds + self(position_ids).to(inputs_embeds.dtype)
+        return inputs_embeds + checked_lookup(self, position_ids, self.beyond_the_table).to(inputs_embeds.dtype)
+
+    def beyond_the_table(self, position_ids: torch.Tensor) -> str | None:
+        last = int(position_ids.max())
+        if last >= self.num_embeddings:
+            return (f"Learned position embeddings cover positions 0..{self.num_embeddings - 1} (n_positions="
+                    f"{self.num_embeddings}), but position {last} was requested. Shorten the input (prompt + new "
+                    "tokens) or use a scheme that extrapolates (sinusoidal, rope, alibi, none).")  # fmt: skip
+        return None
 
 
 class SinusoidalPositions(PositionScheme):
@@ -455,16 +478,13 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
     def set_input_embeddings(self, new_embeddings):
         self.wte = new_embeddings
 
-    def _check_token_ids(self, input_ids):
-        if torch.compiler.is_compiling() or input_ids.numel() == 0:
-            return
+    def outside_the_vocabulary(self, input_ids: torch.Tensor) -> str | None:
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= self.config.vocab_size:
             bad = high if high >= self.config.vocab_size else low
-            raise ValueError(
-                f"Token id {bad} is outside the vocabulary (vocab_size={self.config.vocab_size}): ids must be in "
-                f"[0, {self.config.vocab_size - 1}]. Was the input made by this model's tokenizer?"
-            )
+            return (f"Token id {bad} is outside the vocabulary (vocab_size={self.config.vocab_size}): ids must be in "
+                    f"[0, {self.config.vocab_size - 1}]. Was the input made by this model's tokenizer?")  # fmt: skip
+        return None
 
     @renamed_cache_argument
     @merge_with_config_defaults
@@ -485,8 +505,7 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
-            self._check_token_ids(input_ids)
-            inputs_embeds = self.wte(input_ids)
+            inputs_embeds = checked_lookup(self.wte, input_ids, self.outside_the_vocabulary)
         if self.config.scale_embeddings:
             inputs_embeds = inputs_embeds * math.sqrt(self.config.n_embd)
         if use_cache and cache is None:

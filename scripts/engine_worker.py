@@ -1,4 +1,4 @@
-"""What test_engines.py runs inside each engine's own venv (never in the project's): one engine, one folder, and
+"""What scripts/engines.py runs inside each engine's own venv (never in the project's): one engine, one folder, and
 JSON on the stdout line that starts with RESULT. The venvs hold the engine and what it needs from PyPI, not
 hf_tinygpt: TinyGPT folders load through the code saved beside their weights (`trust_remote_code`), as they would
 on a machine without this package.
@@ -6,6 +6,8 @@ on a machine without this package.
     python engine_worker.py onnx FOLDER OUT.onnx INPUTS.json   → {"logits": [...]}
     python engine_worker.py vllm FOLDER INPUTS.json             → {"tokens": [[...], ...]}
     python engine_worker.py llama_cpp MODEL.gguf INPUTS.json    → {"tokens": [[...], ...], "logits": [[...], ...]}
+    python engine_worker.py llama_cpp_timer THREADS A.gguf [B.gguf ...] INPUTS.json
+        → {"loaded": [...]}, then for each index N read from stdin: {"seconds": s, "tokens": [...]} (GGUF N)
 
 INPUTS.json: {"input_ids": [[...], ...], "attention_mask": [[...], ...], "max_new_tokens": n}.
 """
@@ -74,10 +76,39 @@ def llama_cpp(gguf: str, inputs: dict) -> dict:
     return {"tokens": tokens, "logits": logits}
 
 
+def llama_cpp_timer(threads: str, *args) -> None:
+    """Time greedy decoding in llama.cpp on request, so that a benchmark can interleave it with its own runs: load
+    each GGUF, then for every index read from stdin, decode the (one) prompt with that GGUF from a reset context,
+    exactly `max_new_tokens` tokens (prefill included, as transformers' `generate` is timed), and report the wall
+    time. An empty line ends it."""
+    import time
+
+    from llama_cpp import Llama
+
+    *ggufs, inputs = args
+    (prompt,), new_tokens = inputs["input_ids"], inputs["max_new_tokens"]
+    models = [Llama(model_path=gguf, n_ctx=len(prompt) + new_tokens, n_threads=int(threads),
+                    n_threads_batch=int(threads), seed=0, verbose=False) for gguf in ggufs]  # fmt: skip
+    print(RESULT, json.dumps({"loaded": ggufs}), flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            break
+        llm = models[int(line)]
+        start = time.perf_counter()
+        greedy = llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True)
+        tokens = [int(token) for token, _ in zip(greedy, range(new_tokens))]
+        seconds = time.perf_counter() - start
+        print(RESULT, json.dumps({"seconds": seconds, "tokens": tokens}), flush=True)
+
+
 def main(engine: str, *args: str) -> None:
-    *paths, inputs = args
+    *leading, inputs_path = args
+    with open(inputs_path) as file:
+        inputs = json.load(file)
+    if engine == "llama_cpp_timer":
+        return llama_cpp_timer(*leading, inputs)
     engines = {"onnx": onnx, "vllm": vllm, "llama_cpp": llama_cpp}
-    result = engines[engine](*paths, json.loads(open(inputs).read()))
+    result = engines[engine](*leading, inputs)
     print(RESULT, json.dumps(result), flush=True)  # engines log to stdout too, before and after
 
 
