@@ -295,7 +295,6 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                     return lambda: models[name](ids, use_cache=True, logits_to_keep=1)
 
                 result["rows"].append(run_pair(f"prefill {batch}×{length}", prefill, batch * length))
-        # Compiled rows come last: a CompiledDecoder switches its model to eager attention.
         decoders = {}
         for cache in caches:
             for batch in decode_batches:

@@ -50,13 +50,13 @@ def test_compiled_decoding_of_gpt2_weights_matches_gpt2lmheadmodel(tmp_path):
 
 def test_later_prompts_reuse_the_compiled_step_and_its_cache():
     """Freezing binds the compiled step to the decoder's cache: a new prompt must start from a clean cache, with
-    no recompilation (a fresh StaticCache per call would silently keep writing into the first one)."""
+    no recompilation (a fresh StaticCache per call would silently keep writing into the first one). Building the
+    decoder compiled the step: no call compiles again."""
     model = tiny_model("rope")
     decoder = CompiledDecoder(model, max_length=32, autotune=False)
     prompts = [torch.randint(1, VOCAB, (1, n), generator=torch.Generator().manual_seed(n)) for n in (5, 11, 5)]
-    decoder.generate(prompts[0], max_new_tokens=10)
     graphs = counters["stats"]["unique_graphs"]
-    for prompt in prompts[1:]:
+    for prompt in prompts:
         compiled = decoder.generate(prompt, max_new_tokens=10, min_new_tokens=10, **GREEDY)
         assert step_logits_against_full_forward(model, prompt.shape[1], compiled) < 1e-5
     assert counters["stats"]["unique_graphs"] == graphs
@@ -77,10 +77,10 @@ def test_two_models_of_one_class_each_keep_their_own_compiled_step():
             assert step_logits_against_full_forward(model, 6, compiled) < 1e-5
 
 
-def test_decoders_of_one_model_share_a_cache_per_shape():
+def test_decoders_of_one_model_each_keep_their_own_step_and_cache():
     """A model may have a decoder per batch size, or two of one size. A compiled step is bound to the cache it
-    compiled with, and dynamo hands two decoders of one shape the same step: unless they share that cache, the
-    second one decodes from the first one's positions (off by up to 0.18 in these logits)."""
+    compiled with; were two decoders of one shape handed the same step, the second would decode from the first
+    one's positions (off by up to 0.18 in these logits, seen before each decoder had a private copy)."""
     model = tiny_model("rope")
     # Different prompts, so that decoding from another decoder's cache would show.
     prompts = [torch.tensor([[1, 17, 42, 5]]), torch.tensor([[5, 9, 33, 21], [8, 60, 2, 3]]),
@@ -108,6 +108,27 @@ def test_after_the_weights_change_a_new_decoder_compiles_them_and_an_old_one_ref
     decoder = CompiledDecoder(model, max_length=24, autotune=False)
     compiled = decoder.generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
     assert step_logits_against_full_forward(model, 4, compiled) < 1e-5
+
+
+def test_a_decoder_changes_nothing_outside_itself():
+    """The caller's model keeps its attention kernel and config; other compiled functions keep their compiled code
+    (no `torch._dynamo.reset()`, even when the weights change and a new decoder compiles); inductor's settings are
+    as they were."""
+    model = tiny_model("rope")
+    model.set_attn_implementation("sdpa")
+    config_before = model.config.to_dict()
+    other = torch.compile(lambda x: x.sin() + 1)
+    other(torch.ones(3))
+    frames = counters["stats"]["unique_graphs"]
+    CompiledDecoder(model, max_length=24, autotune=False).generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4)
+    with torch.no_grad():
+        model.transformer.ln_f.weight.mul_(2)
+    CompiledDecoder(model, max_length=24, autotune=False)
+    assert model.config._attn_implementation == "sdpa" and model.config.to_dict() == config_before
+    assert not torch._inductor.config.freezing and not torch._inductor.config.max_autotune
+    compiled_since = counters["stats"]["unique_graphs"]
+    other(torch.ones(3))  # still compiled: running it adds no graph
+    assert counters["stats"]["unique_graphs"] == compiled_since > frames
 
 
 def test_left_padded_batch_equals_single_sequences():

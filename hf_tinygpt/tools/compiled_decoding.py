@@ -2,54 +2,57 @@
 
 A decoding step multiplies one token's activations by every weight matrix, so its speed is set by how fast the
 weights stream from memory. In eager mode on a CPU three things keep it far from that limit (measured and
-explained in README "Speed"): the GEMV kernels (MKL's bf16 path reads weights at about 15 GB/s where a plain
-sum reads 35 or more), ~100 small kernels of Python and dispatch per step, and SDPA's CPU kernel costing ~200 µs
-a call for one query. `CompiledDecoder` removes all three without writing a kernel of its own:
+explained in scripts/README.md "Speed"): the GEMV kernels (MKL's bf16 path reads weights at about 15 GB/s where a
+plain sum reads 35 or more), ~100 small kernels of Python and dispatch per step, and SDPA's CPU kernel costing
+~200 µs a call for one query. `CompiledDecoder` removes all three without writing a kernel of its own:
 
 - a `StaticCache` lets `generate` compile the decoding step (transformers' auto-compile, with `compile_config`);
 - inductor *freezing* folds the weights into that step as constants, which lets inductor pre-pack them and pick
   its CPP GEMM template by measuring it against ATen (`max_autotune`);
-- attention runs as plain matmul + softmax (`attn_implementation="eager"`), which inductor fuses for one query.
+- attention runs as plain matmul + softmax (eager attention), which inductor fuses for one query.
 
-Freezing binds the compiled step to the cache it compiled with (`StaticCache` marks its tensors as static
-addresses) and to the weights as they were then. Dynamo picks a step by guards on the model's identity and on
-tensor shapes, never on which cache object or which weight values it froze, so:
-- all decoders of one model share one cache per batch size and length (reset before every call, never replaced);
-- after the weights change, a new decoder drops the process's compiled steps (`torch._dynamo.reset()`) so that
-  its step compiles again with the new weights, and an older decoder refuses to run.
-The frozen, pre-packed weights are a second copy in memory, which torch keeps even after the decoder and the model
-are gone (README "Speed" says what holds it).
+Nothing outside the decoder changes. It decodes with a private copy of the model's modules and config (the
+parameters and buffers themselves are shared, not copied), switched to eager attention, with a cache of its own,
+so the caller's model keeps its attention kernel. Its step compiles with a backend of its own (inductor, behind a
+callable no other compile shares): dynamo reuses a compiled step only under an equal backend, and two
+`torch.compile(backend="inductor")` are equal. Without that, a second decoder of the same weights and shape would
+run the first one's frozen step, bound to the first one's cache; with it, no decoder ever needs to drop another's
+step (`torch._dynamo.reset()`).
+
+The private APIs it needs, and why:
+- `CompileConfig._compile_all_devices`: transformers auto-compiles the decoding step only on CUDA/XPU unless it is
+  set; there is no public switch for a CPU.
+- `torch._inductor.config.patch(freezing=..., max_autotune=...)` while the step compiles, once, when the decoder is
+  built: `torch.compile(options={"freezing": True})` (CompileConfig's `options`) compiles without freezing in torch
+  2.13 (tested: the step then reads the live weights). The patch is process-wide for those seconds, so builds are
+  serialised, and a `torch.compile` in another thread at that moment would be frozen too.
+- `torch._dynamo.config.patch(recompile_limit=...)` for the same compile: every decoder's step is one more entry
+  on the code object all modules' `__call__` share, and the default limit of 8 would make the ninth decoder in a
+  process fail under fullgraph=True.
+- `Tensor._version`: freezing binds the step to the weights as they were, and dynamo's guards never look at
+  values; the in-place version counters are how a decoder notices that the weights changed since.
 """
 
+import copy
+import functools
 import itertools
 import threading
-import weakref
 
 import torch
 from transformers import CompileConfig, StaticCache
 
 from ..model.modeling_tinygpt import CACHE_FIELD
 
-# Inductor settings in force while the decoding step compiles (and recompiles). `torch.compile(options=...)` does
-# not apply `freezing` in torch 2.13, so they are patched into inductor's config around each `generate` instead.
 # The last two keep autotuning from printing every candidate kernel's timing to stderr; older torch lacks them.
 _QUIET_AUTOTUNE = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 INDUCTOR_SETTINGS = {"freezing": True}
 AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"} | {
     key: value for key, value in _QUIET_AUTOTUNE.items() if hasattr(torch._inductor.config, key)
 }
-
-# Every decoder's step is one more compiled entry on the same code object (`Module.__call__`'s), and dynamo's
-# default limit of 8 entries would make the ninth decoder in a process fail under fullgraph=True.
 DYNAMO_SETTINGS = {"recompile_limit": 64}
 
-# One `generate` at a time in the whole process: decoders of one model share a cache (and a compiled step bound to
-# it), and the inductor/dynamo settings above are process-wide, so a second thread would decode from the first
-# one's positions or compile without freezing. (Seen without the lock: wrong greedy tokens, no error.)
-_ONE_AT_A_TIME = threading.Lock()
-
-# Per model: the weights its compiled steps froze, and its caches by (batch size, max length).
-_COMPILED_FOR = weakref.WeakKeyDictionary()
+# Decoders compile one at a time: the settings above are process-wide while they are patched in.
+_BUILDING = threading.Lock()
 
 
 def weights_fingerprint(model) -> tuple:
@@ -58,45 +61,46 @@ def weights_fingerprint(model) -> tuple:
     return tuple((t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers()))
 
 
+def private_copy(model):
+    """A copy of `model`'s modules and config that shares its parameters and buffers (no weight is copied)."""
+    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    return copy.deepcopy(model, memo=shared)
+
+
 class CompiledDecoder:
     """`generate` for one batch size and at most `max_length` tokens (prompt + new), with the step compiled.
 
     Works for any transformers causal LM whose cache can be static: TinyGPT, and GPT2LMHeadModel for comparison.
-    The model is switched to eager attention (see the module docstring); the first call compiles (tens of
-    seconds for GPT-2 small on 2 cores; `autotune=False` skips timing candidate kernels, for a faster compile and
-    a slower step), later calls reuse the compiled step. Safe to call from several threads:
-    calls run one at a time.
+    Building it compiles the step (tens of seconds for GPT-2 small on 2 cores; `autotune=False` skips timing
+    candidate kernels, for a faster compile and a slower step); calls reuse it. The model is left as it was. The
+    step has the weights as they were at build time frozen in: after they change, calls refuse and a new decoder
+    compiles the new ones. Safe to call from several threads: a decoder's calls run one at a time.
     """
 
     def __init__(self, model, *, batch_size: int = 1, max_length: int | None = None, autotune: bool = True):
-        self.model = model.eval()
-        if model.config._attn_implementation != "eager":
-            model.set_attn_implementation("eager")
+        self.source = model
         self.batch_size = batch_size
         self.max_length = max_length or model.config.n_positions
-        # Autotuning picks the fastest GEMM kernels by timing them: worth its compile time for speed, not for tests.
-        self.inductor_settings = INDUCTOR_SETTINGS | (AUTOTUNE_SETTINGS if autotune else {})
         # Learned positions stop at n_positions. The eager model says so itself, but that check is skipped inside
         # the compiled step, so it is made here, once (GPT-2's config has no position_embedding_type: learned).
         learned = getattr(model.config, "position_embedding_type", "learned") == "learned"
         if learned and self.max_length > model.config.n_positions:
             raise ValueError(f"max_length={self.max_length} exceeds n_positions={model.config.n_positions}, the "
                              "last position this model's learned position embeddings cover.")  # fmt: skip
-        self.weights = weights_fingerprint(model)
-        compiled = _COMPILED_FOR.get(model)
-        if compiled is not None and compiled["weights"] != self.weights:
-            # The model's existing steps would pass its guards and run the old weights.
-            torch._dynamo.reset()
-            compiled = None
-        if compiled is None:
-            compiled = _COMPILED_FOR[model] = {"weights": self.weights, "caches": {}}
-        shape = (batch_size, self.max_length)
-        if shape not in compiled["caches"]:
-            compiled["caches"][shape] = StaticCache(config=model.config, max_cache_len=self.max_length)
-        self.cache = compiled["caches"][shape]
-        self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=None)
+        self.model = private_copy(model).eval()
+        self.model.set_attn_implementation("eager")
+        self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_length)
+        inductor = functools.partial(torch._dynamo.lookup_backend("inductor"))  # equal to no other backend
+        self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=None, backend=inductor)
         # transformers auto-compiles the decoding step only on accelerators unless the config says all devices.
         self.compile_config._compile_all_devices = True
+        self._one_at_a_time = threading.Lock()
+        self.weights = weights_fingerprint(model)
+        settings = INDUCTOR_SETTINGS | (AUTOTUNE_SETTINGS if autotune else {})
+        with _BUILDING, torch._inductor.config.patch(settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
+            # Two decoding steps through the compiled path: the step compiles, frozen, with this decoder's cache.
+            prompt = torch.zeros(batch_size, 1, dtype=torch.long, device=model.device)
+            self.generate(prompt, max_new_tokens=3, do_sample=False, eos_token_id=None, pad_token_id=0)
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, *, max_new_tokens: int, **generate_kwargs) -> torch.Tensor:
@@ -108,11 +112,10 @@ class CompiledDecoder:
         if length + max_new_tokens > self.max_length:
             raise ValueError(f"Prompt ({length} tokens) + max_new_tokens ({max_new_tokens}) exceeds this decoder's "
                              f"max_length={self.max_length}: build it with a larger max_length.")  # fmt: skip
-        if weights_fingerprint(self.model) != self.weights:
+        if weights_fingerprint(self.source) != self.weights:
             raise ValueError("The model's weights changed after this decoder was built, and its compiled step has "
                              "the old ones frozen in: build a new CompiledDecoder (it compiles again).")  # fmt: skip
-        with _ONE_AT_A_TIME:
+        with self._one_at_a_time:
             self.cache.reset()
-            with torch._inductor.config.patch(self.inductor_settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
-                return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
-                                           **{CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip
+            return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
+                                       **{CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip
