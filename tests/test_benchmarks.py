@@ -43,6 +43,17 @@ def test_paired_timings_alternate_who_goes_first_and_pair_each_repeats_ratio():
     assert timed["ratio"] == statistics.median(timed["paired_ratios"])
 
 
+def test_a_peer_joins_the_rounds_in_turn_with_its_own_paired_ratios():
+    calls = []
+    names = ("hf", "tinygpt", "llama.cpp f16")
+    timed = paired_timings(lambda name: lambda: calls.append(name), repeats=3, probe=lambda: 1.0, names=names)
+    assert calls == ["hf", "tinygpt", "llama.cpp f16", "tinygpt", "llama.cpp f16", "hf", "llama.cpp f16", "hf", "tinygpt"]
+    peer = timed["peers"]["llama.cpp f16"]
+    assert peer["paired_ratios"] == [theirs / ours for theirs, ours in
+                                     zip(timed["times"]["llama.cpp f16"], timed["times"]["tinygpt"])]  # fmt: skip
+    assert peer["ratio"] == statistics.median(peer["paired_ratios"]) and set(timed["peers"]) == {"llama.cpp f16"}
+
+
 @pytest.mark.slow
 def test_speed_benchmark_script_smoke(tmp_path):
     """Runs every measurement on a tiny model (one dtype: compiling is the slow part); no speed is asserted (that
