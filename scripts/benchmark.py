@@ -1,9 +1,11 @@
 #!/usr/bin/env python
 """TinyGPT against transformers' GPT2LMHeadModel on the same weights: prefill and decode throughput (dynamic cache,
 static cache, static cache + torch.compile through CompiledDecoder), fp32 and bf16, from_pretrained time and
-memory, and the decode ceiling set by memory bandwidth.
+memory, and the decode ceiling set by memory bandwidth; with --llama-cpp, llama.cpp's batch-1 decode of the same
+weights (f32, f16, q8_0 GGUFs made by its own converter) in the same rounds.
 
     python scripts/benchmark.py [--model GPT2_FOLDER] [--json OUT.json]     # default: random GPT-2 small, seed 0
+    python scripts/benchmark.py --llama-cpp                                  # and llama.cpp beside it
     python scripts/benchmark.py --tiny                                       # a smoke run on a tiny model
 """
 
