@@ -196,11 +196,12 @@ class LlamaCppTimer:
         engine = llama_cpp_engine()
         export_tinygpt(gpt2_folder, str(work / "gpt2-export"), to="gpt2", verify_tolerance=1e-5)
         inputs = write_inputs(work / "llama_inputs.json", [prompt], new_tokens)
+        one_token = write_inputs(work / "one_token.json", [prompt], 1)
         self.ggufs, self.unavailable = {}, {}
         for outtype in types:
             gguf = convert_to_gguf(engine, work / "gpt2-export", work / f"model-{outtype}.gguf", outtype)
             try:  # a one-token run in a process of its own: a crash there must not take the timer down
-                worker_result(engine[0], "llama_cpp", gguf, write_inputs(work / "one.json", [prompt], 1))
+                worker_result(engine[0], "llama_cpp", gguf, one_token)
                 self.ggufs[outtype] = gguf
             except RuntimeError as failed:
                 self.unavailable[outtype] = str(failed).splitlines()[-1][-300:]

@@ -16,6 +16,8 @@ import json
 import sys
 
 RESULT = "engine_worker result:"
+# llama.cpp's own sampler made greedy: the best token, nothing reweighted.
+LLAMA_CPP_GREEDY = {"top_k": 1, "top_p": 1.0, "min_p": 0.0, "temp": 0.0, "repeat_penalty": 1.0}
 
 
 def onnx(folder: str, out: str, inputs: dict) -> dict:
@@ -71,7 +73,7 @@ def llama_cpp(gguf: str, inputs: dict) -> dict:
         llm.reset()
         llm.eval(ids)
         logits.append(numpy.asarray(llm.scores[len(ids) - 1], dtype=numpy.float32).tolist())
-        greedy = llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True)
+        greedy = llm.generate(ids, **LLAMA_CPP_GREEDY, reset=True)
         tokens.append([int(token) for token, _ in zip(greedy, range(inputs["max_new_tokens"]))])
     return {"tokens": tokens, "logits": logits}
 
@@ -95,7 +97,7 @@ def llama_cpp_timer(threads: str, *args) -> None:
             break
         llm = models[int(line)]
         start = time.perf_counter()
-        greedy = llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True)
+        greedy = llm.generate(prompt, **LLAMA_CPP_GREEDY, reset=True)
         tokens = [int(token) for token, _ in zip(greedy, range(new_tokens))]
         seconds = time.perf_counter() - start
         print(RESULT, json.dumps({"seconds": seconds, "tokens": tokens}), flush=True)
