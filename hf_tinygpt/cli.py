@@ -280,7 +280,7 @@ def generate_command(args) -> int:
 
     hub = hub_options(args)
     with no_progress_bars():  # the continuation is the output: no "Loading weights" bar around it
-        model, tokenizer = load_for_generation(args.model, **hub)
+        model, tokenizer = load_for_generation(args.model, int8=args.int8, **hub)
     generate_text(args.prompt, model, tokenizer, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                   top_k=args.top_k or None, top_p=args.top_p, seed=args.seed)  # fmt: skip
     return 0
@@ -294,6 +294,8 @@ def add_generate_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest tokens (0: all)")
     parser.add_argument("--top-p", type=float, help="nucleus sampling: the smallest set with this probability")
     parser.add_argument("--seed", type=int, help="for reproducible sampling")
+    parser.add_argument("--int8", action="store_true", help="int8 weights, bfloat16 activations: quantized with "
+                        "torchao as the model loads (the [int8] extra); on a CPU, decodes faster than bfloat16")
     add_hub_arguments(parser)
 
 

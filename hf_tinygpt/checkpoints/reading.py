@@ -163,6 +163,7 @@ def check_state_dict(config: TinyGPTConfig, state_dict: dict[str, torch.Tensor],
 
 def check_finite(state_dict: dict[str, torch.Tensor], source: str = "checkpoint"):
     """Raise a ValueError naming every tensor that holds inf or NaN: such weights only ever give NaN logits."""
-    bad = [key for key, tensor in state_dict.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
+    bad = [key for key, tensor in state_dict.items()  # a quantized tensor's values are what it dequantizes to
+           if tensor.is_floating_point() and not torch.isfinite(tensor.dequantize()).all()]  # fmt: skip
     if bad:
         raise ValueError(f"{source}: tensors with inf or NaN values: {', '.join(sorted(bad))}")

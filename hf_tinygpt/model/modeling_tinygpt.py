@@ -11,6 +11,7 @@ Like the config, this file is copied next to saved weights: it imports transform
 """
 
 import math
+import sys
 from collections.abc import Callable
 
 import torch
@@ -30,7 +31,7 @@ from transformers.utils.generic import can_return_tuple, merge_with_config_defau
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_tinygpt import GPT2CheckpointFound, TinyGPTConfig, loading_tinygpt_weights
-from .gpt2_layout import LEGACY_BUFFERS, gpt2_state_dict_to_tinygpt, tinygpt_fields_of_gpt2
+from .gpt2_layout import HEAD, LEGACY_BUFFERS, gpt2_state_dict_to_tinygpt, tinygpt_fields_of_gpt2
 
 # What `from_pretrained` passes on to the Hub (for a GPT-2 checkpoint read by GPT2LMHeadModel).
 HUB_KWARGS = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder")
@@ -69,11 +70,61 @@ def checked_lookup(embedding: nn.Embedding, ids: torch.Tensor, explain: Callable
         if (message := explain(ids)) is not None:
             raise ValueError(message)
     try:
-        return embedding(ids)
+        return embedding_rows(embedding, ids)
     except IndexError:
         if (message := explain(ids)) is not None:
             raise ValueError(message) from None
         raise
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# int8 weights. transformers' TorchAoConfig(Int8WeightOnlyConfig()) turns nn.Linear (and, with
+# include_input_output_embeddings, the tied embedding) weights into torchao Int8Tensors: one int8 row and one scale
+# per output. torchao multiplies them by converting the whole weight to the activations' dtype on every call, and
+# looks rows up by converting the whole table, so a CPU decoding step would read more bytes than in bf16, not half.
+# TinyGPT multiplies them in int8 instead (torch's `_weight_int8pack_mm`, the kernel inductor uses for the same
+# pattern) and looks up only the rows it needs.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+# A private ATen op (torch >= 2.3): should it go, int8 weights go back to torchao's own product.
+_HAS_INT8_KERNEL = hasattr(torch.ops.aten, "_weight_int8pack_mm")
+
+
+def int8_rows(weight: torch.Tensor) -> bool:
+    """Whether `weight` is a torchao int8 weight-only tensor with one scale per row (no activation quantization),
+    stored as the int8 kernel takes it: row-major, every row starting on 16 bytes (torch 2.13's CPU kernel crashes
+    on other rows when the row count is not a multiple of 4, as GPT-2's 50257 is not)."""
+    int8_tensor = getattr(sys.modules.get("torchao.quantization"), "Int8Tensor", None)  # none unless torchao is in use
+    return (
+        int8_tensor is not None and isinstance(weight, int8_tensor) and weight.dim() == 2 and _HAS_INT8_KERNEL
+        and list(weight.block_size) == [1, weight.shape[1]]  # torchao's own int8 linear ignores zero_point too
+        and weight.act_quant_kwargs is None and weight.act_pre_scale is None and weight.qdata.is_contiguous()
+        and weight.shape[1] % 16 == 0 and (torch.compiler.is_compiling() or weight.qdata.data_ptr() % 16 == 0)
+    )  # fmt: skip  (a traced step cannot read pointers; it compiles from weights `settle_quantized_weights` aligned)
+
+
+class Linear(nn.Linear):
+    """`nn.Linear`; an int8 weight (`int8_rows`) on a CPU is multiplied in int8, with the scales applied once per
+    output, instead of being converted to the activations' dtype first."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or not int8_rows(self.weight):
+            return super().forward(x)
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        y = torch.ops.aten._weight_int8pack_mm(rows, self.weight.qdata, self.weight.scale.reshape(-1).to(x.dtype))
+        y = y.reshape(*x.shape[:-1], y.shape[-1])
+        return y if self.bias is None else y + self.bias
+
+
+def embedding_rows(embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+    """`embedding(ids)`; from an int8 table, only the rows asked for are converted (ids out of range raise the same
+    IndexError)."""
+    weight = embedding.weight
+    if not int8_rows(weight):
+        return embedding(ids)
+    rows = nn.functional.embedding(ids, weight.qdata) * nn.functional.embedding(ids, weight.scale)
+    return rows.to(weight.dtype)
 
 
 class PositionScheme(nn.Module):
@@ -297,8 +348,8 @@ class TinyGPTAttention(nn.Module):
         self.head_dim = config.head_size
         self.scaling = self.head_dim**-0.5
         self.is_causal = True
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)  # q, k, v in one matmul, as in GPT-2
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.c_attn = Linear(config.n_embd, 3 * config.n_embd)  # q, k, v in one matmul, as in GPT-2
+        self.c_proj = Linear(config.n_embd, config.n_embd)
         self.attn_dropout = nn.Dropout(config.attn_pdrop)
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
@@ -376,11 +427,11 @@ class TinyGPTMLP(nn.Module):
     def __init__(self, config: TinyGPTConfig):
         super().__init__()
         inner = config.n_inner if config.n_inner is not None else 4 * config.n_embd
-        self.c_fc = nn.Linear(config.n_embd, inner)
+        self.c_fc = Linear(config.n_embd, inner)
         # GPT-2's "gelu_new" runs as torch's fused tanh GELU: the same formula in one pass over the activations
         # instead of eight (equal up to rounding; README "Speed" has the prefill it saves).
         self.act = ACT2FN[_FUSED_ACTIVATIONS.get(config.activation_function, config.activation_function)]
-        self.c_proj = nn.Linear(inner, config.n_embd)
+        self.c_proj = Linear(inner, config.n_embd)
         self.dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(self, hidden_states):
@@ -518,7 +569,7 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
 
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
         if token_type_ids is not None:  # GPT-2 embeds segment ids with the token embedding matrix
-            hidden_states = hidden_states + self.wte(token_type_ids)
+            hidden_states = hidden_states + embedding_rows(self.wte, token_type_ids)
         hidden_states = self.drop(hidden_states)
 
         needs_bias = self.positions.needs_attention_bias
@@ -549,7 +600,7 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
     def __init__(self, config: TinyGPTConfig):
         super().__init__(config)
         self.transformer = TinyGPTModel(config)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()
 
     @classmethod
@@ -562,12 +613,48 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         is the strict form the command line uses: any missing, unexpected or misshapen tensor is an error."""
         reading = loading_tinygpt_weights.set(True)
         try:  # transformers reads config.json once, as for any model; a GPT-2 one comes back before any weight
-            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except GPT2CheckpointFound as found:
-            gpt2_config = found.gpt2_config
+            loaded = cls._from_gpt2_checkpoint(pretrained_model_name_or_path, found.gpt2_config, *model_args, **kwargs)
         finally:
             loading_tinygpt_weights.reset(reading)
-        return cls._from_gpt2_checkpoint(pretrained_model_name_or_path, gpt2_config, *model_args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).settle_quantized_weights()
+        return loaded
+
+    def settle_quantized_weights(self):
+        """After loading with a TorchAoConfig: nothing happens without one.
+
+        - With `include_input_output_embeddings=True`, the tied token table is quantized once, for the lookup and
+          the head alike (transformers leaves a tied table as it is), and `save_pretrained` writes it once.
+        - int8 rows read from a checkpoint are copied where they do not start on 16 bytes (`int8_rows`), so that the
+          int8 kernel can take them.
+        """
+        settings = getattr(getattr(self, "hf_quantizer", None), "quantization_config", None)
+        if not hasattr(settings, "include_input_output_embeddings"):  # not torchao's
+            return
+        if settings.include_input_output_embeddings and self.config.tie_word_embeddings:
+            if type(self.lm_head.weight) is nn.Parameter:  # not a tensor subclass: not quantized yet
+                from torchao.quantization import quantize_  # installed: the model was quantized with it
+
+                quantize_(self.lm_head, settings.get_apply_tensor_subclass())
+                self.transformer.wte.weight = self.lm_head.weight
+        for weight in self.parameters():
+            if isinstance(getattr(weight, "qdata", None), torch.Tensor) and weight.qdata.data_ptr() % 16:
+                weight.qdata = weight.qdata.clone()  # torch's allocator aligns to 64 bytes
+
+    def save_pretrained(self, *args, **kwargs):
+        """transformers' `save_pretrained`. A tied head is left out, as transformers leaves it out of plain weights;
+        a quantized one it would write again under its own name, and then fail to load the folder back."""
+        if not self.config.tie_word_embeddings:
+            return super().save_pretrained(*args, **kwargs)
+        def without_head(model, state_dict, prefix, metadata):
+            state_dict.pop(prefix + HEAD, None)
+
+        hook = self._register_state_dict_hook(without_head)
+        try:
+            return super().save_pretrained(*args, **kwargs)
+        finally:
+            hook.remove()
 
     @classmethod
     def _from_gpt2_checkpoint(cls, pretrained_model_name_or_path, gpt2_config: dict, *model_args, **kwargs):
@@ -588,6 +675,10 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         info["unexpected_keys"] = [key for key in info["unexpected_keys"] if not key.endswith(LEGACY_BUFFERS)]
         state_dict = gpt2_state_dict_to_tinygpt(gpt2.state_dict())
         del gpt2
+        if config.tie_word_embeddings:  # the head is wte: a TinyGPT checkpoint does not hold it either
+            state_dict.pop(HEAD, None)
+        if kwargs.get("quantization_config") is not None:  # quantized from GPT-2's transposed views, kernels want rows
+            state_dict = {key: tensor.contiguous() for key, tensor in state_dict.items()}
         model, ours = super().from_pretrained(None, *model_args, config=config, state_dict=state_dict,
                                               output_loading_info=True, **kwargs)  # fmt: skip
         info = {key: [*info[key], *ours[key]] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}

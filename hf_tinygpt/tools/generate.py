@@ -4,16 +4,31 @@ import math
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer, TorchAoConfig, set_seed
 
+from . import needs_extra
 from ..checkpoints.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer
 from ..checkpoints.reading import check_finite, has_tokenizer, load_strictly, reading_checkpoint
 
 
-def load_for_generation(model: str | None = None, **hub_kwargs):
+def int8_weight_only():
+    """transformers' `TorchAoConfig` for int8 weight-only weights (torchao's `Int8WeightOnlyConfig`: one scale per
+    row), the tied token table included: half the bytes of bf16 for a decoding step to read. Activations stay in
+    the dtype the model is loaded in (bfloat16 is the one to pick)."""
+    try:
+        from torchao.quantization import Int8WeightOnlyConfig
+    except ImportError as error:
+        raise needs_extra("int8", error) from None
+    return TorchAoConfig(Int8WeightOnlyConfig(), include_input_output_embeddings=True)
+
+
+def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_kwargs):
     """(model, tokenizer) for a tinygpt or GPT-2 folder or Hub id; None means the shipped default model. A model
-    without tokenizer files (the default one) gets the bundled GPT-2 tokenizer."""
+    without tokenizer files (the default one) gets the bundled GPT-2 tokenizer. `int8`: quantized as it loads
+    (`int8_weight_only`), with bfloat16 activations."""
     source = str(model or DEFAULT_MODEL_DIR)
+    if int8:
+        hub_kwargs |= {"dtype": torch.bfloat16, "quantization_config": int8_weight_only()}
     with reading_checkpoint(source):
         loaded = load_strictly(source, AutoModelForCausalLM, **hub_kwargs).eval()
         tokenizer = AutoTokenizer.from_pretrained(source, **hub_kwargs) if has_tokenizer(source, **hub_kwargs) else None

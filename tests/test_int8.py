@@ -1,0 +1,173 @@
+"""int8 weights through transformers' TorchAoConfig: what `hf-tinygpt generate --int8` loads.
+
+torchao's Int8WeightOnlyConfig stores each weight as int8 rows with one scale per row. TinyGPT multiplies them in
+int8 (torch's `_weight_int8pack_mm`) and looks up only the rows it needs, so a decoding step reads half of bf16's
+bytes. The reference for every product is torchao's own (the same tensors, through torchao's code), and for the
+whole model a float twin holding exactly the dequantized weights.
+"""
+
+import pytest
+import torch
+from conftest import VOCAB, random_gpt2, tiny_model
+from safetensors import safe_open
+from test_hf_integration import save_with_tokenizer, text_model
+from torch import nn
+from transformers import AutoModelForCausalLM, pipeline
+
+import hf_tinygpt
+from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
+from hf_tinygpt.cli import main
+from hf_tinygpt.model.modeling_tinygpt import Linear, embedding_rows, int8_rows
+from hf_tinygpt.tools.generate import int8_weight_only, load_for_generation
+
+torchao = pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+from torchao.quantization import Int8WeightOnlyConfig, quantize_  # noqa: E402
+
+IDS = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(1))
+
+
+def load_int8(folder, **kwargs):
+    return TinyGPTForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, quantization_config=int8_weight_only(),
+                                              **kwargs).eval()  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("int8") / "tiny"
+    tiny_model("rope").save_pretrained(path)
+    return path
+
+
+def int8_linear(out_features, in_features, seed=0) -> Linear:
+    torch.manual_seed(seed)
+    linear = Linear(in_features, out_features).to(torch.bfloat16)
+    quantize_(linear, Int8WeightOnlyConfig())
+    return linear
+
+
+@pytest.mark.parametrize("out_features", [96, 97])  # 97 rows: a last block of one row, handled apart by the kernel
+def test_an_int8_projection_is_torchaos_product_computed_in_int8(out_features):
+    linear = int8_linear(out_features, 64)
+    assert int8_rows(linear.weight)
+    x = torch.randn(2, 5, 64, dtype=torch.bfloat16)
+    ours = linear(x)
+    torchaos = nn.Linear.forward(linear, x)  # torchao's own: the weight converted to bf16, then multiplied
+    exact = x.float() @ linear.weight.dequantize().float().t() + linear.bias.float()
+    assert ours.dtype == torch.bfloat16 and ours.shape == (2, 5, out_features)
+    # Both round to bf16; ours once, at the end, so it is at least as close to the exact product as torchao's.
+    scale = exact.abs().max().item()
+    assert (ours.float() - exact).abs().max() <= 2**-7 * scale
+    assert (ours.float() - exact).abs().max() <= (torchaos.float() - exact).abs().max()
+
+
+def test_int8_rows_are_looked_up_without_converting_the_table():
+    table = nn.Embedding(VOCAB, 32).to(torch.bfloat16)
+    quantize_(table, Int8WeightOnlyConfig(), filter_fn=lambda module, name: True)
+    ids = torch.tensor([[0, 5, VOCAB - 1]])
+    assert torch.equal(embedding_rows(table, ids), table.weight.dequantize()[ids])
+    with pytest.raises(IndexError):
+        embedding_rows(table, torch.tensor([[VOCAB]]))
+    with pytest.raises(IndexError):  # plain indexing would wrap -1 around to the last row
+        embedding_rows(table, torch.tensor([[-1]]))
+
+
+def test_an_int8_weight_the_kernel_cannot_take_falls_back_to_torchaos_product():
+    # torch 2.13's int8 kernel crashes the process on rows that do not start on 16 bytes when the row count is not a
+    # multiple of 4 (a checkpoint read from a file can place them anywhere): such a weight is left to torchao.
+    linear = int8_linear(97, 64)
+    shifted = torch.empty(linear.weight.qdata.numel() + 1, dtype=torch.int8)[1:].view_as(linear.weight.qdata)
+    shifted.copy_(linear.weight.qdata)
+    linear.weight.qdata = shifted
+    assert not int8_rows(linear.weight)
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    assert torch.equal(linear(x), nn.Linear.forward(linear, x))
+
+
+def test_loading_with_int8_quantizes_every_projection_and_the_tied_table_once(folder):
+    model = load_int8(folder)
+    projections = [module for module in model.modules() if isinstance(module, nn.Linear)]
+    assert len(projections) == 2 * 4 + 1 and all(int8_rows(module.weight) for module in projections)
+    assert model.lm_head.weight is model.transformer.wte.weight  # one int8 table: the lookup and the head
+    # The reference: the float model holding exactly the weights the int8 ones stand for.
+    twin = tiny_model("rope")
+    twin.load_state_dict({key: value.dequantize().float() for key, value in model.state_dict().items()})
+    with torch.no_grad():
+        exact = twin(IDS).logits
+        logits = model(IDS).logits.float()
+    assert (logits - exact).abs().max() <= 2**-6 * exact.abs().max()  # bf16 activations
+
+
+def test_a_gpt2_checkpoint_quantizes_as_its_tinygpt_folder_does(tmp_path):
+    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    TinyGPTForCausalLM.from_pretrained(tmp_path / "gpt2").save_pretrained(tmp_path / "tinygpt")
+    from_gpt2, from_tinygpt = load_int8(tmp_path / "gpt2"), load_int8(tmp_path / "tinygpt")
+    assert all(int8_rows(m.weight) for m in from_gpt2.modules() if isinstance(m, nn.Linear))
+    with torch.no_grad():
+        assert torch.equal(from_gpt2(IDS).logits, from_tinygpt(IDS).logits)
+
+
+def test_an_int8_model_saves_and_loads_back_exactly(folder, tmp_path):
+    model = load_int8(folder)
+    model.save_pretrained(tmp_path / "int8")
+    with safe_open(tmp_path / "int8" / "model.safetensors", "pt") as saved:
+        assert not [key for key in saved.keys() if key.startswith("lm_head")]  # the tied table is written once
+        assert saved.get_tensor("transformer.wte._weight_qdata").dtype == torch.int8
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "int8").eval()  # no quantization_config: it is saved
+    assert reloaded.lm_head.weight is reloaded.transformer.wte.weight
+    assert all(int8_rows(m.weight) for m in reloaded.modules() if isinstance(m, nn.Linear))
+    with torch.no_grad():
+        assert torch.equal(reloaded(IDS).logits, model(IDS).logits)
+
+
+def test_cached_int8_decoding_equals_a_full_forward(folder):
+    model = load_int8(folder)
+    prompt = IDS[:1, :5]
+    out = model.generate(prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0,
+                         output_logits=True, return_dict_in_generate=True)  # fmt: skip
+    with torch.no_grad():
+        full = model(out.sequences).logits[:, 4:-1].float()
+    assert (torch.stack(out.logits, dim=1).float() - full).abs().max() <= 2**-6 * full.abs().max()
+
+
+def test_generate_int8_prints_what_the_int8_pipeline_generates(tmp_path, capsys):
+    folder = save_with_tokenizer(text_model("learned"), tmp_path / "model")
+    prompt = "Friends, Romans, countrymen"
+    assert main(["generate", prompt, "--model", str(folder), "--int8", "--temperature", "0", "--max-new-tokens", "9"]) == 0
+    printed = capsys.readouterr().out
+    model, tokenizer = load_for_generation(str(folder), int8=True)
+    assert int8_rows(model.lm_head.weight)
+    expected = pipeline("text-generation", model=model, tokenizer=tokenizer)(prompt, max_new_tokens=9, do_sample=False)
+    assert printed == expected[0]["generated_text"] + "\n"
+
+
+def test_int8_without_torchao_names_the_extra_to_install(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "torchao.quantization", None)
+    with pytest.raises(ImportError, match=r"torchao \(not installed\): pip install 'hf-tinygpt\[int8\]'"):
+        int8_weight_only()
+
+
+@pytest.mark.slow
+def test_int8_keeps_the_shipped_models_hamlet_perplexity_within_one_percent():
+    from test_default_model import HAMLET
+
+    from hf_tinygpt.tools.training import perplexity, tokenize_files
+
+    if not HAMLET.exists():
+        pytest.skip(f"{HAMLET} (the held-out text) is not beside this checkout")
+    tokens = tokenize_files([HAMLET], hf_tinygpt.gpt2_tokenizer())
+    bf16 = perplexity(TinyGPTForCausalLM.from_pretrained(DEFAULT_MODEL_DIR, dtype=torch.bfloat16), tokens, 128)
+    int8 = perplexity(load_int8(DEFAULT_MODEL_DIR), tokens, 128)
+    assert int8 == pytest.approx(bf16, rel=0.01)
+
+
+@pytest.mark.slow
+def test_compiled_int8_decoding_gives_the_eager_int8_tokens():
+    from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
+
+    model = load_int8(DEFAULT_MODEL_DIR)
+    prompt = hf_tinygpt.gpt2_tokenizer()("ROMEO: What light through yonder window breaks?", return_tensors="pt").input_ids
+    eager = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
+    compiled = CompiledDecoder(model, max_length=48, autotune=False)
+    assert torch.equal(compiled.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None,
+                                         pad_token_id=0), eager)  # fmt: skip
+
