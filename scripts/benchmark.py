@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """TinyGPT against transformers' GPT2LMHeadModel on the same weights: prefill and decode throughput (dynamic cache,
-static cache, static cache + torch.compile through CompiledDecoder), fp32 and bf16, from_pretrained time and
-memory, and the decode ceiling set by memory bandwidth; with --llama-cpp, llama.cpp's batch-1 decode of the same
-weights (f32, f16, q8_0 GGUFs made by its own converter) in the same rounds.
+static cache, static cache + torch.compile through CompiledDecoder), fp32, bf16 and int8 (weights quantized as they
+load through transformers' TorchAoConfig, bf16 activations, TinyGPT in bf16 beside it; the [int8] extra),
+from_pretrained time and memory, and the decode ceiling set by memory bandwidth; with --llama-cpp, llama.cpp's
+batch-1 decode of the same weights (f32, f16, q8_0 GGUFs made by its own converter) in the same rounds.
 
     python scripts/benchmark.py [--model GPT2_FOLDER] [--json OUT.json]     # default: random GPT-2 small, seed 0
     python scripts/benchmark.py --llama-cpp                                  # and llama.cpp beside it
@@ -19,7 +20,8 @@ if __name__ == "__main__":
     parser.add_argument("--json", help="also write the measurements here")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "int8"],
+                        default=["float32", "bfloat16", "int8"])
     parser.add_argument("--caches", nargs="+", choices=list(DECODE_CACHES), default=list(DECODE_CACHES),
                         help="how decode rows generate (default: all three)")
     parser.add_argument("--llama-cpp", action="store_true",

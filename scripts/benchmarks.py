@@ -147,9 +147,17 @@ def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5) -> float:
     return bytes_ / best
 
 
+def _tensor_bytes(tensor) -> int:
+    """Bytes a tensor holds; for a quantized tensor subclass (torchao's), those of the tensors it is made of."""
+    if hasattr(tensor, "__tensor_flatten__"):
+        inner = (getattr(tensor, name) for name in tensor.__tensor_flatten__()[0])
+        return sum(_tensor_bytes(t) for t in inner if t is not None)
+    return tensor.numel() * tensor.element_size()
+
+
 def _decode_bytes_per_step(model) -> int:
     """Weights read for one decoding step: every parameter once (the tied embedding is read as the head)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    return sum(_tensor_bytes(p) for p in model.parameters())
 
 
 def _timed(fn) -> float:
@@ -238,7 +246,12 @@ class LlamaCppTimer:
 
 
 # Which GGUF a decode row of each dtype is set beside: the same bytes per weight, and llama.cpp's 8-bit type.
-LLAMA_CPP_PEERS = {"float32": ("f32",), "bfloat16": ("f16", "q8_0")}
+LLAMA_CPP_PEERS = {"float32": ("f32",), "bfloat16": ("f16", "q8_0"), "int8": ("q8_0", "f16")}
+
+# "int8": weights quantized as they load with `hf_tinygpt.tools.generate.int8_weight_only()` (transformers'
+# TorchAoConfig), activations in bfloat16. transformers' GPT-2 gets the same config (it quantizes none of its Conv1D
+# projections), and TinyGPT in bfloat16 joins the rounds as a peer: int8's gain over our own bfloat16.
+INT8_PEER = "tinygpt bfloat16"
 
 
 # How decode rows generate: transformers' default (dynamic cache), `cache_implementation="static"`, and a
@@ -259,17 +272,20 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
     import torch
     from transformers import GPT2LMHeadModel
 
-    from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
     from hf_tinygpt import TinyGPTForCausalLM
+    from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
+    from hf_tinygpt.tools.generate import int8_weight_only
 
     torch.manual_seed(seed)
     result = {"threads": torch.get_num_threads(), "rows": []}
     for dtype_name in dtypes:
-        dtype = getattr(torch, dtype_name)
-        models = {
-            "hf": GPT2LMHeadModel.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa").eval(),
-            "tinygpt": TinyGPTForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa").eval(),
-        }
+        int8 = dtype_name == "int8"
+        options = dict(dtype=torch.bfloat16 if int8 else getattr(torch, dtype_name), attn_implementation="sdpa")
+        quantized = options | {"quantization_config": int8_weight_only()} if int8 else options
+        models = {"hf": GPT2LMHeadModel.from_pretrained(folder, **quantized).eval(),
+                  "tinygpt": TinyGPTForCausalLM.from_pretrained(folder, **quantized).eval()}  # fmt: skip
+        if int8:
+            models[INT8_PEER] = TinyGPTForCausalLM.from_pretrained(folder, **options).eval()
         vocab = models["hf"].config.vocab_size
         bytes_per_step = _decode_bytes_per_step(models["tinygpt"])
 
@@ -317,9 +333,9 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                         kwargs["cache_implementation"] = "static"
                     return lambda: models[name].generate(ids, **kwargs)
 
-                peers = ()
+                peers = [INT8_PEER] if int8 else []
                 if llama_cpp is not None and batch == 1 and cache in ("dynamic", "compiled"):
-                    peers = [f"llama.cpp {t}" for t in LLAMA_CPP_PEERS.get(dtype_name, ()) if t in llama_cpp.ggufs]
+                    peers += [f"llama.cpp {t}" for t in LLAMA_CPP_PEERS.get(dtype_name, ()) if t in llama_cpp.ggufs]
                 row = run_pair(f"decode batch {batch}, {DECODE_CACHES[cache]}", decode, batch * new_tokens,
                                warmups=2 if cache == "compiled" else 1, peers=peers)  # fmt: skip
                 bandwidth = row["memory_bandwidth_GBps"] * 1e9
@@ -328,7 +344,9 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                         "tinygpt_of_ceiling": row["tinygpt_tok_s"] / ceiling}  # fmt: skip
                 for name, peer in row.get("peers", {}).items():
                     # llama.cpp reads its whole GGUF per token (the head is the tied token embedding, as ours)
-                    peer["ceiling_tok_s"] = bandwidth / llama_cpp.gguf_bytes[name.removeprefix("llama.cpp ")]
+                    peer_bytes = (_decode_bytes_per_step(models[name]) if name in models
+                                  else llama_cpp.gguf_bytes[name.removeprefix("llama.cpp ")])  # fmt: skip
+                    peer["ceiling_tok_s"] = bandwidth / peer_bytes * batch
                     peer["of_ceiling"] = peer["tok_s"] / peer["ceiling_tok_s"]
                 result["rows"].append(row)
     result["fastest_decode"] = fastest_decode(result["rows"])
@@ -367,15 +385,16 @@ def format_speed_table(result: dict) -> str:
     if peer_rows:
         lines += [
             "",
-            "Batch-1 decode beside llama.cpp (llama-cpp-python, same threads, same rounds); its ceiling = bandwidth ÷ "
-            "its GGUF's bytes",
-            "| dtype | TinyGPT | TinyGPT tok/s | llama.cpp | llama.cpp tok/s | TinyGPT/llama.cpp | pairs | GB/s "
-            "| TinyGPT % of ceiling | llama.cpp % of ceiling |",
+            "Decode beside peers in the same rounds: llama.cpp (llama-cpp-python, same threads, batch 1; its ceiling = "
+            "bandwidth ÷ its GGUF's bytes) and, for int8, TinyGPT in bfloat16 (the same cache)",
+            "| dtype | TinyGPT | TinyGPT tok/s | peer | peer tok/s | TinyGPT/peer | pairs | GB/s "
+            "| TinyGPT % of ceiling | peer % of ceiling |",
             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
         ]
         for row, name, peer in peer_rows:
             pairs = f"{min(peer['paired_ratios']):.2f}–{max(peer['paired_ratios']):.2f}"
-            lines.append(f"| {row['dtype']} | {DECODE_CACHES[row['cache']]} | {row['tinygpt_tok_s']:,.1f} | {name} GGUF "
+            peer_name = f"{name} GGUF" if name.startswith("llama.cpp") else name
+            lines.append(f"| {row['dtype']} | {row['measure']} | {row['tinygpt_tok_s']:,.1f} | {peer_name} "
                          f"| {peer['tok_s']:,.1f} | {peer['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} "
                          f"| {100 * row['tinygpt_of_ceiling']:.0f} % | {100 * peer['of_ceiling']:.0f} % |")  # fmt: skip
     for outtype, reason in result.get("llama_cpp_unavailable", {}).items():
