@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, pipeline
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.cli import main
-from hf_tinygpt.model.modeling_tinygpt import Linear, embedding_rows, int8_rows
+from hf_tinygpt.model.modeling_tinygpt import INT8_KERNEL_MAX_ROWS, Linear, embedding_rows, int8_rows
 from hf_tinygpt.tools.generate import int8_weight_only, load_for_generation
 
 torchao = pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
@@ -58,6 +58,15 @@ def test_an_int8_projection_is_torchaos_product_computed_in_int8(out_features):
     scale = exact.abs().max().item()
     assert (ours.float() - exact).abs().max() <= 2**-7 * scale
     assert (ours.float() - exact).abs().max() <= (torchaos.float() - exact).abs().max()
+
+
+def test_many_rows_of_activations_take_torchaos_product():
+    # A prompt: the int8 kernel's time grows with each row, a GEMM on the converted weight's hardly does.
+    linear = int8_linear(96, 64)
+    few = torch.randn(1, INT8_KERNEL_MAX_ROWS, 64, dtype=torch.bfloat16)
+    many = torch.randn(1, INT8_KERNEL_MAX_ROWS + 1, 64, dtype=torch.bfloat16)
+    assert not torch.equal(linear(few), nn.Linear.forward(linear, few))  # the int8 kernel rounds once
+    assert torch.equal(linear(many), nn.Linear.forward(linear, many))
 
 
 def test_int8_rows_are_looked_up_without_converting_the_table():

@@ -104,12 +104,19 @@ def int8_rows(weight: torch.Tensor) -> bool:
     )  # fmt: skip  (a traced step cannot read pointers; it compiles from weights `settle_quantized_weights` aligned)
 
 
+# The int8 kernel's time grows with every row of activations it multiplies, a converted weight's GEMM hardly does:
+# past about 16 rows (a prompt, a large batch) converting the weight first is faster (measured on GPT-2 small's
+# shapes, scripts/README.md "Speed").
+INT8_KERNEL_MAX_ROWS = 16
+
+
 class Linear(nn.Linear):
-    """`nn.Linear`; an int8 weight (`int8_rows`) on a CPU is multiplied in int8, with the scales applied once per
-    output, instead of being converted to the activations' dtype first."""
+    """`nn.Linear`; an int8 weight (`int8_rows`) on a CPU is multiplied in int8 when there are few rows of
+    activations (decoding), with the scales applied once per output, instead of being converted to the activations'
+    dtype first (torchao's own product, which the other cases keep)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type != "cpu" or not int8_rows(self.weight):
+        if x.device.type != "cpu" or x.numel() > INT8_KERNEL_MAX_ROWS * x.shape[-1] or not int8_rows(self.weight):
             return super().forward(x)
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         y = torch.ops.aten._weight_int8pack_mm(rows, self.weight.qdata, self.weight.scale.reshape(-1).to(x.dtype))
@@ -647,6 +654,7 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         a quantized one it would write again under its own name, and then fail to load the folder back."""
         if not self.config.tie_word_embeddings:
             return super().save_pretrained(*args, **kwargs)
+
         def without_head(model, state_dict, prefix, metadata):
             state_dict.pop(prefix + HEAD, None)
 

@@ -27,10 +27,9 @@ def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_k
     without tokenizer files (the default one) gets the bundled GPT-2 tokenizer. `int8`: quantized as it loads
     (`int8_weight_only`), with bfloat16 activations."""
     source = str(model or DEFAULT_MODEL_DIR)
-    if int8:
-        hub_kwargs |= {"dtype": torch.bfloat16, "quantization_config": int8_weight_only()}
+    quantized = {"dtype": torch.bfloat16, "quantization_config": int8_weight_only()} if int8 else {}
     with reading_checkpoint(source):
-        loaded = load_strictly(source, AutoModelForCausalLM, **hub_kwargs).eval()
+        loaded = load_strictly(source, AutoModelForCausalLM, **quantized, **hub_kwargs).eval()
         tokenizer = AutoTokenizer.from_pretrained(source, **hub_kwargs) if has_tokenizer(source, **hub_kwargs) else None
     check_finite(loaded.state_dict(), source)  # NaN weights would fail deep inside sampling
     if tokenizer is None:
