@@ -150,17 +150,19 @@ def test_llama_cpp_generates_transformers_greedy_tokens(tmp_path, llama_cpp, fol
 
 def test_speed_benchmark_times_llama_cpp_in_the_same_rounds(tmp_path, llama_cpp):
     """scripts/benchmark.py --llama-cpp on a tiny model: llama.cpp's batch-1 decode (f32 beside fp32, f16 and q8_0
-    beside bf16) joins TinyGPT's rounds, with its own paired ratios and ceiling. No speed is asserted."""
+    beside bf16 and int8) joins TinyGPT's rounds, with its own paired ratios and ceiling. No speed is asserted."""
     from test_gpt2_layouts import run_script
 
     out = run_script("benchmark.py", "--tiny", "--caches", "dynamic", "--llama-cpp", "--json", tmp_path / "speed.json")
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads((tmp_path / "speed.json").read_text())
     peers = {(row["dtype"], name) for row in result["rows"] for name in row.get("peers", {})}
-    expected = {("float32", "llama.cpp f32"), ("bfloat16", "llama.cpp f16"), ("bfloat16", "llama.cpp q8_0")}
-    assert peers == {peer for peer in expected if peer[1].split()[1] not in result["llama_cpp_unavailable"]}
+    expected = {("float32", "llama.cpp f32"), ("bfloat16", "llama.cpp f16"), ("bfloat16", "llama.cpp q8_0"),
+                ("int8", "llama.cpp q8_0"), ("int8", "llama.cpp f16")}  # fmt: skip
+    available = {peer for peer in expected if peer[1].split()[1] not in result["llama_cpp_unavailable"]}
+    assert peers == available | {("int8", "tinygpt bfloat16")}  # int8 rows also set our bf16 beside
     assert "llama.cpp f16" in {name for _, name in peers}, result["llama_cpp_unavailable"]
     for row in result["rows"]:
         for peer in row.get("peers", {}).values():
             assert peer["tok_s"] > 0 and 0 < peer["of_ceiling"] and len(peer["paired_ratios"]) == 1
-    assert "Batch-1 decode beside llama.cpp" in out.stdout
+    assert "Decode beside peers in the same rounds" in out.stdout

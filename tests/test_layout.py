@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from transformers.dynamic_module_utils import get_imports
 
 import hf_tinygpt
 from hf_tinygpt.cli import main
@@ -53,22 +54,23 @@ def test_the_model_bundle_uses_only_public_transformers_api():
     underscore name from transformers, and pass no underscore keyword argument: a published repo keeps its copy of
     this code forever. (The modeling hooks every in-tree model defines, such as `_init_weights` or
     `config._attn_implementation`, are attributes of transformers' documented modeling interface, not imports.)
-    Two exceptions: torch's `_StridedShard`, which transformers' own packed tensor-parallel style uses, imported in a
-    `try` that turns only tensor parallelism off if it ever goes away; and torchao, imported inside the function
-    that runs only for a model loaded with transformers' TorchAoConfig (which needs torchao itself)."""
+    One exception: torch's `_StridedShard`, which transformers' own packed tensor-parallel style uses, imported in a
+    `try` that turns only tensor parallelism off if it ever goes away. (transformers refuses a remote modeling file
+    that imports a package not installed, even inside a function.)"""
     for name in ("configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py"):
+        # What transformers itself requires installed before it runs a remote modeling file: every import it finds.
+        required = set(get_imports(PACKAGE / "model" / name))
+        assert required <= {"torch", "transformers", *sys.stdlib_module_names}, (name, required)
         tree = ast.parse((PACKAGE / "model" / name).read_text())
         guarded = {  # imports inside `try: ... except ImportError:`
             id(inner) for node in ast.walk(tree) if isinstance(node, ast.Try)
             and any(isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers)
             for inner in ast.walk(node)
         }  # fmt: skip
-        lazy = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) for inner in ast.walk(node)}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0:
                 top = node.module.split(".")[0]
-                allowed = ("torch", "transformers", *(["torchao"] if id(node) in lazy else []))
-                assert top in allowed or top in sys.stdlib_module_names, (name, node.module)
+                assert top in ("torch", "transformers") or top in sys.stdlib_module_names, (name, node.module)
                 assert not any(part.startswith("_") for part in node.module.split(".")), (name, node.module)
                 private = [alias.name for alias in node.names if alias.name.startswith("_")]
                 assert private in ([], ["_StridedShard"] if id(node) in guarded else []), (name, node.module)

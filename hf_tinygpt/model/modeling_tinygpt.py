@@ -10,6 +10,7 @@ GPT-2 checkpoint maps onto it by transposing GPT-2's Conv1D weights into `nn.Lin
 Like the config, this file is copied next to saved weights: it imports transformers and its siblings only.
 """
 
+import importlib
 import math
 import sys
 from collections.abc import Callable
@@ -641,9 +642,10 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             return
         if settings.include_input_output_embeddings and self.config.tie_word_embeddings:
             if type(self.lm_head.weight) is nn.Parameter:  # not a tensor subclass: not quantized yet
-                from torchao.quantization import quantize_  # installed: the model was quantized with it
-
-                quantize_(self.lm_head, settings.get_apply_tensor_subclass())
+                # torchao is installed (the model was just quantized with it), but not imported by name: a saved
+                # folder's copy of this file must load with trust_remote_code where torchao is not installed.
+                torchao = importlib.import_module("torchao.quantization")
+                torchao.quantize_(self.lm_head, settings.get_apply_tensor_subclass())
                 self.transformer.wte.weight = self.lm_head.weight
         for weight in self.parameters():
             if isinstance(getattr(weight, "qdata", None), torch.Tensor) and weight.qdata.data_ptr() % 16:
