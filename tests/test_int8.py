@@ -6,6 +6,8 @@ bytes. The reference for every product is torchao's own (the same tensors, throu
 whole model a float twin holding exactly the dequantized weights.
 """
 
+import sys
+
 import pytest
 import torch
 from conftest import VOCAB, random_gpt2, tiny_model
@@ -141,7 +143,8 @@ def test_cached_int8_decoding_equals_a_full_forward(folder):
 def test_generate_int8_prints_what_the_int8_pipeline_generates(tmp_path, capsys):
     folder = save_with_tokenizer(text_model("learned"), tmp_path / "model")
     prompt = "Friends, Romans, countrymen"
-    assert main(["generate", prompt, "--model", str(folder), "--int8", "--temperature", "0", "--max-new-tokens", "9"]) == 0
+    command = ["generate", prompt, "--model", str(folder), "--int8", "--temperature", "0", "--max-new-tokens", "9"]
+    assert main(command) == 0
     printed = capsys.readouterr().out
     model, tokenizer = load_for_generation(str(folder), int8=True)
     assert int8_rows(model.lm_head.weight)
@@ -150,7 +153,7 @@ def test_generate_int8_prints_what_the_int8_pipeline_generates(tmp_path, capsys)
 
 
 def test_int8_without_torchao_names_the_extra_to_install(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "torchao.quantization", None)
+    monkeypatch.setitem(sys.modules, "torchao.quantization", None)
     with pytest.raises(ImportError, match=r"torchao \(not installed\): pip install 'hf-tinygpt\[int8\]'"):
         int8_weight_only()
 
@@ -174,7 +177,8 @@ def test_compiled_int8_decoding_gives_the_eager_int8_tokens():
     from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
 
     model = load_int8(DEFAULT_MODEL_DIR)
-    prompt = hf_tinygpt.gpt2_tokenizer()("ROMEO: What light through yonder window breaks?", return_tensors="pt").input_ids
+    tokenizer = hf_tinygpt.gpt2_tokenizer()
+    prompt = tokenizer("ROMEO: What light through yonder window breaks?", return_tensors="pt").input_ids
     eager = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
     compiled = CompiledDecoder(model, max_length=48, autotune=False)
     assert torch.equal(compiled.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None,

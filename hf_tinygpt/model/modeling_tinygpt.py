@@ -90,6 +90,8 @@ def checked_lookup(embedding: nn.Embedding, ids: torch.Tensor, explain: Callable
 
 # A private ATen op (torch >= 2.3): should it go, int8 weights go back to torchao's own product.
 _HAS_INT8_KERNEL = hasattr(torch.ops.aten, "_weight_int8pack_mm")
+# Bytes every int8 row must start on for that kernel (see `int8_rows`).
+INT8_ROW_ALIGNMENT = 16
 
 
 def int8_rows(weight: torch.Tensor) -> bool:
@@ -101,7 +103,8 @@ def int8_rows(weight: torch.Tensor) -> bool:
         int8_tensor is not None and isinstance(weight, int8_tensor) and weight.dim() == 2 and _HAS_INT8_KERNEL
         and list(weight.block_size) == [1, weight.shape[1]]  # torchao's own int8 linear ignores zero_point too
         and weight.act_quant_kwargs is None and weight.act_pre_scale is None and weight.qdata.is_contiguous()
-        and weight.shape[1] % 16 == 0 and (torch.compiler.is_compiling() or weight.qdata.data_ptr() % 16 == 0)
+        and weight.shape[1] % INT8_ROW_ALIGNMENT == 0
+        and (torch.compiler.is_compiling() or weight.qdata.data_ptr() % INT8_ROW_ALIGNMENT == 0)
     )  # fmt: skip  (a traced step cannot read pointers; it compiles from weights `settle_quantized_weights` aligned)
 
 
@@ -634,8 +637,8 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
 
         - With `include_input_output_embeddings=True`, the tied token table is quantized once, for the lookup and
           the head alike (transformers leaves a tied table as it is), and `save_pretrained` writes it once.
-        - int8 rows read from a checkpoint are copied where they do not start on 16 bytes (`int8_rows`), so that the
-          int8 kernel can take them.
+        - int8 rows read from a checkpoint are copied where they do not start on `INT8_ROW_ALIGNMENT` bytes
+          (`int8_rows`), so that the int8 kernel can take them.
         """
         settings = getattr(getattr(self, "hf_quantizer", None), "quantization_config", None)
         if not hasattr(settings, "include_input_output_embeddings"):  # not torchao's
@@ -648,8 +651,9 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
                 torchao.quantize_(self.lm_head, settings.get_apply_tensor_subclass())
                 self.transformer.wte.weight = self.lm_head.weight
         for weight in self.parameters():
-            if isinstance(getattr(weight, "qdata", None), torch.Tensor) and weight.qdata.data_ptr() % 16:
-                weight.qdata = weight.qdata.clone()  # torch's allocator aligns to 64 bytes
+            rows = getattr(weight, "qdata", None)
+            if isinstance(rows, torch.Tensor) and rows.data_ptr() % INT8_ROW_ALIGNMENT:
+                weight.qdata = rows.clone()  # torch's allocator aligns to 64 bytes
 
     def save_pretrained(self, *args, **kwargs):
         """transformers' `save_pretrained`. A tied head is left out, as transformers leaves it out of plain weights;
