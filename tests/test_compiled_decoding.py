@@ -144,6 +144,19 @@ def test_left_padded_batch_equals_single_sequences():
         assert row[-10:].tolist() == alone[0, -10:].tolist()
 
 
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_autotuned_decoding_equals_a_full_forward(batch_size):
+    """With the kernels a decoder picks by timing them, as the benchmark builds it: inductor's CPP GEMM template
+    alone at batch 1 (ATen's kernels win its timing on cached weights, and lose in the step), the template or ATen
+    above. Odd sizes, so that the template meets rows and columns that are no multiple of its blocks."""
+    model = tiny_model("rope", n_embd=40, n_head=5, vocab_size=1001)
+    prompt = torch.randint(1, 1001, (batch_size, 7), generator=torch.Generator().manual_seed(batch_size))
+    decoder = CompiledDecoder(model, batch_size=batch_size, max_length=24)
+    mask = torch.ones_like(prompt)
+    compiled = decoder.generate(prompt, attention_mask=mask, max_new_tokens=10, min_new_tokens=10, **GREEDY)
+    assert step_logits_against_full_forward(model, 7, compiled) < 1e-5
+
+
 def test_the_decoder_refuses_inputs_its_compiled_step_cannot_take():
     with pytest.raises(ValueError, match="max_length=65 exceeds n_positions=64"):
         CompiledDecoder(tiny_model("learned"), max_length=65, autotune=False)

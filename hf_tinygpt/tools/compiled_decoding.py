@@ -8,7 +8,7 @@ plain sum reads 35 or more), ~100 small kernels of Python and dispatch per step,
 
 - a `StaticCache` lets `generate` compile the decoding step (transformers' auto-compile, with `compile_config`);
 - inductor *freezing* folds the weights into that step as constants, which lets inductor pre-pack them and pick
-  its CPP GEMM template by measuring it against ATen (`max_autotune`);
+  its CPP GEMM template by measuring it against ATen (`max_autotune`; at batch 1, the template alone);
 - attention runs as plain matmul + softmax (eager attention), which inductor fuses for one query.
 
 Nothing outside the decoder changes. It decodes with a private copy of the model's modules and config (the
@@ -49,6 +49,12 @@ INDUCTOR_SETTINGS = {"freezing": True}
 AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"} | {
     key: value for key, value in _QUIET_AUTOTUNE.items() if hasattr(torch._inductor.config, key)
 }
+# Autotuning times each candidate GEMM by calling it again and again on the same weights, which then stay in cache,
+# while a decoding step reads every weight from memory once. For one row of activations (batch 1) that choice
+# often lands on ATen's kernel, and the step is slower for it: with the CPP template alone, bf16 decodes 1.13x
+# faster and fp32 and int8 as fast (GPT-2 small, paired rounds, scripts/README.md "Speed"). From a few rows on,
+# ATen's GEMMs are the ones worth having (CPP alone decoded bf16 batch 8 at 0.46x).
+GEMV_AUTOTUNE_SETTINGS = AUTOTUNE_SETTINGS | {"max_autotune_gemm_backends": "CPP"}
 DYNAMO_SETTINGS = {"recompile_limit": 64}
 
 # Decoders compile one at a time: the settings above are process-wide while they are patched in.
@@ -96,7 +102,8 @@ class CompiledDecoder:
         self.compile_config._compile_all_devices = True
         self._one_at_a_time = threading.Lock()
         self.weights = weights_fingerprint(model)
-        settings = INDUCTOR_SETTINGS | (AUTOTUNE_SETTINGS if autotune else {})
+        autotuning = GEMV_AUTOTUNE_SETTINGS if batch_size == 1 else AUTOTUNE_SETTINGS
+        settings = INDUCTOR_SETTINGS | (autotuning if autotune else {})
         with _BUILDING, torch._inductor.config.patch(settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
             # Two decoding steps through the compiled path: the step compiles, frozen, with this decoder's cache.
             prompt = torch.zeros(batch_size, 1, dtype=torch.long, device=model.device)
