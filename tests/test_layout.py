@@ -93,9 +93,12 @@ def test_importing_the_package_needs_no_extra():
 @pytest.mark.parametrize("verb, extra, package", [("train", "train", "accelerate"), ("plot-positions", "plots",
                                                                                       "matplotlib")])  # fmt: skip
 def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, tmp_path, capsys, verb, extra, package):
-    for name in [name for name in sys.modules if name == package or name.startswith(package + ".")]:
-        monkeypatch.setitem(sys.modules, name, None)  # as if not installed, submodules included
-    monkeypatch.setitem(sys.modules, package, None)
+    # As if not installed, submodules included; without accelerate there is no peft either (it requires accelerate,
+    # and transformers imports it whenever it is present: run alone, this test failed inside that import).
+    for blocked in (package, "peft") if package == "accelerate" else (package,):
+        for name in [name for name in sys.modules if name == blocked or name.startswith(blocked + ".")]:
+            monkeypatch.setitem(sys.modules, name, None)
+        monkeypatch.setitem(sys.modules, blocked, None)
     monkeypatch.delitem(sys.modules, "hf_tinygpt.tools.training" if extra == "train" else "hf_tinygpt.tools.plots",
                         raising=False)  # fmt: skip
     args = {"train": ["train", "--train", str(tmp_path), "--out", str(tmp_path / "run")],
