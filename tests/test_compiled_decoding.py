@@ -66,7 +66,7 @@ def test_two_models_of_one_class_each_keep_their_own_compiled_step():
     """Dynamo files every TinyGPT's compiled step under the same code object, and a decoder's guards leave its
     modules out (`torch.compiler.skip_guard_on_all_nn_modules_unsafe`, for speed): what tells one model's frozen
     step (its weights, its cache) from another's is the backend each decoder compiles under. With one backend for
-    all, the second model runs the first one's step (this test and the next three fail)."""
+    all, the second model runs the first one's step: this test fails, and so do the next two and the threads test."""
     models = [tiny_model("rope", seed=0), tiny_model("rope", seed=1)]
     prompt = torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():

@@ -120,9 +120,9 @@ class Linear(nn.Linear):
     dtype first (torchao's own product, which the other cases keep)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if type(self.weight) is nn.Parameter:  # a float weight, decided first: this runs 49 times a GPT-2 step
-            return super().forward(x)
-        if x.device.type != "cpu" or x.numel() > INT8_KERNEL_MAX_ROWS * x.shape[-1] or not int8_rows(self.weight):
+        if (type(self.weight) is nn.Parameter  # a float weight, decided first: this runs 49 times a GPT-2 step
+                or x.device.type != "cpu" or x.numel() > INT8_KERNEL_MAX_ROWS * x.shape[-1]
+                or not int8_rows(self.weight)):  # fmt: skip
             return super().forward(x)
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         y = torch.ops.aten._weight_int8pack_mm(rows, self.weight.qdata, self.weight.scale.reshape(-1).to(x.dtype))
