@@ -219,7 +219,7 @@ class LlamaCppTimer:
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         env={**os.environ, **WORKER_ENV})  # fmt: skip
         self.index = {outtype: i for i, outtype in enumerate(self.ggufs)}
-        self.new_tokens = new_tokens
+        self.prompt_length, self.new_tokens = len(prompt), new_tokens
         self._read()  # loaded
 
     def _read(self) -> dict:
@@ -236,6 +236,11 @@ class LlamaCppTimer:
         result = self._read()
         if len(result["tokens"]) != self.new_tokens:
             raise RuntimeError(f"llama.cpp {outtype} made {len(result['tokens'])} tokens, not {self.new_tokens}")
+        # The same work as `generate`'s: the whole prompt in one prefill, then a decoding step per further token.
+        done = (result["prompt_tokens_evaluated"], result["decoding_steps"])
+        if done != (self.prompt_length, self.new_tokens - 1):
+            raise RuntimeError(f"llama.cpp {outtype} evaluated {done[0]} prompt tokens and {done[1]} decoding steps; "
+                               f"a run is {self.prompt_length} and {self.new_tokens - 1}.")  # fmt: skip
         return result
 
     def close(self):

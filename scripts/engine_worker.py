@@ -7,11 +7,13 @@ on a machine without this package.
     python engine_worker.py vllm FOLDER INPUTS.json             → {"tokens": [[...], ...]}
     python engine_worker.py llama_cpp MODEL.gguf INPUTS.json    → {"tokens": [[...], ...], "logits": [[...], ...]}
     python engine_worker.py llama_cpp_timer THREADS A.gguf [B.gguf ...] INPUTS.json
-        → {"loaded": [...]}, then for each index N read from stdin: {"seconds": s, "tokens": [...]} (GGUF N)
+        → {"loaded": [...]}, then for each index N read from stdin, a run of GGUF N:
+          {"seconds": s, "tokens": [...], "prompt_tokens_evaluated": p, "decoding_steps": d}
 
 INPUTS.json: {"input_ids": [[...], ...], "attention_mask": [[...], ...], "max_new_tokens": n}.
 """
 
+import itertools
 import json
 import sys
 
@@ -74,7 +76,7 @@ def llama_cpp(gguf: str, inputs: dict) -> dict:
         llm.eval(ids)
         logits.append(numpy.asarray(llm.scores[len(ids) - 1], dtype=numpy.float32).tolist())
         greedy = llm.generate(ids, **LLAMA_CPP_GREEDY, reset=True)
-        tokens.append([int(token) for token, _ in zip(greedy, range(inputs["max_new_tokens"]))])
+        tokens.append([int(token) for token in itertools.islice(greedy, inputs["max_new_tokens"])])
     return {"tokens": tokens, "logits": logits}
 
 
@@ -82,10 +84,10 @@ def llama_cpp_timer(threads: str, *args) -> None:
     """Time greedy decoding in llama.cpp on request, so that a benchmark can interleave it with its own runs: load
     each GGUF, then for every index read from stdin, decode the (one) prompt with that GGUF from a reset context,
     exactly `max_new_tokens` tokens (prefill included, as transformers' `generate` is timed), and report the wall
-    time. An empty line ends it."""
+    time with llama.cpp's own count of what it evaluated. An empty line ends it."""
     import time
 
-    from llama_cpp import Llama
+    from llama_cpp import Llama, llama_perf_context, llama_perf_context_reset
 
     *ggufs, inputs = args
     (prompt,), new_tokens = inputs["input_ids"], inputs["max_new_tokens"]
@@ -96,11 +98,17 @@ def llama_cpp_timer(threads: str, *args) -> None:
         if not line.strip():
             break
         llm = models[int(line)]
+        # Forget the last run: `generate` would find this prompt still in the KV cache and skip its prefill.
+        llm.reset()
+        llama_perf_context_reset(llm.ctx)
         start = time.perf_counter()
         greedy = llm.generate(prompt, **LLAMA_CPP_GREEDY, reset=True)
-        tokens = [int(token) for token, _ in zip(greedy, range(new_tokens))]
+        # islice, not zip with a range: zip asks the generator for one more token, and that costs a decoding step.
+        tokens = [int(token) for token in itertools.islice(greedy, new_tokens)]
         seconds = time.perf_counter() - start
-        print(RESULT, json.dumps({"seconds": seconds, "tokens": tokens}), flush=True)
+        counts = llama_perf_context(llm.ctx)  # llama.cpp's own tally: prompt tokens, then one-token decodes
+        print(RESULT, json.dumps({"seconds": seconds, "tokens": tokens, "prompt_tokens_evaluated": counts.n_p_eval,
+                                  "decoding_steps": counts.n_eval}), flush=True)  # fmt: skip
 
 
 def main(engine: str, *args: str) -> None:

@@ -150,7 +150,11 @@ def test_llama_cpp_generates_transformers_greedy_tokens(tmp_path, llama_cpp, fol
 
 def test_speed_benchmark_times_llama_cpp_in_the_same_rounds(tmp_path, llama_cpp):
     """scripts/benchmark.py --llama-cpp on a tiny model: llama.cpp's batch-1 decode (f32 beside fp32, f16 and q8_0
-    beside bf16 and int8) joins TinyGPT's rounds, with its own paired ratios and ceiling. No speed is asserted."""
+    beside bf16 and int8) joins TinyGPT's rounds, with its own paired ratios and ceiling. No speed is asserted.
+
+    Each timed llama.cpp run does what `generate` does, by llama.cpp's own count, or the script fails: the whole
+    prompt, then one decoding step per further token. It did not always: llama-cpp-python reused the prompt it still
+    had cached from the last run, and a step was spent on one token too many."""
     from test_gpt2_layouts import run_script
 
     out = run_script("benchmark.py", "--tiny", "--caches", "dynamic", "--llama-cpp", "--json", tmp_path / "speed.json")
