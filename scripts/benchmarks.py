@@ -236,11 +236,13 @@ class LlamaCppTimer:
         result = self._read()
         if len(result["tokens"]) != self.new_tokens:
             raise RuntimeError(f"llama.cpp {outtype} made {len(result['tokens'])} tokens, not {self.new_tokens}")
-        # The same work as `generate`'s: the whole prompt in one prefill, then a decoding step per further token.
+        # The same work as `generate`'s: the whole prompt in one prefill, then a decoding step per further token
+        # (llama.cpp reports a count of 0 as 1).
         done = (result["prompt_tokens_evaluated"], result["decoding_steps"])
-        if done != (self.prompt_length, self.new_tokens - 1):
+        expected = (max(1, self.prompt_length), max(1, self.new_tokens - 1))
+        if done != expected:
             raise RuntimeError(f"llama.cpp {outtype} evaluated {done[0]} prompt tokens and {done[1]} decoding steps; "
-                               f"a run is {self.prompt_length} and {self.new_tokens - 1}.")  # fmt: skip
+                               f"a run is {expected[0]} and {expected[1]}.")  # fmt: skip
         return result
 
     def close(self):
