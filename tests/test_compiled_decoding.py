@@ -111,6 +111,26 @@ def test_after_the_weights_change_a_new_decoder_compiles_them_and_an_old_one_ref
     assert step_logits_against_full_forward(model, 4, compiled) < 1e-5
 
 
+def test_int8_decoders_of_two_models_of_one_shape_each_decode_with_their_own_weights(tmp_path):
+    """Inductor's FX graph cache keys a frozen step on the weights' shapes, not their values, and the int8 GEMM
+    template packs the weights into the step: through that cache the second model's decoder multiplied the first
+    model's int8 weights (the decoders compile without it)."""
+    pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    from hf_tinygpt.tools.generate import int8_weight_only
+
+    prompt = torch.tensor([[1, 17, 42, 5]])
+    for seed in (1, 2):
+        tiny_model("rope", seed=seed, n_embd=64).save_pretrained(tmp_path / str(seed))
+        model = TinyGPTForCausalLM.from_pretrained(tmp_path / str(seed), dtype=torch.bfloat16,
+                                                   quantization_config=int8_weight_only()).eval()  # fmt: skip
+        decoder = CompiledDecoder(model, max_length=24)  # autotuned: the int8 template packs the weights
+        compiled = decoder.generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
+        with torch.no_grad():
+            full = model(compiled.sequences).logits[:, 3:-1].float()
+        # The int8 kernels of the step and of the eager model each round their bf16 outputs their own way.
+        assert (torch.stack(compiled.logits, dim=1).float() - full).abs().max() <= 2**-6 * full.abs().max()
+
+
 def test_a_decoder_changes_nothing_outside_itself():
     """The caller's model keeps its attention kernel and config; other compiled functions keep their compiled code
     (no `torch._dynamo.reset()`, even when the weights change and a new decoder compiles); inductor's settings are

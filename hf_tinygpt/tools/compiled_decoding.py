@@ -28,7 +28,8 @@ The private APIs it needs, and why:
 - `torch._inductor.config.patch(freezing=..., max_autotune=...)` while the step compiles, once, when the decoder is
   built: `torch.compile(options={"freezing": True})` (CompileConfig's `options`) compiles without freezing in torch
   2.13 (tested: the step then reads the live weights). The patch is process-wide for those seconds, so builds are
-  serialised, and a `torch.compile` in another thread at that moment would be frozen too.
+  serialised, and a `torch.compile` in another thread at that moment would be frozen too. The same patch turns
+  off inductor's FX graph cache for that compile: it keys a frozen step on the weights' shapes, not their values.
 - `torch._dynamo.config.patch(recompile_limit=...)` for the same compile: every decoder's step is one more entry
   on the code object all modules' `__call__` share, and the default limit of 8 would make the ninth decoder in a
   process fail under fullgraph=True.
@@ -48,7 +49,9 @@ from ..model.modeling_tinygpt import CACHE_FIELD
 
 # The last two keep autotuning from printing every candidate kernel's timing to stderr; older torch lacks them.
 _QUIET_AUTOTUNE = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
-INDUCTOR_SETTINGS = {"freezing": True}
+# No FX graph cache: it keys a frozen step on the weights' shapes, not their values, and a step from it multiplied
+# int8 weights packed from another model's (an int8 decoder of new weights decoded with the old ones, torch 2.13).
+INDUCTOR_SETTINGS = {"freezing": True, "fx_graph_cache": False, "fx_graph_remote_cache": False}
 AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"} | {
     key: value for key, value in _QUIET_AUTOTUNE.items() if hasattr(torch._inductor.config, key)
 }
