@@ -33,5 +33,6 @@ if __name__ == "__main__":
                    llama_cpp=args.llama_cpp)
     if args.tiny:  # GPT-2's vocabulary all the same: llama.cpp's converter wants GPT-2's tokenizer with it
         options |= dict(repeats=1, new_tokens=4, prefill_shapes=((1, 32), (2, 16)), decode_batches=(1, 2),
-                        prompt_length=8, gpt2_config=dict(n_layer=2, n_embd=32, n_head=2))  # fmt: skip
+                        prompt_length=8, gpt2_config=dict(n_layer=2, n_embd=32, n_head=2),
+                        int8_gemv=dict(products=[(64, 64)] * 4, one_product_bytes=2**20))  # fmt: skip
     run_speed_benchmark(args.model, args.json, **options)

@@ -147,6 +147,59 @@ def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5) -> float:
     return bytes_ / best
 
 
+# GPT-2 small's block projections (rows × columns of each weight), in the order a decoding step multiplies them.
+GPT2_SMALL_PRODUCTS = [(2304, 768), (768, 768), (3072, 768), (768, 3072)] * 12
+
+
+def int8_gemv_bandwidth(products=GPT2_SMALL_PRODUCTS, one_product_bytes: int = 128 * 2**20, repeats: int = 5) -> dict:
+    """Bytes/s at which the int8 products of a CompiledDecoder's int8 step read their weights from memory: the op
+    TinyGPT's `Linear` emits for a few rows (`_weight_int8pack_mm`, one row of bf16 activations), compiled with the
+    decoder's settings (inductor's CPP GEMM template), in one compiled call. `products_GBps`: the `products` (rows,
+    columns) one after another, as a step multiplies GPT-2 small's 48 block weights of 0.6–2.4 MB; `one_product_GBps`:
+    a single weight of `one_product_bytes`; `probe_GBps`: `memory_bandwidth` right after.
+
+    Where the first is well below the second, a step loses time at every product it starts (threads, ramp-up), not
+    in reading; where the second is below the probe, the kernel cannot keep up with memory."""
+    import torch
+
+    from hf_tinygpt.tools.compiled_decoding import DYNAMO_SETTINGS, GEMV_AUTOTUNE_SETTINGS, INDUCTOR_SETTINGS
+
+    generator = torch.Generator().manual_seed(0)
+
+    class Int8Products(torch.nn.Module):
+        def __init__(self, shapes):
+            super().__init__()
+            weights = [torch.randint(-127, 128, shape, dtype=torch.int8, generator=generator) for shape in shapes]
+            scales = [torch.rand(rows, generator=generator).to(torch.bfloat16) for rows, _ in shapes]
+            self.weights = torch.nn.ParameterList(torch.nn.Parameter(w, requires_grad=False) for w in weights)
+            self.scales = torch.nn.ParameterList(torch.nn.Parameter(s, requires_grad=False) for s in scales)
+
+        def forward(self, inputs: dict[str, torch.Tensor]):
+            return [torch.ops.aten._weight_int8pack_mm(inputs[str(weight.shape[1])], weight, scale)
+                    for weight, scale in zip(self.weights, self.scales)]
+
+    cols = {c for _, c in products} | {products[0][1]}
+    inputs = {str(c): torch.randn(1, c, generator=generator).to(torch.bfloat16) for c in cols}
+    # A multiple of 64 rows: one weight of 174,762 × 768 came out of inductor's template wrong (174,720 and 174,730 right).
+    rows = one_product_bytes // products[0][1] // 64 * 64
+    cases = {"products": products, "one_product": [(rows, products[0][1])]}
+    result = {"products": len(products), "one_product_rows": cases["one_product"][0][0]}
+    settings = INDUCTOR_SETTINGS | GEMV_AUTOTUNE_SETTINGS
+    with torch.no_grad(), torch._inductor.config.patch(settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
+        for name, shapes in cases.items():
+            eager = Int8Products(shapes).eval()
+            compiled = torch.compile(eager, fullgraph=True)
+            # The compiled kernels must compute the products, or their speed means nothing (bf16: ~3 digits).
+            for got, want in zip(compiled(inputs), eager(inputs)):
+                torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+            weight_bytes = sum(weight.numel() for weight in eager.weights)
+            calls = max(3, 256 * 2**20 // weight_bytes)  # ~256 MB read per timing
+            best = min(_timed(lambda: [compiled(inputs) for _ in range(calls)]) for _ in range(repeats)) / calls
+            result[f"{name}_GBps"] = weight_bytes / best / 1e9
+    result["probe_GBps"] = memory_bandwidth() / 1e9
+    return result
+
+
 def _tensor_bytes(tensor) -> int:
     """Bytes a tensor holds; for a quantized tensor subclass (torchao's), those of the tensors it is made of."""
     if hasattr(tensor, "__tensor_flatten__"):
@@ -268,14 +321,16 @@ DECODE_CACHES = {"dynamic": "dynamic cache", "static": "static cache", "compiled
 
 def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int = 3, prefill_shapes=((1, 1024), (8, 128)),
                     decode_batches=(1, 8), prompt_length: int = 32, new_tokens: int = 128,
-                    caches=tuple(DECODE_CACHES), seed: int = 0, llama_cpp: LlamaCppTimer | None = None) -> dict:  # fmt: skip
+                    caches=tuple(DECODE_CACHES), seed: int = 0, llama_cpp: LlamaCppTimer | None = None,
+                    int8_gemv: dict | None = None) -> dict:  # fmt: skip
     """Side-by-side timings of transformers' GPT2LMHeadModel and TinyGPT loaded from the same GPT-2 `folder`.
 
     Each measurement is `paired_timings` over `repeats` after a warm-up (two for compiled rows, whose first calls
     compile and then run slower for a while): median tok/s, and the median of the pairs' TinyGPT/HF ratios. Memory
     bandwidth is the probe before each pair, and a decode row's ceiling uses its median. Both models get the same
     treatment in every row; "compiled" decodes through a `CompiledDecoder` for each. With `llama_cpp`, its runs on
-    the GGUFs of LLAMA_CPP_PEERS join the rounds of the batch-1 dynamic and compiled decode rows ("peers")."""
+    the GGUFs of LLAMA_CPP_PEERS join the rounds of the batch-1 dynamic and compiled decode rows ("peers"). After
+    the int8 rows, `int8_gemv_bandwidth(**int8_gemv)`: how fast the compiled int8 products read, beside the probe."""
     import torch
     from transformers import GPT2LMHeadModel
 
@@ -356,6 +411,8 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                     peer["ceiling_tok_s"] = bandwidth / peer_bytes * batch
                     peer["of_ceiling"] = peer["tok_s"] / peer["ceiling_tok_s"]
                 result["rows"].append(row)
+        if int8:
+            result["int8_gemv"] = int8_gemv_bandwidth(**(int8_gemv or {}))
     result["fastest_decode"] = fastest_decode(result["rows"])
     return result
 
@@ -404,6 +461,10 @@ def format_speed_table(result: dict) -> str:
             lines.append(f"| {row['dtype']} | {row['measure']} | {row['tinygpt_tok_s']:,.1f} | {peer_name} "
                          f"| {peer['tok_s']:,.1f} | {peer['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} "
                          f"| {100 * row['tinygpt_of_ceiling']:.0f} % | {100 * peer['of_ceiling']:.0f} % |")  # fmt: skip
+    if gemv := result.get("int8_gemv"):
+        lines.append(f"int8 products compiled as in the int8 step (one row, from memory): {gemv['products']} of the "
+                     f"step's shapes one after another {gemv['products_GBps']:.1f} GB/s, one of "
+                     f"{gemv['one_product_rows']:,} rows {gemv['one_product_GBps']:.1f} GB/s; probe {gemv['probe_GBps']:.1f} GB/s")  # fmt: skip
     for outtype, reason in result.get("llama_cpp_unavailable", {}).items():
         lines.append(f"llama.cpp {outtype}: not run here ({reason})")
     for best in result.get("fastest_decode", []):

@@ -78,6 +78,11 @@ def test_speed_benchmark_script_smoke(tmp_path):
             bf16 = row["peers"]["tinygpt bfloat16"]
             assert bf16["tok_s"] > 0 and len(bf16["paired_ratios"]) == 1
             assert 1.5 < row["ceiling_tok_s"] / bf16["ceiling_tok_s"] < 2
+    # How fast the compiled int8 products read from memory, beside the probe (each checked against eager first).
+    gemv = result["int8_gemv"]
+    assert gemv["products"] == 4 and gemv["one_product_rows"] == 2**20 // 64
+    assert gemv["products_GBps"] > 0 and gemv["one_product_GBps"] > 0 and gemv["probe_GBps"] > 0
+    assert "int8 products compiled as in the int8 step" in out.stdout
     fastest = {best["decode"]: best for best in result["fastest_decode"]}
     assert set(fastest) == {"decode batch 1", "decode batch 2"}
     for best in fastest.values():
