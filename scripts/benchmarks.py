@@ -180,9 +180,7 @@ def int8_gemv_bandwidth(products=GPT2_SMALL_PRODUCTS, one_product_bytes: int = 1
 
     cols = {c for _, c in products} | {products[0][1]}
     inputs = {str(c): torch.randn(1, c, generator=generator).to(torch.bfloat16) for c in cols}
-    # A multiple of 64 rows: one weight of 174,762 × 768 came out of inductor's template wrong (174,720 and 174,730 right).
-    rows = one_product_bytes // products[0][1] // 64 * 64
-    cases = {"products": products, "one_product": [(rows, products[0][1])]}
+    cases = {"products": products, "one_product": [(one_product_bytes // products[0][1], products[0][1])]}
     result = {"products": len(products), "one_product_rows": cases["one_product"][0][0]}
     settings = INDUCTOR_SETTINGS | GEMV_AUTOTUNE_SETTINGS
     with torch.no_grad(), torch._inductor.config.patch(settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
@@ -358,7 +356,9 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                     make_fn(name)()
             timed = paired_timings(make_fn, repeats, names=names)
             row = {"dtype": dtype_name, "measure": label, "memory_bandwidth_GBps": statistics.median(timed["probes"]) / 1e9,
-                   "paired_ratios": timed["paired_ratios"], "ratio": timed["ratio"]}  # fmt: skip
+                   "paired_ratios": timed["paired_ratios"], "ratio": timed["ratio"],
+                   "rounds": {"probe_GBps": [probe / 1e9 for probe in timed["probes"]],
+                              "tok_s": {name: [tokens / t for t in timed["times"][name]] for name in names}}}  # fmt: skip
             for name in ("hf", "tinygpt"):
                 row[f"{name}_tok_s"] = tokens / statistics.median(timed["times"][name])
             if peers:
@@ -402,14 +402,24 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                                warmups=2 if cache == "compiled" else 1, peers=peers)  # fmt: skip
                 bandwidth = row["memory_bandwidth_GBps"] * 1e9
                 ceiling = bandwidth / bytes_per_step * batch  # tok/s if a step only read weights
+
+                def of_ceiling_by_round(name, step_bytes, row=row, batch=batch):
+                    # The probe swings within minutes (32 to 59 GB/s between two rounds of one row) while a decoder's
+                    # speed hardly moves, so each round's fraction, against the probe just before it, is kept too.
+                    rounds = row["rounds"]
+                    return [tok_s / (probe * 1e9 / step_bytes * batch)
+                            for tok_s, probe in zip(rounds["tok_s"][name], rounds["probe_GBps"])]  # fmt: skip
+
                 row |= {"batch": batch, "cache": cache, "ceiling_tok_s": ceiling, "hf_of_ceiling": row["hf_tok_s"] / ceiling,
-                        "tinygpt_of_ceiling": row["tinygpt_tok_s"] / ceiling}  # fmt: skip
+                        "tinygpt_of_ceiling": row["tinygpt_tok_s"] / ceiling,
+                        "tinygpt_of_ceiling_by_round": of_ceiling_by_round("tinygpt", bytes_per_step)}  # fmt: skip
                 for name, peer in row.get("peers", {}).items():
                     # llama.cpp reads its whole GGUF per token (the head is the tied token embedding, as ours)
                     peer_bytes = (_decode_bytes_per_step(models[name]) if name in models
                                   else llama_cpp.gguf_bytes[name.removeprefix("llama.cpp ")])  # fmt: skip
                     peer["ceiling_tok_s"] = bandwidth / peer_bytes * batch
                     peer["of_ceiling"] = peer["tok_s"] / peer["ceiling_tok_s"]
+                    peer["of_ceiling_by_round"] = of_ceiling_by_round(name, peer_bytes)
                 result["rows"].append(row)
         if int8:
             result["int8_gemv"] = int8_gemv_bandwidth(**(int8_gemv or {}))
@@ -431,16 +441,22 @@ def fastest_decode(rows: list[dict]) -> list[dict]:
     return summary
 
 
+def _percent_with_rounds(fraction: float, by_round: list[float]) -> str:
+    return f"{100 * fraction:.0f} % ({100 * min(by_round):.0f}–{100 * max(by_round):.0f})"
+
+
 def format_speed_table(result: dict) -> str:
     lines = [
         f"{result['threads']} threads; TinyGPT/HF = median of the repeats' paired ratios (pairs: their range); "
-        "ceiling = memory read bandwidth (measured within the row) ÷ weight bytes per step",
+        "ceiling = memory read bandwidth (measured within the row) ÷ weight bytes per step; TinyGPT's % of it: "
+        "against the row's median probe (each round against the probe just before it: their range)",
         "| dtype | measure | HF GPT-2 tok/s | TinyGPT tok/s | TinyGPT/HF | pairs | GB/s | ceiling tok/s "
         "| HF % of ceiling | TinyGPT % of ceiling |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
-        ceiling = (f"{row['ceiling_tok_s']:,.1f} | {100 * row['hf_of_ceiling']:.0f} % | {100 * row['tinygpt_of_ceiling']:.0f} %"
+        ceiling = (f"{row['ceiling_tok_s']:,.1f} | {100 * row['hf_of_ceiling']:.0f} % "
+                   f"| {_percent_with_rounds(row['tinygpt_of_ceiling'], row['tinygpt_of_ceiling_by_round'])}"
                    if "ceiling_tok_s" in row else " | | ")  # fmt: skip
         pairs = f"{min(row['paired_ratios']):.2f}–{max(row['paired_ratios']):.2f}"
         lines.append(f"| {row['dtype']} | {row['measure']} | {row['hf_tok_s']:,.1f} | {row['tinygpt_tok_s']:,.1f} "
@@ -460,7 +476,8 @@ def format_speed_table(result: dict) -> str:
             peer_name = f"{name} GGUF" if name.startswith("llama.cpp") else name
             lines.append(f"| {row['dtype']} | {row['measure']} | {row['tinygpt_tok_s']:,.1f} | {peer_name} "
                          f"| {peer['tok_s']:,.1f} | {peer['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} "
-                         f"| {100 * row['tinygpt_of_ceiling']:.0f} % | {100 * peer['of_ceiling']:.0f} % |")  # fmt: skip
+                         f"| {_percent_with_rounds(row['tinygpt_of_ceiling'], row['tinygpt_of_ceiling_by_round'])} "
+                         f"| {_percent_with_rounds(peer['of_ceiling'], peer['of_ceiling_by_round'])} |")  # fmt: skip
     if gemv := result.get("int8_gemv"):
         lines.append(f"int8 products compiled as in the int8 step (one row, from memory): {gemv['products']} of the "
                      f"step's shapes one after another {gemv['products_GBps']:.1f} GB/s, one of "

@@ -74,6 +74,8 @@ def test_speed_benchmark_script_smoke(tmp_path):
         assert row["ratio"] == pytest.approx(row["tinygpt_tok_s"] / row["hf_tok_s"], rel=1e-9)
         if row["measure"].startswith("decode"):
             assert 0 < row["tinygpt_of_ceiling"] and row["ceiling_tok_s"] > 0
+            # One round: its fraction of the ceiling, against its own probe, is the row's.
+            assert row["tinygpt_of_ceiling_by_round"] == [pytest.approx(row["tinygpt_of_ceiling"], rel=1e-9)]
             # TinyGPT in bf16 ran in the same rounds; its step reads more bytes (every weight in 2 bytes, not ~1).
             bf16 = row["peers"]["tinygpt bfloat16"]
             assert bf16["tok_s"] > 0 and len(bf16["paired_ratios"]) == 1
