@@ -178,8 +178,7 @@ def int8_gemv_bandwidth(products=GPT2_SMALL_PRODUCTS, one_product_bytes: int = 1
             return [torch.ops.aten._weight_int8pack_mm(inputs[str(weight.shape[1])], weight, scale)
                     for weight, scale in zip(self.weights, self.scales)]
 
-    cols = {c for _, c in products} | {products[0][1]}
-    inputs = {str(c): torch.randn(1, c, generator=generator).to(torch.bfloat16) for c in cols}
+    inputs = {str(c): torch.randn(1, c, generator=generator).to(torch.bfloat16) for c in {c for _, c in products}}
     cases = {"products": products, "one_product": [(one_product_bytes // products[0][1], products[0][1])]}
     result = {"products": len(products), "one_product_rows": cases["one_product"][0][0]}
     settings = INDUCTOR_SETTINGS | GEMV_AUTOTUNE_SETTINGS
