@@ -12,7 +12,7 @@ from torch._dynamo.utils import counters
 from hf_tinygpt import POSITION_SCHEMES, TinyGPTForCausalLM
 from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
 
-pytestmark = pytest.mark.slow  # every test here compiles (without autotuning: correctness, not speed)
+pytestmark = pytest.mark.slow  # every test here compiles (most without autotuning: correctness, not speed)
 
 GREEDY = dict(do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
 
