@@ -131,6 +131,19 @@ def test_int8_decoders_of_two_models_of_one_shape_each_decode_with_their_own_wei
         assert (torch.stack(compiled.logits, dim=1).float() - full).abs().max() <= 2**-6 * full.abs().max()
 
 
+def test_an_argument_that_would_compile_the_step_again_is_refused_and_the_decoder_goes_on():
+    """`output_hidden_states=True` changes the step's graph. Compiled again after the build, the step would run
+    unfrozen and untuned, and with int8 weights inductor failed outright: the decoder refuses such a call."""
+    model = tiny_model("rope")
+    prompt = torch.tensor([[1, 17, 42, 5]])
+    decoder = CompiledDecoder(model, max_length=24, autotune=False)
+    for argument in ("output_hidden_states", "output_attentions"):
+        with pytest.raises(ValueError, match="changes what this decoder's compiled step computes"):
+            decoder.generate(prompt, max_new_tokens=4, return_dict_in_generate=True, **{argument: True})
+    compiled = decoder.generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
+    assert step_logits_against_full_forward(model, 4, compiled) < 1e-5
+
+
 def test_a_decoder_changes_nothing_outside_itself():
     """The caller's model keeps its attention kernel and config; other compiled functions keep their compiled code
     (no `torch._dynamo.reset()`, even when the weights change and a new decoder compiles); inductor's settings are

@@ -33,12 +33,14 @@ The private APIs it needs, and why:
 - `torch._dynamo.config.patch(recompile_limit=...)` for the same compile: every decoder's step is one more entry
   on the code object all modules' `__call__` share, and the default limit of 8 would make the ninth decoder in a
   process fail under fullgraph=True.
+- `torch._dynamo.exc.FailOnRecompileLimitHit`: how dynamo stops, at the limit of compiled entries per code object,
+  a compile it would otherwise start. For a built decoder that means a call with arguments its step cannot take,
+  which the decoder reports as such, as it does a compile that reaches its backend.
 - `Tensor._version`: freezing binds the step to the weights as they were, and dynamo's guards never look at
   values; the in-place version counters are how a decoder notices that the weights changed since.
 """
 
 import copy
-import functools
 import itertools
 import threading
 
@@ -72,6 +74,43 @@ GUARD_SETTINGS = {"guard_filter_fn": _SKIP_MODULE_GUARDS} if _SKIP_MODULE_GUARDS
 _BUILDING = threading.Lock()
 
 
+class _CompileAfterBuild(Exception):
+    """Dynamo was about to compile a built decoder's step again."""
+
+
+class StepBackend:
+    """Inductor for one decoder's step, equal to no other backend: dynamo reuses a compiled step only under an equal
+    backend, and two `torch.compile(backend="inductor")` are equal. It compiles only while the decoder is built, under
+    the build's settings. An input that changes the step's graph later (`output_hidden_states=True`, say) would
+    compile it outside them, unfrozen: slower, and with int8 weights an error inside inductor's lowering."""
+
+    def __init__(self):
+        self.inductor = torch._dynamo.lookup_backend("inductor")
+        self.building = True
+
+    def __deepcopy__(self, memo):  # `generate` deep-copies its generation config, this backend included
+        return self
+
+    def __call__(self, *args, **kwargs):
+        if not self.building:
+            raise _CompileAfterBuild()
+        return self.inductor(*args, **kwargs)
+
+
+# Dynamo about to compile a built decoder's step again: through its backend, or stopped before that by the limit on
+# compiled entries per code object (every decoder's step is one on the same code object).
+_STEP_WOULD_COMPILE = (_CompileAfterBuild, getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", _CompileAfterBuild))
+
+
+def _raised_by(error: BaseException, kind) -> bool:
+    """Whether `error` is, or was raised while handling, an exception of `kind` (dynamo wraps a backend's)."""
+    while error is not None:
+        if isinstance(error, kind):
+            return True
+        error = getattr(error, "inner_exception", None) or error.__cause__ or error.__context__
+    return False
+
+
 def weights_fingerprint(model) -> tuple:
     """Where every parameter and buffer lives and how often it was changed in place (`_version`): any change to the
     weights, by an optimizer, `load_state_dict` or `.to()`, changes this."""
@@ -91,7 +130,9 @@ class CompiledDecoder:
     Building it compiles the step (tens of seconds for GPT-2 small on 2 cores; `autotune=False` skips timing
     candidate kernels, for a faster compile and a slower step); calls reuse it. The model is left as it was. The
     step has the weights as they were at build time frozen in: after they change, calls refuse and a new decoder
-    compiles the new ones. Safe to call from several threads: a decoder's calls run one at a time.
+    compiles the new ones. Arguments that change what the step computes (`output_hidden_states`, `output_attentions`)
+    are refused, since the step compiles only at the build. Safe to call from several threads: a decoder's calls run
+    one at a time.
     """
 
     def __init__(self, model, *, batch_size: int = 1, max_length: int | None = None, autotune: bool = True):
@@ -107,8 +148,8 @@ class CompiledDecoder:
         self.model = private_copy(model).eval()
         self.model.set_attn_implementation("eager")
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_length)
-        inductor = functools.partial(torch._dynamo.lookup_backend("inductor"))  # equal to no other backend
-        self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=None, backend=inductor,
+        self.backend = StepBackend()
+        self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=None, backend=self.backend,
                                             options=dict(GUARD_SETTINGS))  # fmt: skip
         # transformers auto-compiles the decoding step only on accelerators unless the config says all devices.
         self.compile_config._compile_all_devices = True
@@ -120,6 +161,7 @@ class CompiledDecoder:
             # Two decoding steps through the compiled path: the step compiles, frozen, with this decoder's cache.
             prompt = torch.zeros(batch_size, 1, dtype=torch.long, device=model.device)
             self.generate(prompt, max_new_tokens=3, do_sample=False, eos_token_id=None, pad_token_id=0)
+        self.backend.building = False
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, *, max_new_tokens: int, **generate_kwargs) -> torch.Tensor:
@@ -136,5 +178,13 @@ class CompiledDecoder:
                              "the old ones frozen in: build a new CompiledDecoder (it compiles again).")  # fmt: skip
         with self._one_at_a_time:
             self.cache.reset()
-            return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
-                                       **{CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip
+            try:
+                return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
+                                           **{CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip
+            except Exception as error:
+                if self.backend.building or not _raised_by(error, _STEP_WOULD_COMPILE):
+                    raise
+                raise ValueError(f"An argument of this call ({', '.join(sorted(generate_kwargs))}) changes what "
+                                 "this decoder's compiled step computes (output_hidden_states or output_attentions, "
+                                 "say), and the step compiles only when the decoder is built, with the weights frozen "
+                                 "in: call the model's own generate for it.") from None  # fmt: skip
