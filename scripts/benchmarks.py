@@ -147,16 +147,20 @@ def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5) -> float:
     return bytes_ / best
 
 
-# GPT-2 small's block projections (rows × columns of each weight), in the order a decoding step multiplies them.
-GPT2_SMALL_PRODUCTS = [(2304, 768), (768, 768), (3072, 768), (768, 3072)] * 12
+def block_products(model) -> list[tuple[int, int]]:
+    """(rows, columns) of every weight in `model`'s blocks, in the order a decoding step multiplies them."""
+    import torch
+
+    return [tuple(m.weight.shape) for m in model.transformer.h.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def int8_gemv_bandwidth(products=GPT2_SMALL_PRODUCTS, one_product_bytes: int = 128 * 2**20, repeats: int = 5) -> dict:
+def int8_gemv_bandwidth(products: list[tuple[int, int]], one_product_bytes: int = 128 * 2**20, repeats: int = 5) -> dict:
     """Bytes/s at which the int8 products of a CompiledDecoder's int8 step read their weights from memory: the op
     TinyGPT's `Linear` emits for a few rows (`_weight_int8pack_mm`, one row of bf16 activations), compiled with the
     decoder's settings (inductor's CPP GEMM template), in one compiled call. `products_GBps`: the `products` (rows,
-    columns) one after another, as a step multiplies GPT-2 small's 48 block weights of 0.6–2.4 MB; `one_product_GBps`:
-    a single weight of `one_product_bytes`; `probe_GBps`: `memory_bandwidth` right after.
+    columns) one after another, as a step multiplies its block weights (`block_products`: GPT-2 small's 48, of
+    0.6–2.4 MB); `one_product_GBps`: a single weight of `one_product_bytes`; `probe_GBps`: `memory_bandwidth` right
+    after.
 
     Where the first is well below the second, a step loses time at every product it starts (threads, ramp-up), not
     in reading; where the second is below the probe, the kernel cannot keep up with memory."""
@@ -191,7 +195,8 @@ def int8_gemv_bandwidth(products=GPT2_SMALL_PRODUCTS, one_product_bytes: int = 1
                 torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
             weight_bytes = sum(weight.numel() for weight in eager.weights)
             calls = max(3, 256 * 2**20 // weight_bytes)  # ~256 MB read per timing
-            best = min(_timed(lambda: [compiled(inputs) for _ in range(calls)]) for _ in range(repeats)) / calls
+            run = lambda step=compiled, calls=calls: [step(inputs) for _ in range(calls)]  # noqa: E731
+            best = min(_timed(run) for _ in range(repeats)) / calls
             result[f"{name}_GBps"] = weight_bytes / best / 1e9
     result["probe_GBps"] = memory_bandwidth() / 1e9
     return result
@@ -208,6 +213,18 @@ def _tensor_bytes(tensor) -> int:
 def _decode_bytes_per_step(model) -> int:
     """Weights read for one decoding step: every parameter once (the tied embedding is read as the head)."""
     return sum(_tensor_bytes(p) for p in model.parameters())
+
+
+def _ceiling_tok_s(bandwidth: float, step_bytes: int, batch: int) -> float:
+    """Tokens/s if a decoding step only read its weights, at `bandwidth` bytes/s."""
+    return bandwidth / step_bytes * batch
+
+
+def _of_ceiling_by_round(rounds: dict, name: str, step_bytes: int, batch: int) -> list[float]:
+    """`name`'s fraction of the ceiling in each round, against the probe taken just before it: the probe swings within
+    minutes (32 to 59 GB/s between two rounds of one row) while a decoder's speed hardly moves."""
+    return [tok_s / _ceiling_tok_s(probe * 1e9, step_bytes, batch)
+            for tok_s, probe in zip(rounds["tok_s"][name], rounds["probe_GBps"])]  # fmt: skip
 
 
 def _timed(fn) -> float:
@@ -327,7 +344,8 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
     bandwidth is the probe before each pair, and a decode row's ceiling uses its median. Both models get the same
     treatment in every row; "compiled" decodes through a `CompiledDecoder` for each. With `llama_cpp`, its runs on
     the GGUFs of LLAMA_CPP_PEERS join the rounds of the batch-1 dynamic and compiled decode rows ("peers"). After
-    the int8 rows, `int8_gemv_bandwidth(**int8_gemv)`: how fast the compiled int8 products read, beside the probe."""
+    the int8 rows, `int8_gemv_bandwidth` of TinyGPT's block weights (or of `int8_gemv`'s arguments): how fast the
+    compiled int8 products read, beside the probe."""
     import torch
     from transformers import GPT2LMHeadModel
 
@@ -400,28 +418,20 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                 row = run_pair(f"decode batch {batch}, {DECODE_CACHES[cache]}", decode, batch * new_tokens,
                                warmups=2 if cache == "compiled" else 1, peers=peers)  # fmt: skip
                 bandwidth = row["memory_bandwidth_GBps"] * 1e9
-                ceiling = bandwidth / bytes_per_step * batch  # tok/s if a step only read weights
-
-                def of_ceiling_by_round(name, step_bytes, row=row, batch=batch):
-                    # The probe swings within minutes (32 to 59 GB/s between two rounds of one row) while a decoder's
-                    # speed hardly moves, so each round's fraction, against the probe just before it, is kept too.
-                    rounds = row["rounds"]
-                    return [tok_s / (probe * 1e9 / step_bytes * batch)
-                            for tok_s, probe in zip(rounds["tok_s"][name], rounds["probe_GBps"])]  # fmt: skip
-
+                ceiling = _ceiling_tok_s(bandwidth, bytes_per_step, batch)
                 row |= {"batch": batch, "cache": cache, "ceiling_tok_s": ceiling, "hf_of_ceiling": row["hf_tok_s"] / ceiling,
                         "tinygpt_of_ceiling": row["tinygpt_tok_s"] / ceiling,
-                        "tinygpt_of_ceiling_by_round": of_ceiling_by_round("tinygpt", bytes_per_step)}  # fmt: skip
+                        "tinygpt_of_ceiling_by_round": _of_ceiling_by_round(row["rounds"], "tinygpt", bytes_per_step, batch)}  # fmt: skip
                 for name, peer in row.get("peers", {}).items():
                     # llama.cpp reads its whole GGUF per token (the head is the tied token embedding, as ours)
                     peer_bytes = (_decode_bytes_per_step(models[name]) if name in models
                                   else llama_cpp.gguf_bytes[name.removeprefix("llama.cpp ")])  # fmt: skip
-                    peer["ceiling_tok_s"] = bandwidth / peer_bytes * batch
+                    peer["ceiling_tok_s"] = _ceiling_tok_s(bandwidth, peer_bytes, batch)
                     peer["of_ceiling"] = peer["tok_s"] / peer["ceiling_tok_s"]
-                    peer["of_ceiling_by_round"] = of_ceiling_by_round(name, peer_bytes)
+                    peer["of_ceiling_by_round"] = _of_ceiling_by_round(row["rounds"], name, peer_bytes, batch)
                 result["rows"].append(row)
         if int8:
-            result["int8_gemv"] = int8_gemv_bandwidth(**(int8_gemv or {}))
+            result["int8_gemv"] = int8_gemv_bandwidth(**{"products": block_products(models["tinygpt"])} | (int8_gemv or {}))
     result["fastest_decode"] = fastest_decode(result["rows"])
     return result
 
