@@ -3,12 +3,26 @@
 Importing the package registers `model_type="tinygpt"` with AutoConfig, AutoModel and AutoModelForCausalLM.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+import os
+import signal
+import sys
 
-from .model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
-from .model.modeling_tinygpt import TinyGPTForCausalLM, TinyGPTModel, TinyGPTPreTrainedModel
-from .model.params import parameter_breakdown
-from .checkpoints.bundled import DEFAULT_MODEL_DIR, GPT2_TOKENIZER_DIR, gpt2_tokenizer
+
+def _interrupted_while_starting(signum, frame):
+    """Ctrl-C while the command line imports torch and transformers: one line and exit 130 (nothing was written yet)."""
+    sys.stderr.write("hf-tinygpt: interrupted\n")
+    os._exit(130)
+
+
+if sys.argv and os.path.basename(sys.argv[0]) == "hf-tinygpt":  # the console script; `hf_tinygpt.cli.main` puts it back
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # noqa: E402
+
+from .model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig  # noqa: E402
+from .model.modeling_tinygpt import TinyGPTForCausalLM, TinyGPTModel, TinyGPTPreTrainedModel  # noqa: E402
+from .model.params import parameter_breakdown  # noqa: E402
+from .checkpoints.bundled import DEFAULT_MODEL_DIR, GPT2_TOKENIZER_DIR, gpt2_tokenizer  # noqa: E402
 
 AutoConfig.register(TinyGPTConfig.model_type, TinyGPTConfig, exist_ok=True)
 AutoModel.register(TinyGPTConfig, TinyGPTModel, exist_ok=True)

@@ -12,6 +12,7 @@ import importlib.metadata
 import math
 import os
 import shlex
+import signal
 import sys
 
 from huggingface_hub.errors import HfHubHTTPError
@@ -162,7 +163,7 @@ def push_command(args) -> int:
         raise ValueError("--out is where --dry-run stages the files; without --dry-run the push stages in a temporary "
                          "folder")  # fmt: skip
     options = dict(tokenizer=args.tokenizer, base_model=args.base_model, license=args.license or "mit",
-                   verify_tolerance=args.tolerance)  # fmt: skip
+                   verify_tolerance=args.tolerance, keep_local_paths=args.keep_local_paths)  # fmt: skip
     if args.dry_run:
         if args.out is None:
             raise ValueError("--dry-run needs --out DIR: the folder to stage the files in")
@@ -201,6 +202,9 @@ def add_push_arguments(parser: argparse.ArgumentParser):
     add_tolerance_argument(parser, "when a GPT-2 SRC is converted first")
     parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card")
     parser.add_argument("--license", help="licence for the model card (default: mit)")
+    parser.add_argument("--keep-local-paths", action="store_true",
+                        help="publish the card's training data paths and command line as they are (default: cut to "
+                             "file names)")  # fmt: skip
 
 
 def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
@@ -209,7 +213,7 @@ def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default
 
 
 def train_command(args) -> int:
-    from .tools.training import TrainingSettings, train
+    from .tools.training import TrainingInterrupted, TrainingSettings, train
 
     config = read_json_object(args.config) if args.config else {}
     shape = {"position_embedding_type": args.position, "n_layer": args.n_layer, "n_embd": args.n_embd,
@@ -226,11 +230,12 @@ def train_command(args) -> int:
     )  # fmt: skip
     try:
         _, summary = train(settings)
-    except KeyboardInterrupt:
+    except TrainingInterrupted:  # it said where it stopped and how to go on
         return 130
-    ppl = summary.get("validation_perplexity")
-    print(f"trained {summary['steps']} steps in {summary['wall_s'] / 60:.1f} min; final train loss "
-          f"{summary['final_train_loss']:.4f}" + (f"; validation perplexity {ppl:.2f}" if ppl else ""))  # fmt: skip
+    ppl, loss = summary.get("validation_perplexity"), summary.get("final_train_loss")
+    print(f"trained {summary['steps']} steps in {summary['wall_s'] / 60:.1f} min"
+          + (f"; final train loss {loss:.4f}" if isinstance(loss, float) else "")
+          + (f"; validation perplexity {ppl:.2f}" if isinstance(ppl, float) else ""))  # fmt: skip
     print(f"model: {os.path.join(args.out, 'model')}")
     return 0
 
@@ -300,13 +305,13 @@ def add_generate_arguments(parser: argparse.ArgumentParser):
 
 
 def plot_positions_command(args) -> int:
-    from .checkpoints.outputs import PICTURES_FOLDER, output_folder
+    from .checkpoints.outputs import output_folder
     from .tools.plots import load_for_plots, plot_positions, written_files
 
     with no_progress_bars():
         model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
     prompt = {} if args.prompt is None else {"prompt": args.prompt}
-    with output_folder(args.out, force=args.force, kind=PICTURES_FOLDER) as staging:
+    with output_folder(args.out, force=args.force, protect=[args.model], kind="pictures") as staging:
         arrays = plot_positions(model, staging, svg=args.svg, seed=args.seed, n_dims=args.dims,
                                 max_positions=args.max_positions, label=label, **prompt)  # fmt: skip
     files = written_files(args.out, arrays, svg=args.svg)
@@ -409,6 +414,10 @@ def add_verify_arguments(parser: argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
+    from . import _interrupted_while_starting
+
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:  # started: Ctrl-C is a KeyboardInterrupt again
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.command = shlex.join(["hf-tinygpt", *argv])  # for the card of a trained model
@@ -417,6 +426,9 @@ def main(argv=None) -> int:
     except (ValueError, OSError, ImportError, HfHubHTTPError) as error:
         print(f"hf-tinygpt {args.verb}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # every output is written whole or not at all (checkpoints/outputs.py)
+        print(f"\nhf-tinygpt {args.verb}: interrupted; nothing was left half-written", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from huggingface_hub.errors import RepositoryNotFoundError
 from test_hf_integration import BLOCK_HF_TINYGPT, REMOTE_CODE_SCRIPT, save_with_tokenizer, text_model
 
 import hf_tinygpt
+from hf_tinygpt.checkpoints.outputs import MANIFEST
 from hf_tinygpt.cli import main
 from hf_tinygpt.checkpoints.hub import push_to_hub, stage_for_hub
 from hf_tinygpt.model.params import parameter_breakdown
@@ -53,7 +54,7 @@ def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
     model, folder = tinygpt_folder(tmp_path)
     assert main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 0
     staged = tmp_path / "staged"
-    assert {p.name for p in staged.iterdir()} == REPO_FILES  # no optimizer state, no old checkpoints
+    assert {p.name for p in staged.iterdir()} == {*REPO_FILES, MANIFEST}  # no optimizer state, no old checkpoints
     assert (staged / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
     auto_map = json.loads((staged / "config.json").read_text())["auto_map"]
     assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}

@@ -8,6 +8,7 @@ import torch
 from conftest import random_gpt2, tiny_config, tiny_model
 
 from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.checkpoints.outputs import MANIFEST
 from hf_tinygpt.cli import main
 from hf_tinygpt.tools.plots import (
     PICTURES,
@@ -208,7 +209,7 @@ def test_cli_writes_every_picture_into_out(tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     expected = sorted(f"{name}.{ext}" for name in PICTURES["learned"] for ext in ("png", "svg"))
-    assert sorted(p.name for p in out.iterdir()) == expected
+    assert sorted(p.name for p in out.iterdir() if p.name != MANIFEST) == expected
     for name in expected:
         assert str(out / name) in printed
     assert "GPT-2 checkpoint" in printed and "repeated token ' a' at positions 2 and 5" in printed

@@ -22,6 +22,7 @@ from conftest import random_gpt2, tiny_model
 from safetensors.torch import load_file, save_file
 
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
+from hf_tinygpt.checkpoints.outputs import MANIFEST, _new_staging
 from hf_tinygpt.checkpoints.reading import load_strictly
 from hf_tinygpt.cli import main
 
@@ -41,7 +42,9 @@ def run_cli(capsys, *args) -> tuple[int, str]:
 
 
 def tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file under `folder` and its bytes (manifests left out: what the tool wrote, not what it holds)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != MANIFEST}  # fmt: skip
 
 
 def leftovers(parent: Path) -> list[str]:
@@ -75,7 +78,7 @@ def test_force_refuses_a_folder_with_files_hf_tinygpt_does_not_write(gpt2_folder
     out.mkdir()
     (out / "my_thesis.tex").write_text("years of work")
     code, err = run_cli(capsys, "convert", gpt2_folder, "--out", out, "--force", "--tokenizer", "gpt2")
-    assert code == 2 and "my_thesis.tex" in err and "does not look like an earlier output" in err
+    assert code == 2 and "my_thesis.tex" in err and "not proven to be an earlier output" in err
     assert (out / "my_thesis.tex").read_text() == "years of work"
 
 
@@ -110,7 +113,7 @@ def test_push_dry_run_force_refuses_a_run_folder(tmp_path, capsys):
     other = tmp_path / "other"
     (other / "checkpoints").mkdir(parents=True)
     code, err = run_cli(capsys, "push", run / "model", "me/tiny", "--dry-run", "--out", other, "--force", "--tokenizer", "gpt2")
-    assert code == 2 and "checkpoints" in err and "does not look like an earlier output" in err
+    assert code == 2 and "checkpoints" in err and "not proven to be an earlier output" in err
     assert tree(run) == before and (other / "checkpoints").is_dir()
 
 
@@ -157,12 +160,13 @@ def test_two_writers_of_one_output_cannot_both_win(tmp_path):
 
 
 def test_leftovers_of_a_killed_writer_are_cleaned_and_an_old_folder_put_back(tmp_path):
-    from hf_tinygpt.checkpoints.outputs import clean_leftovers
+    from hf_tinygpt.checkpoints.outputs import clean_leftovers, output_folder
 
     out = tmp_path / "out"
-    (tmp_path / ".out.partial-123-abcd").mkdir()  # killed while building
-    (tmp_path / ".out.old-123-abcd").mkdir()  # killed between the two fallback renames: OUT is missing
-    (tmp_path / ".out.old-123-abcd" / "config.json").write_text("old")
+    _new_staging(out, "model")  # killed while building: `.out.partial-PID-HEX`, its manifest already inside
+    with output_folder(tmp_path / "earlier") as staging:
+        (staging / "config.json").write_text("old")
+    (tmp_path / "earlier").rename(tmp_path / ".out.old-123-0123abcd")  # killed between the two fallback renames
     clean_leftovers(out)
     assert tree(out) == {"config.json": b"old"} and leftovers(tmp_path) == []
 
@@ -238,7 +242,7 @@ def test_resume_runs_no_code_from_a_crafted_run_folder(corpus, tmp_path, capsys)
         pickle.dump(RunsCode(ran), f)
     code, err = run_cli(capsys, "train", *args, "--resume")
     assert not ran.exists()
-    assert code == 2 and "custom_checkpoint_0.pkl, which hf-tinygpt does not write" in err  # before any training
+    assert code == 2 and "custom_checkpoint_0.pkl, which hf-tinygpt did not write" in err  # before any training
     (newest / "custom_checkpoint_0.pkl").unlink()
     code, err = run_cli(capsys, "train", *args, "--resume")
     assert not ran.exists()
@@ -252,7 +256,7 @@ def test_resume_falls_back_past_a_checkpoint_cut_short_by_a_kill(corpus, tmp_pat
     assert run_cli(capsys, "train", *args)[0] == 0
     checkpoints = out / "checkpoints"
     (checkpoints / "step-000004" / "progress.json").unlink()  # as a kill during an older save left it
-    (checkpoints / ".step-000005.partial").mkdir()  # a save killed midway: never renamed into place
+    _new_staging(checkpoints / "step-000005", "checkpoint")  # a save killed midway: never renamed into place
     code, err = run_cli(capsys, "train", *args, "--resume")
     assert code == 0, err
     assert f"resumed from {checkpoints / 'step-000003'} (step 3)" in err
@@ -268,7 +272,7 @@ def test_push_stages_the_installed_code_and_nothing_else(tmp_path):
     from hf_tinygpt.checkpoints.hub import stage_for_hub
 
     folder = tmp_path / "model"
-    tiny_model().save_pretrained(folder)
+    tiny_model(vocab_size=50257).save_pretrained(folder)  # the bundled GPT-2 tokenizer's ids fit
     (folder / "my_private_notes.py").write_text("HF_TOKEN = 'hf_secret'")
     (folder / "modeling_tinygpt.py").write_text("# an old or edited copy of the model code\n")
     files = stage_for_hub(str(folder), tmp_path / "staged", "me/tiny", tokenizer="gpt2")
@@ -316,7 +320,7 @@ def test_a_hung_or_dropped_connection_ends_the_push_with_a_clear_error(mode, tmp
     from hf_tinygpt.checkpoints.hub import push_to_hub
 
     folder = tmp_path / "model"
-    tiny_model().save_pretrained(folder)
+    tiny_model(vocab_size=50257).save_pretrained(folder)
     server = BrokenServer(mode)
     outcome = {}
 
@@ -466,10 +470,11 @@ def tiny_folder(tmp_path):
 
 def test_push_never_copies_a_file_an_index_names_outside_the_folder(tiny_folder, tmp_path, capsys):
     (tmp_path / "victim.txt").write_text("someone's file")
+    (tiny_folder / "model.safetensors").unlink()
     (tiny_folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "../victim.txt"}}))
     code, err = run_cli(capsys, "push", tiny_folder, "me/tiny", "--dry-run", "--out", tmp_path / "staged",
                         "--tokenizer", "gpt2")  # fmt: skip
-    assert code == 2 and "shard names must be .safetensors files in the folder itself" in err
+    assert code == 2 and "shard names must be files in the folder itself" in err
     assert not (tmp_path / "staged").exists() and (tmp_path / "victim.txt").read_text() == "someone's file"
 
 
@@ -597,7 +602,7 @@ def test_plots_refuse_more_positions_than_a_picture_holds(tmp_path, capsys):
     "flags, message",
     [
         (["--batch-size", "100000"], "--batch-size 100000 is more than the"),
-        (["--glob", "/etc/*"], "--glob must be a pattern relative to each --train folder"),
+        (["--glob", "/etc/*"], "--glob must be a pattern inside each --train folder"),
         (["--lr", "1e30"], "training diverged"),
     ],
 )
@@ -619,5 +624,5 @@ def test_resume_refuses_a_folder_that_is_not_a_run(corpus, tmp_path, capsys):
     (tmp_path / "mine" / "myfile.txt").write_text("mine")
     code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--out", tmp_path / "mine",
                         "--resume")  # fmt: skip
-    assert code == 2 and "myfile.txt" in err and "is not an earlier output" in err
+    assert code == 2 and "myfile.txt" in err and "is not a training run of hf-tinygpt" in err
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["myfile.txt"]

@@ -1,4 +1,5 @@
-"""The files that ship inside the package: OpenAI's GPT-2 tokenizer and the default (Shakespeare) model."""
+"""The files that ship inside the package: OpenAI's GPT-2 tokenizer and the default (Shakespeare) model; and the
+one way every verb loads a tokenizer."""
 
 from pathlib import Path
 
@@ -9,6 +10,9 @@ GPT2_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "tokenizer"
 # The shipped model: a small learned-position TinyGPT trained on Shakespeare (card: model_cards/shakespeare.md).
 # It uses the bundled GPT-2 tokenizer, so its folder holds only config, generation config and weights.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "default_model"
+# What a tokenizer folder must hold for transformers to read a vocabulary from it: without these, AutoTokenizer
+# builds a tokenizer with an empty vocabulary and says nothing.
+VOCABULARY_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",), ("vocab.txt",))
 
 
 def gpt2_tokenizer() -> GPT2TokenizerFast:
@@ -16,8 +20,36 @@ def gpt2_tokenizer() -> GPT2TokenizerFast:
     return GPT2TokenizerFast.from_pretrained(GPT2_TOKENIZER_DIR)
 
 
-def load_tokenizer(tokenizer: str | Path, **hub_kwargs):
-    """`"gpt2"` (or the bundled folder): the bundled GPT-2 tokenizer; otherwise a tokenizer folder or Hub id."""
+def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hub_kwargs):
+    """`"gpt2"` (or the bundled folder): the bundled GPT-2 tokenizer; otherwise a tokenizer folder or Hub id, read by
+    transformers without running any code that came with it. A ValueError names what is wrong: no vocabulary files,
+    files transformers cannot read, an empty vocabulary, or (with `vocab_size`, the model's) token ids the model has
+    no row for."""
+    from .reading import read_json_object, refuse_foreign_code
+
     if str(tokenizer) in ("gpt2", str(GPT2_TOKENIZER_DIR)):
-        return gpt2_tokenizer()
-    return AutoTokenizer.from_pretrained(tokenizer, **hub_kwargs)
+        loaded = gpt2_tokenizer()
+    else:
+        folder = Path(tokenizer)
+        if folder.is_dir():
+            if not any(all((folder / name).is_file() for name in names) for names in VOCABULARY_FILES):
+                raise ValueError(f"{folder}: no tokenizer files (tokenizer.json, or vocab.json + merges.txt): it is not "
+                                 "a tokenizer folder; pass 'gpt2' for the bundled GPT-2 tokenizer")  # fmt: skip
+            if (folder / "tokenizer_config.json").is_file():
+                config = read_json_object(folder / "tokenizer_config.json")
+                refuse_foreign_code(config, f"{folder}/tokenizer_config.json")
+        try:
+            loaded = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False, **hub_kwargs)
+        except (OSError, ImportError):
+            raise
+        except Exception as error:  # noqa: BLE001 - tokenizers raises plain Exception for a malformed tokenizer.json
+            from .reading import describe
+
+            raise ValueError(f"{tokenizer}: transformers cannot read this tokenizer ({describe(error)})") from error
+    words = len(loaded.get_vocab()) - len(loaded.all_special_tokens)
+    if words <= 0:
+        raise ValueError(f"{tokenizer}: the tokenizer's vocabulary is empty (no tokens but special ones)")
+    if vocab_size is not None and len(loaded) > vocab_size:
+        raise ValueError(f"{tokenizer}: the tokenizer has {len(loaded):,} tokens, more than the model's vocabulary "
+                         f"({vocab_size:,} rows): some token ids would have no embedding")  # fmt: skip
+    return loaded

@@ -224,7 +224,7 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
 
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
-    with output_folder(out, force=force, protect=[src]) as staging:  # checks OUT before any expensive work
+    with output_folder(out, force=force, protect=[src, tokenizer]) as staging:  # checks OUT before any expensive work
         source = read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
         tokenizer_from = tokenizer or source.tokenizer_from
         if tokenizer_from is None:
@@ -306,7 +306,7 @@ def export_tinygpt(src: str, out: str, *, to: str = "gpt2", tokenizer: str | Non
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
     export, target_class = EXPORTS[to]
-    with output_folder(out, force=force, protect=[src]) as staging:
+    with output_folder(out, force=force, protect=[src, tokenizer]) as staging:
         with reading_checkpoint(src):
             model = load_strictly(src, **hub_kwargs)
         scheme = model.config.position_embedding_type

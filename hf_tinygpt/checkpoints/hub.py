@@ -6,21 +6,37 @@ logged or written into a staged file.
 """
 
 import contextlib
+import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
+import torch
 from huggingface_hub import HfApi, get_session, snapshot_download
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
 from ..model.configuration_tinygpt import TinyGPTConfig
-from .reading import load_strictly, read_config_dict, read_json_object, reading_checkpoint
-from .outputs import output_folder
+from .outputs import MANIFEST, output_folder
+from .reading import (
+    check_weights_index,
+    describe,
+    has_tokenizer,
+    load_strictly,
+    read_config_dict,
+    read_json_object,
+    reading_checkpoint,
+)
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
-                   "added_tokens.json")  # fmt: skip
+# Every file of a model folder that staging reads (and so could publish, in some form): each must be a regular file.
+READ_FILES = ("config.json", "generation_config.json", "README.md", "tokenizer.json", "tokenizer_config.json",
+              "vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+              "chat_template.json", "tokenizer.model", "vocab.txt")  # fmt: skip
+# The weights layouts transformers reads; a folder to publish must hold exactly one.
+WEIGHTS_LAYOUTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                   "pytorch_model.bin.index.json")  # fmt: skip
 
 
 def check_repo_id(repo_id: str) -> str:
@@ -34,67 +50,104 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def _weight_files(folder: Path) -> list[str]:
-    """The weight files of a tinygpt folder: model.safetensors, or a sharded index and the shards it names (plain
-    `*.safetensors` names in the folder itself: an index naming `../elsewhere` is refused, never followed)."""
-    index = folder / "model.safetensors.index.json"
-    if not index.is_file():
-        return ["model.safetensors"]
-    weight_map = read_json_object(index).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{index}: no weight_map (tensor name → shard file)")
-    shards = sorted({str(name) for name in weight_map.values()})
-    if bad := [name for name in shards if Path(name).name != name or not name.endswith(".safetensors")]:
-        raise ValueError(f"{index}: shard names must be .safetensors files in the folder itself, got {bad}")
-    return [index.name, *shards]
+def refuse_links(folder: Path, names, *, inside: Path | None = None):
+    """A ValueError naming each of `names` in `folder` that is not a regular file: a symbolic link (it could point
+    at any file of the user's, `/proc/self/environ` included), a FIFO, a device. Links that stay `inside` a folder
+    are allowed (the Hub cache's snapshots link to its blobs)."""
+    bad = []
+    for name in names:
+        path = folder / name
+        if not (path.exists() or path.is_symlink()):
+            continue
+        if path.is_symlink() and inside is not None and path.resolve().is_relative_to(inside.resolve()):
+            path = path.resolve()
+        if path.is_symlink():
+            bad.append(f"{name} (a symbolic link to {os.readlink(path)})")
+        elif not stat.S_ISREG(path.lstat().st_mode):
+            bad.append(f"{name} (not a regular file)")
+    if bad:
+        raise ValueError(f"{folder}: {', '.join(bad)}: only regular files are read for publishing; replace each with "
+                         "a copy of the file it should be")  # fmt: skip
 
 
-def _tinygpt_folder(src: str, **hub_kwargs) -> Path | None:
-    """The local folder of a tinygpt SRC (a Hub id is downloaded through the HF cache), or None if SRC is GPT-2."""
+def _weights_layout(folder: Path, inside: Path | None) -> str:
+    """The one weights layout of a tinygpt folder to publish (two would leave unclear which one was verified)."""
+    present = [name for name in WEIGHTS_LAYOUTS if (folder / name).exists() or (folder / name).is_symlink()]
+    if not present:
+        raise FileNotFoundError(f"{folder}: cannot publish, missing: model.safetensors")
+    if len(present) > 1:
+        raise ValueError(f"{folder} holds {' and '.join(present)}: two sets of weights, and only one would be "
+                         "verified; remove the stale one")  # fmt: skip
+    refuse_links(folder, present, inside=inside)
+    if present[0].endswith(".index.json"):
+        check_weights_index(folder)
+        shards = sorted(set(read_json_object(folder / present[0])["weight_map"].values()))
+        if missing := [name for name in shards if not (folder / name).exists()]:
+            raise FileNotFoundError(f"{folder}: cannot publish, missing: {', '.join(missing)} (named by {present[0]})")
+        refuse_links(folder, shards, inside=inside)
+    return present[0]
+
+
+def _tinygpt_folder(src: str, **hub_kwargs) -> tuple[Path, Path | None] | None:
+    """The local folder of a tinygpt SRC, and for a Hub id (downloaded through the HF cache) the cache folder its
+    links stay in; None if SRC is GPT-2."""
     config = read_config_dict(src, **hub_kwargs)
     if config.get("model_type") == "gpt2":
         return None
     if config.get("model_type") != TinyGPTConfig.model_type:
         raise ValueError(f"{src}: model_type {config.get('model_type')!r} is neither tinygpt nor gpt2")
-    return Path(src) if Path(src).is_dir() else Path(snapshot_download(src, **hub_kwargs))
+    if Path(src).is_dir():
+        return Path(src), None
+    snapshot = Path(snapshot_download(src, **hub_kwargs))
+    return snapshot, snapshot.parent.parent
 
 
-def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: str | None = None):
-    """Write into `staging` what a tinygpt repo needs from `folder`, after checking that the model loads with this
-    package: its config, weights and tokenizer, the model code *of the installed package* (the code that was just
-    checked, not whatever `.py` files lie in the folder), a generation config, and its card for `repo_id`.
-    Nothing else goes: no optimizer states, logs, notes or stray files."""
-    from transformers.dynamic_module_utils import custom_object_save
+@torch.no_grad()
+def _same_weights(a, b) -> bool:
+    ours, theirs = a.state_dict(), b.state_dict()
+    return ours.keys() == theirs.keys() and all(
+        torch.equal(ours[key].dequantize(), theirs[key].dequantize()) for key in ours
+    )
 
+
+def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: str | None = None, *,
+                         inside: Path | None = None, keep_local_paths: bool = False):  # fmt: skip
+    """Write into `staging` what a tinygpt repo needs from `folder`, every file written by the library that read
+    and checked it, never copied: the model (config, weights, and the model code *of the installed package*, not
+    whatever `.py` files lie in the folder) as loaded strictly by this package, its tokenizer as transformers read
+    it (a real vocabulary that fits the model), its generation config as `GenerationConfig` read it, and its card
+    for `repo_id` (without local paths unless `keep_local_paths`). The staged folder is loaded back and must give
+    the same weights. Nothing else goes: no optimizer states, logs, notes, stray or linked files."""
     from .bundled import load_tokenizer
     from .model_card import rerender_for
 
-    missing = [name for name in _weight_files(folder) if not (folder / name).is_file()]
-    tokenizer_files = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
-    if tokenizer is None and not {"tokenizer.json", "vocab.json"} & set(tokenizer_files):
-        missing.append("tokenizer files (tokenizer.json or vocab.json + merges.txt; or pass --tokenizer gpt2)")
-    if missing:
-        raise FileNotFoundError(f"{folder}: cannot publish, missing: {', '.join(missing)}")
+    refuse_links(folder, READ_FILES, inside=inside)
+    _weights_layout(folder, inside)
+    if tokenizer is None and not has_tokenizer(folder):
+        raise FileNotFoundError(f"{folder}: cannot publish, missing: tokenizer files (tokenizer.json or vocab.json + "
+                                "merges.txt; or pass --tokenizer gpt2)")  # fmt: skip
     with reading_checkpoint(folder):
         model = load_strictly(folder)  # raises, naming tensors, if the weights do not fit
-
-    custom_object_save(model, staging, config=model.config)  # the installed code files; fills in auto_map
-    model.name_every_class_in_auto_map(model.config)
-    model.config.save_pretrained(staging)
-    for name in [*_weight_files(folder), *([] if tokenizer else tokenizer_files)]:
-        shutil.copy2(folder / name, staging / name)
+    tokens = load_tokenizer(tokenizer or folder, vocab_size=model.config.vocab_size)
+    generation = GenerationConfig.from_model_config(model.config)
     if (folder / "generation_config.json").is_file():
-        shutil.copy2(folder / "generation_config.json", staging / "generation_config.json")
-    else:
-        GenerationConfig.from_model_config(model.config).save_pretrained(staging)
-    if tokenizer is not None:
-        load_tokenizer(tokenizer).save_pretrained(staging)
-    rerender_for(folder, model.config, repo_id).save(staging / "README.md")
+        try:
+            generation = GenerationConfig.from_pretrained(folder)
+        except (OSError, ValueError, TypeError) as error:
+            raise ValueError(f"{folder}/generation_config.json: not a generation config ({describe(error)})") from None
+    card = rerender_for(folder, model.config, repo_id, keep_local_paths=keep_local_paths)
+
+    model.save_pretrained(staging)  # config, weights, and the installed code files (auto_map)
+    generation.save_pretrained(staging)
+    tokens.save_pretrained(staging)
+    card.save(staging / "README.md")
+    if not _same_weights(model, load_strictly(staging)):
+        raise RuntimeError(f"staging {folder} for {repo_id}: the staged weights differ from the verified ones")
 
 
 def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str | None = None,
                   base_model: str | None = None, license: str = "mit", verify_tolerance: float = 1e-5,
-                  force: bool = False, **hub_kwargs) -> dict[str, int]:  # fmt: skip
+                  force: bool = False, keep_local_paths: bool = False, **hub_kwargs) -> dict[str, int]:  # fmt: skip
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
     any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
     from .convert import gpt2_to_tinygpt
@@ -103,20 +156,29 @@ def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str
     check_repo_id(repo_id)
     if not Path(src).exists() and (src.startswith((".", "/")) or src.count("/") > 1):
         raise FileNotFoundError(f"{src}: no such file or folder")
-    with output_folder(staging, force=force, protect=[src]) as work:
-        folder = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
-        if folder is not None:
-            stage_tinygpt_folder(folder, work, repo_id, tokenizer=tokenizer)
+    with output_folder(staging, force=force, protect=[src, tokenizer], kind="staged") as work:
+        found = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
+        if found is not None:
+            stage_tinygpt_folder(found[0], work, repo_id, tokenizer=tokenizer, inside=found[1],
+                                 keep_local_paths=keep_local_paths)  # fmt: skip
         else:  # GPT-2, nanoGPT or a lone weights file: convert (verified), then re-render the card for repo_id
+            if Path(src).is_dir():
+                refuse_links(Path(src), READ_FILES)
             converted = work / "converted"
             _, source, _ = gpt2_to_tinygpt(src, converted, tokenizer=tokenizer, base_model=base_model,
                                            license=license, verify_tolerance=verify_tolerance, **hub_kwargs)  # fmt: skip
             rerender_for(converted, source.config, repo_id).save(converted / "README.md")
             for file in converted.iterdir():
-                file.rename(work / file.name)
-            converted.rmdir()
-    staging = Path(staging)
-    return {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
+                if file.name != MANIFEST:
+                    file.rename(work / file.name)
+            shutil.rmtree(converted)
+    return staged_files(Path(staging))
+
+
+def staged_files(staging: Path) -> dict[str, int]:
+    """{relative path: bytes} of what a push uploads from `staging` (its manifest stays here)."""
+    return {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*"))
+            if p.is_file() and p.name != MANIFEST}  # fmt: skip
 
 
 def _transport_error() -> type[Exception]:
@@ -141,7 +203,7 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
                 commit_message: str | None = None, create_pr: bool = False, token: str | None = None,
                 endpoint: str | None = None, tokenizer: str | None = None, base_model: str | None = None,
                 license: str = "mit", verify_tolerance: float = 1e-5, timeout: float = 60.0,
-                on_staged=None):  # fmt: skip
+                keep_local_paths: bool = False, on_staged=None):  # fmt: skip
     """Stage SRC for `repo_id`, create the repo (and branch `revision`) if needed, and upload everything in one
     commit (or pull request). `token=None` uses the token huggingface_hub already knows. Returns its CommitInfo.
     `on_staged(files)` is called with {path: bytes} once staging succeeded, before any network call.
@@ -156,7 +218,8 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
         staged = Path(scratch) / "staged"
         hub_kwargs = {} if token is None else {"token": token}  # also for reading a private Hub SRC
         files = stage_for_hub(src, staged, repo_id, tokenizer=tokenizer, base_model=base_model, license=license,
-                              verify_tolerance=verify_tolerance, **hub_kwargs)  # fmt: skip
+                              verify_tolerance=verify_tolerance, keep_local_paths=keep_local_paths,
+                              **hub_kwargs)  # fmt: skip
         if on_staged is not None:
             on_staged(files)
         api = HfApi(endpoint=endpoint, token=token)
@@ -166,7 +229,7 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
                 if revision not in (None, "main"):
                     api.create_branch(repo_id, branch=revision, exist_ok=True)
                 return api.upload_folder(
-                    repo_id=repo_id, folder_path=staged, revision=revision, create_pr=create_pr,
+                    repo_id=repo_id, folder_path=staged, revision=revision, create_pr=create_pr, ignore_patterns=[MANIFEST],
                     commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
                 )  # fmt: skip
         except _transport_error() as error:

@@ -4,7 +4,9 @@ How a model was made (`provenance`) is kept in the card's YAML under `tinygpt:`,
 later (for the repo id it is pushed to) from the card alone.
 """
 
+import copy
 import importlib.metadata
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -92,16 +94,69 @@ def render_model_card(config: TinyGPTConfig, *, model_id: str, provenance: dict,
 
 
 def read_card(folder: str | Path) -> ModelCard | None:
+    """The folder's `README.md` as huggingface_hub reads it (None without one); a ValueError names a card it cannot."""
     path = Path(folder) / "README.md"
-    return ModelCard.load(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return ModelCard.load(path)
+    except Exception as error:  # noqa: BLE001 - yaml, huggingface_hub and decoding errors alike: name the file
+        raise ValueError(f"{path}: cannot read the model card's metadata ({type(error).__name__}: "
+                         f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}); fix its YAML header "
+                         "or remove the file (a new card is written)") from None  # fmt: skip
 
 
-def rerender_for(folder: str | Path, config: TinyGPTConfig, model_id: str) -> ModelCard:
-    """The folder's card rendered again for `model_id`, keeping its provenance, licence and base model.
+# What a card's `tinygpt:` provenance may hold, and of which type: it is rendered again (and published) from the card.
+_TEXT, _COUNT, _NUMBER = (str,), (int,), (int, float)
+PROVENANCE_FIELDS = {"made_by": _TEXT, "source_description": _TEXT, "max_abs_logit_delta": _NUMBER, "training": (dict,)}
+TRAINING_FIELDS = {
+    "train_description": _TEXT, "train_tokens": _COUNT, "steps": _COUNT, "tokens_per_step": _COUNT,
+    "hardware": _TEXT, "wall_time": _TEXT, "validation_perplexity": _NUMBER, "validation_description": _TEXT,
+    "validation_tokens": _COUNT, "block_size": _COUNT, "command": _TEXT, "seed": _COUNT, "learning_rate": _NUMBER,
+}  # fmt: skip
+
+
+def checked_provenance(provenance, where: str) -> dict:
+    """A card's provenance with every field of the type the templates format, or a ValueError naming the field."""
+    if provenance is None:
+        return {"made_by": "training"}
+    if not isinstance(provenance, dict):
+        raise ValueError(f"{where}: tinygpt: must be a mapping of how the model was made, got {provenance!r:.60}")
+    for fields, values, prefix in ((PROVENANCE_FIELDS, provenance, "tinygpt."),
+                                   (TRAINING_FIELDS, provenance.get("training") or {}, "tinygpt.training.")):  # fmt: skip
+        for name, value in values.items():
+            types = fields.get(name)
+            if types is None:
+                raise ValueError(f"{where}: {prefix}{name} is not a field hf-tinygpt writes")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+                kind = {_TEXT: "text", _COUNT: "an integer", _NUMBER: "a number"}.get(types, "a mapping")
+                raise ValueError(f"{where}: {prefix}{name} must be {kind}, got {value!r:.60}")
+    if provenance.get("made_by", "training") not in TEMPLATES:
+        raise ValueError(f"{where}: tinygpt.made_by must be one of {sorted(TEMPLATES)}, got {provenance['made_by']!r}")
+    return provenance
+
+
+def without_folders(text: str) -> str:
+    """`text` with every path in it cut to its last part (`/home/me/data/plays.txt` → `plays.txt`): what a card
+    published from this machine says about where its data lay."""
+    return re.sub(r"[^\s,()`'\"=]*/[^\s,()`'\"=]*", lambda m: Path(m.group()).name or m.group(), text)
+
+
+def rerender_for(folder: str | Path, config: TinyGPTConfig, model_id: str, *, keep_local_paths: bool = False) -> ModelCard:
+    """The folder's card rendered again for `model_id`, keeping its provenance, licence and base model; the local
+    paths in how it was trained (its data, its command line) are cut to file names unless `keep_local_paths`.
     A folder without a card (a bare `save_pretrained`) gets a training card that says nothing was recorded."""
     card = read_card(folder)
     data = card.data.to_dict() if card is not None else {}
-    return render_model_card(
-        config, model_id=model_id, provenance=data.get("tinygpt") or {"made_by": "training"},
-        license=data.get("license") or "mit", base_model=data.get("base_model"),
-    )  # fmt: skip
+    where = f"{Path(folder) / 'README.md'}"
+    provenance = copy.deepcopy(checked_provenance(data.get("tinygpt"), where))
+    training = provenance.get("training")
+    if training and not keep_local_paths:
+        for name in ("train_description", "command", "validation_description"):
+            if isinstance(training.get(name), str):
+                training[name] = without_folders(training[name])
+    for name in ("license", "base_model"):
+        if data.get(name) is not None and not isinstance(data[name], str):
+            raise ValueError(f"{where}: {name} must be text, got {data[name]!r:.60}")
+    return render_model_card(config, model_id=model_id, provenance=provenance, license=data.get("license") or "mit",
+                             base_model=data.get("base_model"))  # fmt: skip

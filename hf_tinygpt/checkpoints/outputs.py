@@ -4,48 +4,46 @@
         ...write everything into `staging`...
     # here OUT is the complete new folder; on any error (or a kill) it is still the complete old one
 
-- Before any work, OUT is refused if it is (or contains) a source or the working folder, if it exists and
-  `force` is not set, or if it holds anything this tool does not write: `--force` replaces an earlier output of
-  hf-tinygpt, never a folder of the user's.
+- Ownership is proven, not guessed: every folder this tool writes holds a manifest (`MANIFEST`) listing each file
+  it wrote with its size and sha256, each folder it made, and each nested output (a folder with a manifest of its
+  own). `--force` replaces OUT only when OUT is proven ours: the manifest is there and OUT holds nothing it does
+  not list, no symbolic link, no file changed since it was written. Anything else is refused, by name.
+- Before any work, OUT is also refused if it is (or contains) an input or the working folder.
 - A lock (`.OUT.lock`, beside OUT) keeps a second writer of the same OUT out for the whole run.
-- The new folder is built in a sibling `.OUT.partial-*`, given the umask's permissions (safetensors alone would
-  leave the weights readable by their owner only), and moved in with one rename: `renameat2(RENAME_NOREPLACE)`
-  without force (so an OUT that appeared meanwhile is never replaced), `RENAME_EXCHANGE` with it (so OUT is at
-  every instant the complete old or the complete new folder). The old folder is deleted last. Where the kernel
-  or file system lacks renameat2, two renames do it, and the next writer puts the old folder back if a kill fell
-  between them.
-- Partial and old folders left behind by a killed run are removed by the next writer of that OUT.
+- The new folder is built in a sibling `.OUT.partial-PID-HEX` (its manifest is written first, so a leftover one is
+  provably ours), given the umask's permissions (safetensors alone would leave the weights readable by their owner
+  only), and moved in with one rename: `renameat2(RENAME_NOREPLACE)` without force (so an OUT that appeared
+  meanwhile is never replaced), `RENAME_EXCHANGE` with it (so OUT is at every instant the complete old or the
+  complete new folder). The old folder is deleted last. Where the kernel or file system lacks renameat2, two
+  renames do it, and the next writer puts the old folder back if a kill fell between them.
+- The next writer of OUT removes what a killed one left: only entries with exactly those temporary names that
+  carry our manifest, never a mere pattern match on a user's names.
 """
 
 import contextlib
 import ctypes
 import errno
 import fcntl
-import fnmatch
-import glob
+import hashlib
+import importlib.metadata
 import json
 import os
 import re
 import secrets
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from safetensors import SafetensorError
 
-# What a folder written by this tool may hold, by kind. Anything else in an existing OUT makes --force refuse.
-MODEL_FOLDER = (
-    "config.json", "generation_config.json", "model.safetensors", "model-*-of-*.safetensors",
-    "model.safetensors.index.json", "README.md", "tokenizer.json", "tokenizer_config.json", "vocab.json",
-    "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
-    "configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py",
-)  # fmt: skip
+# The marker of ownership, inside every folder this tool writes (never published: `push` leaves it out).
+MANIFEST = ".hf-tinygpt-output.json"
+WRITTEN_BY = "hf-tinygpt"
 # Errors of the write itself (full disk, quota, file size limit, read-only or failing file system).
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
-RUN_FOLDER = ("checkpoints", "model", "summary.json", ".summary.json.partial", ".model.lock", ".model.partial-*",
-              ".model.old-*")  # fmt: skip
-PICTURES_FOLDER = ("*.png", "*.svg")
-MODEL_TYPES = ("tinygpt", "gpt2")
+# The temporary names a writer of NAME uses beside it: `.NAME.partial-PID-HEX`, `.NAME.old-PID-HEX`.
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<tag>partial|old)-\d+-[0-9a-f]{8}$")
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE, _AT_FDCWD = 1, 2, -100
 try:
@@ -66,25 +64,162 @@ def _lock_path(out: Path) -> Path:
     return out.parent / f".{out.name}.lock"
 
 
-def _is_earlier_output(out: Path, kind: tuple[str, ...]) -> list[str]:
-    """The entries of `out` that this tool does not write for this kind of folder (empty: it looks like ours)."""
-    foreign = sorted(p.name for p in out.iterdir() if not any(fnmatch.fnmatchcase(p.name, pattern) for pattern in kind))
-    if "config.json" in kind and not foreign and (out / "config.json").is_file():
-        try:
-            model_type = json.loads((out / "config.json").read_text()).get("model_type")
-        except (ValueError, AttributeError, UnicodeDecodeError):
-            model_type = None
-        if model_type not in MODEL_TYPES:
-            foreign.append(f"config.json (model_type {model_type!r}, not {' or '.join(MODEL_TYPES)})")
-    return foreign
+# ---- the manifest: what a folder of ours holds ---------------------------------------------------------------
 
 
-def check_output(out, *, force: bool = False, protect: Iterable = (), kind: tuple[str, ...] = MODEL_FOLDER,
-                 reuse: bool = False) -> Path:  # fmt: skip
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _file_record(path: Path) -> dict:
+    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest of `folder`, or None when it has none that this tool wrote (absent, a link, not ours)."""
+    path = folder / MANIFEST
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("written_by") != WRITTEN_BY:
+        return None
+    files, folders, outputs = manifest.get("files"), manifest.get("folders"), manifest.get("outputs")
+    if not (isinstance(files, dict) and isinstance(folders, list) and isinstance(outputs, list)):
+        return None
+    return manifest
+
+
+def _write_manifest(folder: Path, manifest: dict):
+    """Replace the manifest in one rename (a kill leaves the old one or the new one)."""
+    partial = folder / f".{MANIFEST}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    partial.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(partial, folder / MANIFEST)
+
+
+def _empty_manifest(kind: str) -> dict:
+    return {"written_by": WRITTEN_BY, "version": importlib.metadata.version("hf-tinygpt"), "kind": kind,
+            "files": {}, "folders": [], "outputs": []}  # fmt: skip
+
+
+def seal(folder: Path, kind: str):
+    """Write the manifest of a complete staging folder: every file (size, sha256) and folder in it, and each nested
+    output (a folder with a manifest of its own) by name only."""
+    manifest = _empty_manifest(kind)
+
+    def walk(directory: Path, prefix: str):
+        for entry in sorted(directory.iterdir()):
+            name = prefix + entry.name
+            if prefix == "" and entry.name == MANIFEST:
+                continue
+            if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
+                raise ValueError(f"{entry}: hf-tinygpt writes only files and folders, not this")
+            if entry.is_dir() and read_manifest(entry) is not None:
+                manifest["outputs"].append(name)
+            elif entry.is_dir():
+                manifest["folders"].append(name)
+                walk(entry, name + "/")
+            else:
+                manifest["files"][name] = [_file_record(entry)]
+
+    walk(folder, "")
+    _write_manifest(folder, manifest)
+
+
+def record(folder: Path, *, files: dict[str, list[dict]] | None = None, folders: Iterable[str] = (),
+           outputs: Iterable[str] = (), forget: Iterable[str] = ()):  # fmt: skip
+    """Add entries to the manifest of a folder of ours that is written while a command runs (a training run), or
+    `forget` some. An entry is recorded before it appears and forgotten after it is gone, so what a kill leaves is
+    always listed."""
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise FileNotFoundError(f"{folder}: no {MANIFEST}; it is not a folder hf-tinygpt is writing")
+    manifest["files"].update(files or {})
+    manifest["folders"] = sorted({*manifest["folders"], *folders})
+    gone = set(forget)
+    manifest["outputs"] = sorted({*manifest["outputs"], *outputs} - gone)
+    for name in gone:
+        manifest["files"].pop(name, None)
+    _write_manifest(folder, manifest)
+
+
+def write_recorded_file(folder: Path, name: str, data: bytes):
+    """Write `folder/name` atomically, recorded in the folder's manifest (the old and new contents are both listed
+    while the file is replaced)."""
+    new = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    old = (read_manifest(folder) or {}).get("files", {}).get(name, [])
+    record(folder, files={name: [*old, new]})
+    partial = folder / f".{name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    partial.write_bytes(data)
+    os.replace(partial, folder / name)
+    record(folder, files={name: [new]})
+
+
+def _is_leftover_of_ours(entry: Path) -> bool:
+    """A temporary entry a writer of this tool left beside its output: an empty lock file, a staging folder that
+    carries our manifest (or is still empty: nothing to lose), or a replaced folder that is proven ours."""
+    try:
+        info = os.lstat(entry)
+    except FileNotFoundError:
+        return False
+    if entry.name.startswith(".") and entry.name.endswith(".lock"):
+        return stat.S_ISREG(info.st_mode) and info.st_size == 0
+    if entry.name.startswith(f".{MANIFEST}.partial-"):
+        return stat.S_ISREG(info.st_mode)
+    found = _TEMPORARY.match(entry.name)
+    if found is None or not stat.S_ISDIR(info.st_mode):
+        return False
+    if found["tag"] == "partial":
+        return read_manifest(entry) is not None or not any(entry.iterdir())
+    return not unproven(entry, contents=False)
+
+
+def unproven(folder: Path, *, contents: bool = True) -> list[str]:
+    """What keeps `folder` from being proven ours (empty: it is): no manifest, or entries the manifest does not list
+    (files, folders, links, anything else), and with `contents`, files changed since they were written."""
+    manifest = read_manifest(folder)
+    if manifest is None:
+        entries = sorted(entry.name + "/" * entry.is_dir() for entry in folder.iterdir())
+        return [*entries, f"no {MANIFEST} (hf-tinygpt writes one into every folder it makes)"]
+    files, folders, outputs = manifest["files"], set(manifest["folders"]), set(manifest["outputs"])
+    problems = []
+
+    def walk(directory: Path, prefix: str):
+        for entry in sorted(directory.iterdir()):
+            name = prefix + entry.name
+            if (prefix == "" and entry.name == MANIFEST) or _is_leftover_of_ours(entry):
+                continue
+            if entry.is_symlink():
+                problems.append(f"{name} (a symbolic link)")
+            elif entry.is_dir() and name in outputs:
+                problems.extend(f"{name}/{problem}" for problem in unproven(entry, contents=contents))
+            elif entry.is_dir() and name in folders:
+                walk(entry, name + "/")
+            elif entry.is_dir() or name not in files:
+                problems.append(name + "/" * entry.is_dir())
+            elif not entry.is_file():
+                problems.append(f"{name} (not a regular file)")
+            elif contents and _file_record(entry) not in files[name]:
+                problems.append(f"{name} (changed since hf-tinygpt wrote it)")
+
+    walk(folder, "")
+    return problems
+
+
+# ---- checking and locking OUT ----------------------------------------------------------------------------------
+
+
+def check_output(out, *, force: bool = False, protect: Iterable = (), reuse: bool = False,
+                 contents: bool = True) -> Path:  # fmt: skip
     """OUT as an absolute path, or an error that says why writing there could lose something. Nothing is touched.
 
-    `protect`: local paths (sources, data) that OUT must neither be nor contain; the working folder is always one.
-    `reuse`: an existing OUT is continued, not replaced (a resumed training run)."""
+    `protect`: local paths (inputs: sources, tokenizers, data) that OUT must neither be nor contain; the working
+    folder is always one. `reuse`: an existing OUT is continued, not replaced (a resumed training run), which needs
+    it to be a run of ours. `contents=False` lets `force` replace a folder of ours whose files have changed since
+    (a checkpoint that no longer loads)."""
     out = Path(out).absolute()
     resolved = out.resolve()
     for path in [Path.cwd(), *(Path(p) for p in protect if p is not None)]:
@@ -97,19 +232,27 @@ def check_output(out, *, force: bool = False, protect: Iterable = (), kind: tupl
             raise ValueError(f"output {out} {relation} {what}: writing there could destroy it; choose another output")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise FileExistsError(f"{out} exists and is not a folder; hf-tinygpt will not replace it, even with --force")
-    if out.exists() and reuse and (foreign := _is_earlier_output(out, kind)):
-        raise FileExistsError(f"{out} holds {', '.join(foreign[:5])}, which hf-tinygpt does not write: it is not an "
-                              "earlier output of this tool, so it is not continued")  # fmt: skip
-    if out.exists() and not reuse:
-        if not force:
-            raise FileExistsError(f"{out} exists; pass --force to replace it")
-        if foreign := _is_earlier_output(out, kind):
-            raise FileExistsError(
-                f"{out} holds {', '.join(foreign[:5])}{' …' if len(foreign) > 5 else ''}, which hf-tinygpt does not "
-                "write: it does not look like an earlier output of this tool, so --force will not delete it. "
-                "Choose another output, or move those files away yourself."
-            )
+    if not out.exists():
+        return out
+    if reuse:
+        if problems := unproven(out, contents=False):
+            raise FileExistsError(f"{out} is not a training run of hf-tinygpt that can be continued: it holds "
+                                  f"{_listed(problems)}, which hf-tinygpt did not write")  # fmt: skip
+        if (read_manifest(out) or {}).get("kind") != "run":
+            raise FileExistsError(f"{out} was written by hf-tinygpt, but it is not a training run")
+        return out
+    if not force:
+        raise FileExistsError(f"{out} exists; pass --force to replace it")
+    if problems := unproven(out, contents=contents):
+        raise FileExistsError(
+            f"{out} holds {_listed(problems)}: it is not proven to be an earlier output of hf-tinygpt, so --force "
+            "will not delete it. Choose another output, or move those files away yourself."
+        )
     return out
+
+
+def _listed(problems: list[str]) -> str:
+    return ", ".join(problems[:5]) + (f" and {len(problems) - 5} more" if len(problems) > 5 else "")
 
 
 @contextlib.contextmanager
@@ -118,7 +261,13 @@ def _locked(out: Path) -> Iterator[None]:
     out.parent.mkdir(parents=True, exist_ok=True)
     path = _lock_path(out)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            raise FileExistsError(f"{path} is a symbolic link: hf-tinygpt locks {out} with that file; remove the "
+                                  "link") from None  # fmt: skip
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -134,18 +283,37 @@ def _locked(out: Path) -> Iterator[None]:
     try:
         yield
     finally:
+        info = os.fstat(fd)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            if info.st_size == 0 and os.stat(path).st_ino == info.st_ino:  # a lock file, not a file of someone's
+                os.unlink(path)
         os.close(fd)
 
 
 def _leftovers(out: Path, tag: str) -> list[Path]:
-    return sorted(out.parent.glob(f".{glob.escape(out.name)}.{tag}-*"))
+    """`.OUT.TAG-PID-HEX` entries beside OUT that are provably ours, in name order."""
+    found = []
+    for entry in sorted(out.parent.iterdir()):
+        match = _TEMPORARY.match(entry.name)
+        if match and match["name"] == out.name and match["tag"] == tag and _is_leftover_of_ours(entry):
+            found.append(entry)
+    return found
+
+
+def remove_leftovers_in(folder: Path):
+    """Remove every temporary entry a killed writer of this tool left in `folder` (each one proven ours)."""
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
+        if _is_leftover_of_ours(entry):
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def clean_leftovers(out: Path):
-    """Remove what a killed writer of OUT left (call under OUT's lock): partial folders, and old folders once
-    OUT is in place. An old folder with no OUT (a kill between the two fallback renames) is put back."""
+    """Remove what a killed writer of OUT left (call under OUT's lock): its staging folders, and replaced folders
+    once OUT is in place. A replaced folder with no OUT (a kill between the two fallback renames) is put back.
+    Only entries proven ours are touched."""
     old = _leftovers(out, "old")
     if old and not out.exists():
         os.rename(old.pop(), out)
@@ -171,9 +339,10 @@ def give_umask_permissions(folder: Path):
             path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
 
 
-def _new_staging(out: Path) -> Path:
+def _new_staging(out: Path, kind: str) -> Path:
     staging = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     os.mkdir(staging)  # 0o777 minus the umask, like any folder the user makes (tempfile.mkdtemp gives 0o700)
+    _write_manifest(staging, _empty_manifest(kind))  # a leftover staging folder is provably ours
     return staging
 
 
@@ -212,17 +381,19 @@ def move_into_place(staging: Path, out: Path, *, replace: bool):
 
 
 @contextlib.contextmanager
-def output_folder(out, *, force: bool = False, protect: Iterable = (),
-                  kind: tuple[str, ...] = MODEL_FOLDER) -> Iterator[Path]:  # fmt: skip
-    """Yield an empty staging folder; when the block ends, it becomes OUT atomically. On an error in the block
-    (or a kill) OUT is untouched and the staging folder is removed (by the next writer, after a kill)."""
-    out = check_output(out, force=force, protect=protect, kind=kind)
+def output_folder(out, *, force: bool = False, protect: Iterable = (), kind: str = "model",
+                  contents: bool = True) -> Iterator[Path]:  # fmt: skip
+    """Yield an empty staging folder; when the block ends, it gets its manifest (`kind` says what it is) and
+    becomes OUT atomically. On an error in the block (or a kill) OUT is untouched and the staging folder is
+    removed (by the next writer, after a kill). `force` replaces an OUT proven ours (see `check_output`)."""
+    out = check_output(out, force=force, protect=protect, contents=contents)
     with _locked(out):
         clean_leftovers(out)
-        check_output(out, force=force, protect=protect, kind=kind)  # a put-back old folder counts too
-        staging = _new_staging(out)
+        check_output(out, force=force, protect=protect, contents=contents)  # a put-back old folder counts too
+        staging = _new_staging(out, kind)
         try:
             yield staging
+            seal(staging, kind)
             give_umask_permissions(staging)
             move_into_place(staging, out, replace=force)
         except (OSError, SafetensorError) as error:
@@ -238,16 +409,18 @@ def output_folder(out, *, force: bool = False, protect: Iterable = (),
 
 @contextlib.contextmanager
 def run_folder(out, *, force: bool = False, resume: bool = False, protect: Iterable = ()) -> Iterator[Path]:
-    """A folder that is written while the command runs (a training run's checkpoints), locked for its whole life.
-    With `resume` an existing OUT is continued; with `force` an earlier run there is swapped for an empty folder
-    in one step (then deleted); otherwise an existing OUT is an error."""
-    out = check_output(out, force=force, protect=protect, kind=RUN_FOLDER, reuse=resume)
+    """A folder that is written while the command runs (a training run's checkpoints), locked for its whole life;
+    what goes into it is `record`ed in its manifest as it is written. With `resume` an existing run of ours is
+    continued; with `force` an earlier output there is swapped for an empty run folder in one step (then deleted);
+    otherwise an existing OUT is an error."""
+    out = check_output(out, force=force, protect=protect, reuse=resume)
     with _locked(out):
         clean_leftovers(out)
         if not (resume and out.exists()):
-            check_output(out, force=force, protect=protect, kind=RUN_FOLDER)
-            staging = _new_staging(out)
+            check_output(out, force=force, protect=protect)
+            staging = _new_staging(out, "run")
             try:
+                give_umask_permissions(staging)
                 move_into_place(staging, out, replace=force)
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)

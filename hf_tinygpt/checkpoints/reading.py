@@ -16,6 +16,9 @@ from ..model.gpt2_layout import HEAD, TIED_TO
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 
 HUB_OPTIONS = ("revision", "token")  # what the command line passes on for a Hub id
+# The code files a tinygpt folder's `auto_map` may name: this package's own, which is what runs here (never the copy).
+OWN_CLASSES = {"AutoConfig": "configuration_tinygpt.TinyGPTConfig", "AutoModel": "modeling_tinygpt.TinyGPTModel",
+               "AutoModelForCausalLM": "modeling_tinygpt.TinyGPTForCausalLM"}  # fmt: skip
 
 # What a malformed checkpoint (a truncated safetensors file, an index without weight_map, a config.json where a
 # weights file belongs, a garbage tokenizer.json) raises from deep inside transformers, safetensors or torch.
@@ -58,19 +61,50 @@ def read_json_object(path, what: str | None = None) -> dict:
 
 
 def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
-    """The `config.json` of a folder or Hub repo as a dict (a FileNotFoundError or ValueError names what is wrong)."""
+    """The `config.json` of a folder or Hub repo as a dict (a FileNotFoundError or ValueError names what is wrong).
+    A config that asks for code of its own (`auto_map`) is refused: this package never runs a folder's code."""
     path = str(path_or_repo_id)
     if Path(path).is_dir():
         if not (Path(path) / "config.json").is_file():
             raise FileNotFoundError(f"{path}: no config.json (expected a model folder)")
-        return read_json_object(Path(path) / "config.json", what=f"{path}/config.json")
-    if path.startswith(("/", ".")) or path.count("/") > 1 or Path(path).is_file():
+        config_dict = read_json_object(Path(path) / "config.json", what=f"{path}/config.json")
+    elif path.startswith(("/", ".")) or path.count("/") > 1 or Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such model folder (nor a Hub id)")
-    try:
-        config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
-    except OSError as error:
-        raise FileNotFoundError(f"{path}: no config.json there ({first_line(error)})") from None
+    else:
+        try:
+            config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
+        except OSError as error:
+            raise FileNotFoundError(f"{path}: no config.json there ({first_line(error)})") from None
+    refuse_foreign_code(config_dict, f"{path}/config.json")
     return config_dict
+
+
+def refuse_foreign_code(config: dict, where: str):
+    """A ValueError if a config.json or tokenizer_config.json asks transformers to run code that came with it: any
+    `auto_map` but the one a tinygpt folder carries, which names this package's own classes (and those run here)."""
+    auto_map = config.get("auto_map")
+    if auto_map is None:
+        return
+    own = config.get("model_type") == TinyGPTConfig.model_type and "tokenizer_config" not in where
+    if not (own and isinstance(auto_map, dict) and all(OWN_CLASSES.get(k) == v for k, v in auto_map.items())):
+        raise ValueError(f"{where}: its auto_map ({json.dumps(auto_map)[:200]}) names code that came with the model; "
+                         "hf-tinygpt never runs a folder's code. Remove auto_map if the model is a tinygpt, GPT-2 or "
+                         "an architecture transformers has")  # fmt: skip
+
+
+def check_weights_index(folder) -> None:
+    """A ValueError if a local folder's weights index names a shard outside the folder (`../elsewhere`, `/abs`):
+    transformers would read it."""
+    for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = Path(folder) / name
+        if not index.is_file():
+            continue
+        weight_map = read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ValueError(f"{index}: no weight_map (tensor name → shard file)")
+        shards = sorted({str(shard) for shard in weight_map.values()})
+        if bad := [shard for shard in shards if Path(shard).name != shard or shard in (".", "..")]:
+            raise ValueError(f"{index}: shard names must be files in the folder itself, got {bad}")
 
 
 def read_tinygpt_config(model_or_config: str, **hub_kwargs) -> TinyGPTConfig:
@@ -119,7 +153,11 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     """`model_class.from_pretrained(source, **kwargs)`, strictly: a checkpoint whose tensors do not fit the model
     (missing, unexpected or wrongly shaped ones) is a ValueError that lists them, where transformers would warn and
     initialise them at random. Every load the command line makes goes through here."""
-    model, info = model_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+    if Path(str(source)).is_dir():
+        read_config_dict(source)  # refuses an auto_map of foreign code, naming it
+        check_weights_index(source)
+    model, info = model_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True,
+                                              trust_remote_code=False, **kwargs)  # fmt: skip
     mismatched = [f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
                   for key, theirs, ours in info["mismatched_keys"]]  # fmt: skip
     if info["missing_keys"] or info["unexpected_keys"] or mismatched:

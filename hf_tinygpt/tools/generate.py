@@ -4,11 +4,12 @@ import math
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, TextStreamer, TorchAoConfig, set_seed
+from transformers import AutoModelForCausalLM, TextStreamer, TorchAoConfig, set_seed
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from . import needs_extra
-from ..checkpoints.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer
-from ..checkpoints.reading import check_finite, has_tokenizer, load_strictly, reading_checkpoint
+from ..checkpoints.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer, load_tokenizer
+from ..checkpoints.reading import check_finite, has_tokenizer, load_strictly, read_config_dict, reading_checkpoint
 
 
 def int8_weight_only():
@@ -27,10 +28,16 @@ def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_k
     without tokenizer files (the default one) gets the bundled GPT-2 tokenizer. `int8`: quantized as it loads
     (`int8_weight_only`), with bfloat16 activations."""
     source = str(model or DEFAULT_MODEL_DIR)
+    model_type = read_config_dict(source, **hub_kwargs).get("model_type")
+    if model_type not in CONFIG_MAPPING:  # tinygpt is registered there when hf_tinygpt is imported
+        raise ValueError(f"{source}: model_type {model_type!r} is not an architecture transformers knows; hf-tinygpt "
+                         "generate runs tinygpt and GPT-2 checkpoints, and those of transformers' own architectures")  # fmt: skip
     quantized = {"dtype": torch.bfloat16, "quantization_config": int8_weight_only()} if int8 else {}
     with reading_checkpoint(source):
         loaded = load_strictly(source, AutoModelForCausalLM, **quantized, **hub_kwargs).eval()
-        tokenizer = AutoTokenizer.from_pretrained(source, **hub_kwargs) if has_tokenizer(source, **hub_kwargs) else None
+    tokenizer = None
+    if has_tokenizer(source, **hub_kwargs):
+        tokenizer = load_tokenizer(source, vocab_size=loaded.config.vocab_size, **hub_kwargs)
     check_finite(loaded.state_dict(), source)  # NaN weights would fail deep inside sampling
     if tokenizer is None:
         tokenizer = gpt2_tokenizer()
@@ -53,7 +60,8 @@ def generate_text(prompt: str, model=None, tokenizer=None, *, max_new_tokens: in
         set_seed(seed)
     inputs = tokenizer(prompt, return_tensors="pt")
     total = inputs.input_ids.shape[1] + max_new_tokens
-    if getattr(model.config, "position_embedding_type", "learned") == "learned" and total > model.config.n_positions:
+    learned = model.config.model_type == "gpt2" or getattr(model.config, "position_embedding_type", None) == "learned"
+    if learned and total > model.config.n_positions:
         raise ValueError(f"the prompt ({inputs.input_ids.shape[1]} tokens) + --max-new-tokens ({max_new_tokens}) is "
                          f"{total} tokens, past this model's context of {model.config.n_positions} (learned positions "
                          "stop there): shorten the prompt or ask for fewer tokens")  # fmt: skip

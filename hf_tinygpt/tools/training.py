@@ -25,8 +25,8 @@ from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
-from ..checkpoints.outputs import RUN_FOLDER, check_output, output_folder, run_folder
-from ..checkpoints.reading import describe, load_strictly
+from ..checkpoints.outputs import check_output, output_folder, read_manifest, record, remove_leftovers_in, run_folder, write_recorded_file
+from ..checkpoints.reading import describe, load_strictly, read_json_object
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from . import SMALL_MODEL, needs_extra
@@ -106,8 +106,8 @@ class TrainingSettings:
 def text_files(paths: list[str], glob: str = "*.txt", exclude: list[str] = ()) -> list[Path]:
     """Files named directly, plus those matching `glob` in named folders (sorted), minus `exclude` (held out)."""
     held_out = {Path(p).resolve() for p in exclude}
-    if not glob or Path(glob).is_absolute():
-        raise ValueError(f"--glob must be a pattern relative to each --train folder, such as '*.txt', got {glob!r}")
+    if not glob or Path(glob).is_absolute() or ".." in Path(glob).parts:
+        raise ValueError(f"--glob must be a pattern inside each --train folder, such as '*.txt', got {glob!r}")
     files = []
     for path in map(Path, paths):
         if path.is_dir():
@@ -188,6 +188,10 @@ def _by_length(blocks):
 # ---- the run -------------------------------------------------------------------------------------------------
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the run after a checkpoint was saved (and said so)."""
+
+
 class _StopRequest:
     """Ctrl-C asks the loop to stop after the current step (a checkpoint is then saved): nothing is lost."""
 
@@ -218,7 +222,6 @@ def _checkpoint_dirs(out: Path) -> list[Path]:
 # state as tensors/numbers that `torch.load(weights_only=True)` reads without running any code. (accelerate's
 # `load_state` unpickles registered objects with weights_only=False, so a crafted run folder could run code.)
 PROGRESS, WEIGHTS, TRAINING_STATE = "progress.json", "model.safetensors", "training_state.pt"
-CHECKPOINT_FOLDER = (PROGRESS, WEIGHTS, TRAINING_STATE, "rng_state_*.pt")
 
 
 def _rng_file(folder: Path, rank: int) -> Path:
@@ -243,7 +246,8 @@ def save_checkpoint(folder: Path, accelerator, model, optimizer, schedule, progr
     it appears as `step-N` only when complete, and a checkpoint of the same step from an earlier run is replaced."""
     rng_states = gather_object([_rng_state()])  # one per process, in rank order
     if accelerator.is_main_process:
-        with output_folder(folder, force=True, kind=CHECKPOINT_FOLDER) as staging:
+        # A checkpoint of ours that no longer loads (skipped by --resume) is replaced when the run gets there again.
+        with output_folder(folder, force=True, kind="checkpoint", contents=False) as staging:
             for rank, state in enumerate(rng_states):
                 torch.save(state, _rng_file(staging, rank))
             save_model(accelerator.unwrap_model(model), str(staging / WEIGHTS))
@@ -267,8 +271,21 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, schedule):
 
 
 def _changed_settings(saved: dict, now: dict) -> list[str]:
-    free = {"resume", "force", "command", "eval_every", "save_every", "keep_checkpoints"}  # do not change results
+    free = {"out", "resume", "force", "command", "eval_every", "save_every", "keep_checkpoints"}  # same results
     return sorted(key for key in now if key not in free and saved.get(key) != now[key])
+
+
+def _comparable(settings: TrainingSettings) -> dict:
+    """The settings as a checkpoint records them: paths absolute, so that `data` and `./data` are one setting."""
+
+    def absolute(path):
+        return str(Path(path).absolute().resolve()) if path not in (None, "gpt2") and Path(path).exists() else path
+
+    fields = asdict(settings)
+    fields["train"] = [absolute(p) for p in settings.train]
+    fields["validation"] = [absolute(p) for p in settings.validation]
+    fields["tokenizer"] = absolute(settings.tokenizer)
+    return fields
 
 
 def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
@@ -288,7 +305,9 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     from ..checkpoints.bundled import load_tokenizer
 
     protect = [*settings.train, *settings.validation, settings.tokenizer]
-    out = check_output(settings.out, force=settings.force, protect=protect, kind=RUN_FOLDER, reuse=settings.resume)
+    out = check_output(settings.out, force=settings.force, protect=protect, reuse=settings.resume)
+    if settings.resume and (out / FINAL).exists():  # it is written again at the end: say now if that would lose work
+        check_output(out / FINAL, force=True)
     # cpu=True where there is no accelerator: accelerate then also treats `torchrun` on CPUs as data-parallel (gloo).
     # bf16 is torch's own autocast in the step, not accelerate's mixed_precision, which is fixed per process.
     accelerator = Accelerator(cpu=not torch.accelerator.is_available())
@@ -297,6 +316,9 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
 
     tokenizer_from = settings.tokenizer or "gpt2"
     tokenizer = load_tokenizer(tokenizer_from)
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"--tokenizer {tokenizer_from} has no end-of-text (eos) token, which training puts after each "
+                         "file: give its tokenizer_config.json an eos_token")  # fmt: skip
     train_files = text_files(settings.train, settings.glob, exclude=settings.validation)
     train_blocks = pack(tokenize_files(train_files, tokenizer), settings.block_size, what=", ".join(settings.train))
     if settings.batch_size > len(train_blocks):
@@ -321,32 +343,38 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
 
 def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int:
     """Load the newest checkpoint that loads (an unreadable one is reported and skipped); the step it was at.
-    Checkpoints a kill cut short are removed first."""
+    Checkpoints a kill cut short are removed first: only those the run's manifest proves ours."""
     if accelerator.is_main_process:
-        complete = set(_checkpoint_dirs(out))
-        for path in (out / CHECKPOINTS).glob("*step-*"):  # step-N without progress.json, .step-N.partial-*, locks
-            if path in complete:
-                continue
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
+        for name in (read_manifest(out) or {}).get("outputs", []):
+            folder = out / name
+            if name.startswith(CHECKPOINTS + "/") and folder.is_dir() and not (folder / PROGRESS).is_file():
+                shutil.rmtree(folder)  # a step-N of ours without its progress: never complete
+                record(out, forget=[name])
+        remove_leftovers_in(out / CHECKPOINTS)  # saves a kill cut short
     accelerator.wait_for_everyone()
     for folder in reversed(_checkpoint_dirs(out)):
-        progress = json.loads((folder / PROGRESS).read_text())
-        if changed := _changed_settings(progress["settings"], asdict(settings)):
+        try:
+            progress = read_json_object(folder / PROGRESS)
+            step, saved = progress.get("step"), progress.get("settings")
+            if not (isinstance(step, int) and step >= 0 and isinstance(saved, dict)):
+                raise ValueError(f"{folder / PROGRESS} has no step and settings")
+        except (OSError, ValueError) as error:
+            if accelerator.is_main_process:
+                tqdm.write(f"skipping {folder}: {error}", file=sys.stderr)
+            continue
+        if changed := _changed_settings(saved, _comparable(settings)):
             raise ValueError(f"--resume needs the settings the run started with; changed: {', '.join(changed)}")
+        if step > settings.steps:
+            raise ValueError(f"{folder} is at step {step}, past --steps {settings.steps}")
         try:
             load_checkpoint(folder, accelerator, model, optimizer, schedule)
         except ValueError as error:
-            # It will be written again when the run gets there: say now, not then, if it holds files of someone else's.
-            check_output(folder, force=True, kind=CHECKPOINT_FOLDER)
             if accelerator.is_main_process:
                 tqdm.write(f"skipping {folder}: {error}", file=sys.stderr)
             continue
         if accelerator.is_main_process:
-            tqdm.write(f"resumed from {folder} (step {progress['step']})")
-        return progress["step"]
+            tqdm.write(f"resumed from {folder} (step {step})")
+        return step
     return 0
 
 
@@ -366,13 +394,20 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
     # The schedule is not prepared: accelerate would step it once per process, but our batch size is global.
     model, optimizer = accelerator.prepare(model, optimizer)
     step = _resume(out, settings, accelerator, model, optimizer, schedule) if settings.resume else 0
+    if step == settings.steps and (out / FINAL).is_dir() and (out / "summary.json").is_file():
+        if main:
+            tqdm.write(f"{out}: this run already finished at step {step}; nothing to do", file=sys.stderr)
+        return accelerator.unwrap_model(model), read_json_object(out / "summary.json")
 
     def checkpoint():
         folder = out / CHECKPOINTS / f"step-{step:06d}"
-        save_checkpoint(folder, accelerator, model, optimizer, schedule, {"step": step, "settings": asdict(settings)})
+        if main:  # recorded before it appears, forgotten after it is gone: the run folder stays provably ours
+            record(out, folders=[CHECKPOINTS], outputs=[f"{CHECKPOINTS}/{folder.name}"])
+        save_checkpoint(folder, accelerator, model, optimizer, schedule, {"step": step, "settings": _comparable(settings)})
         if main:
             for old in _checkpoint_dirs(out)[: -settings.keep_checkpoints]:
                 shutil.rmtree(old)
+                record(out, forget=[f"{CHECKPOINTS}/{old.name}"])
 
     per_process = settings.batch_size // accelerator.num_processes
     tokens_per_step = settings.batch_size * settings.block_size
@@ -399,15 +434,15 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
             losses.append(mean_loss)
             progress.update(1)
             progress.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens_per_step / (time.perf_counter() - tick):,.0f}")
-            record = {"step": step, "train_loss": mean_loss, "lr": lr}
+            logged = {"step": step, "train_loss": mean_loss, "lr": lr}
             if validation is not None and (step % settings.eval_every == 0 or step == settings.steps):
-                record["validation_perplexity"] = perplexity(
+                logged["validation_perplexity"] = perplexity(
                     model, validation, settings.block_size, settings.eval_batch_size, accelerator
                 )
                 if main:
                     tqdm.write(f"step {step}: train loss {mean_loss:.4f}, validation perplexity "
-                               f"{record['validation_perplexity']:.2f}")  # fmt: skip
-            history.append(record)
+                               f"{logged['validation_perplexity']:.2f}")  # fmt: skip
+            history.append(logged)
             stop_now = accelerator.reduce(torch.tensor(float(stop.requested), device=accelerator.device), "sum") > 0
             if step % settings.save_every == 0 or stop_now:
                 checkpoint()
@@ -415,20 +450,19 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
                 progress.close()
                 if main:
                     print(f"interrupted: checkpoint saved at step {step}; continue with --resume", file=sys.stderr)
-                raise KeyboardInterrupt
+                raise TrainingInterrupted
     progress.close()
     wall = time.perf_counter() - started
 
     summary = {"steps": step, "final_train_loss": losses[-1] if losses else None, "wall_s": wall, "history": history}
     model = accelerator.unwrap_model(model)
     if main:
+        record(out, outputs=[FINAL])
         summary["validation_perplexity"] = _write_final_model(
             model, out / FINAL, settings, tokenizer_from, len(train_files), train_blocks.numel(), validation, wall,
             accelerator,
         )  # fmt: skip
-        partial = out / ".summary.json.partial"
-        partial.write_text(json.dumps(summary, indent=2) + "\n")
-        partial.replace(out / "summary.json")
+        write_recorded_file(out, "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
     accelerator.wait_for_everyone()
     return model, summary
 
