@@ -233,3 +233,88 @@ def test_bad_inputs_fail_clearly_before_any_request(hub, tmp_path, capsys, case,
         assert main(argv) == 2
     assert message in capsys.readouterr().err
     assert hub.requests == []  # nothing reached the server
+
+
+# ---- only what was verified is published -----------------------------------------------------------------------
+
+
+def staged_text(staged) -> str:
+    return "".join(p.read_bytes().decode("utf-8", "replace") for p in staged.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("name", ["added_tokens.json", "special_tokens_map.json", "generation_config.json"])
+@pytest.mark.parametrize("target", ["/proc/self/environ", "secret.json"])
+def test_push_refuses_a_linked_file_and_stages_nothing_it_points_at(name, target, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_pushers_secret")
+    _, folder = tinygpt_folder(tmp_path)
+    (tmp_path / "secret.json").write_text(json.dumps({"HF_TOKEN": "hf_pushers_secret"}))
+    (folder / name).unlink(missing_ok=True)
+    (folder / name).symlink_to(target if target.startswith("/") else tmp_path / target)
+    code = main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")])
+    assert code == 2 and f"{name} (a symbolic link to" in capsys.readouterr().err
+    assert not (tmp_path / "staged").exists()
+
+
+def test_push_refuses_a_second_weights_layout_beside_the_first(tmp_path, capsys):
+    _, folder = tinygpt_folder(tmp_path)
+    stale = text_model("rope", seed=1)
+    stale.save_pretrained(tmp_path / "stale", max_shard_size="100KB")  # an index and its shards
+    for shard in (tmp_path / "stale").glob("model*.safetensors*"):
+        shard.rename(folder / shard.name)
+    code = main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")])
+    err = capsys.readouterr().err
+    assert code == 2 and "holds model.safetensors and model.safetensors.index.json: two sets of weights" in err
+
+
+def test_every_staged_file_is_written_by_the_library_that_read_it(tmp_path):
+    """The staged folder is a reload of what was verified: weights, tokenizer and generation config as loaded (a
+    padded, reordered or annotated copy of the user's files is not what goes up)."""
+    model, folder = tinygpt_folder(tmp_path)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**generation, "max_new_tokens": 17}, indent=7))
+    staged = tmp_path / "staged"
+    stage_for_hub(str(folder), staged, REPO)
+    assert json.loads((staged / "generation_config.json").read_text())["max_new_tokens"] == 17
+    assert "       " not in (staged / "generation_config.json").read_text()  # written anew, not copied
+    reloaded = hf_tinygpt.TinyGPTForCausalLM.from_pretrained(staged)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+
+
+def test_push_refuses_a_generation_config_that_does_not_read(tmp_path, capsys):
+    _, folder = tinygpt_folder(tmp_path)
+    (folder / "generation_config.json").write_text('{"max_new_tokens": "many"')
+    code = main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")])
+    assert code == 2 and "generation_config.json" in capsys.readouterr().err
+
+
+def test_a_trained_models_card_is_published_without_local_paths_unless_asked(tmp_path, capsys):
+    data = tmp_path / "private" / "corpus"
+    data.mkdir(parents=True)
+    (data / "plays.txt").write_text("\n".join(f"Line {i}: to be, or not to be." for i in range(80)))
+    run = tmp_path / "private" / "run"
+    assert main(["train", "--train", str(data), "--out", str(run), "--n-layer", "1", "--n-embd", "16", "--n-head", "2",
+                 "--block-size", "16", "--batch-size", "2", "--steps", "1", "--warmup-steps", "0"]) == 0  # fmt: skip
+    assert str(tmp_path) in (run / "model" / "README.md").read_text()  # the local card says where, in full
+    assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 0
+    card = (tmp_path / "staged" / "README.md").read_text()
+    assert str(tmp_path) not in card and "--train corpus" in card and "--out run" in card
+    assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(tmp_path / "kept"), "--keep-local-paths"]) == 0
+    assert f"--train {data}" in (tmp_path / "kept" / "README.md").read_text()
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ("tinygpt: [unclosed", "cannot read the model card's metadata"),
+        ("tinygpt: just a string", "tinygpt: must be a mapping"),
+        ("tinygpt:\n  made_by: training\n  training:\n    validation_perplexity: low",
+         "tinygpt.training.validation_perplexity must be a number"),
+    ],
+)  # fmt: skip
+def test_push_names_a_card_it_cannot_render_again(header, message, tmp_path, capsys):
+    _, folder = tinygpt_folder(tmp_path)
+    (folder / "README.md").write_text(f"---\n{header}\n---\n# my model\n")
+    code = main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{folder / 'README.md'}" in err and message in err, err

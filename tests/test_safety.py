@@ -21,7 +21,7 @@ import torch
 from conftest import random_gpt2, tiny_model
 from safetensors.torch import load_file, save_file
 
-from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
+from hf_tinygpt import TinyGPTConfig
 from hf_tinygpt.checkpoints.outputs import MANIFEST, _new_staging
 from hf_tinygpt.checkpoints.reading import load_strictly
 from hf_tinygpt.cli import main

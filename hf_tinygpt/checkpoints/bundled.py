@@ -37,7 +37,7 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
                                  "a tokenizer folder; pass 'gpt2' for the bundled GPT-2 tokenizer")  # fmt: skip
             if (folder / "tokenizer_config.json").is_file():
                 config = read_json_object(folder / "tokenizer_config.json")
-                refuse_foreign_code(config, f"{folder}/tokenizer_config.json")
+                refuse_foreign_code(config, f"{folder}/tokenizer_config.json", tokenizer=True)
         try:
             loaded = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False, **hub_kwargs)
         except (OSError, ImportError):

@@ -79,13 +79,13 @@ def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
     return config_dict
 
 
-def refuse_foreign_code(config: dict, where: str):
+def refuse_foreign_code(config: dict, where: str, *, tokenizer: bool = False):
     """A ValueError if a config.json or tokenizer_config.json asks transformers to run code that came with it: any
     `auto_map` but the one a tinygpt folder carries, which names this package's own classes (and those run here)."""
     auto_map = config.get("auto_map")
     if auto_map is None:
         return
-    own = config.get("model_type") == TinyGPTConfig.model_type and "tokenizer_config" not in where
+    own = config.get("model_type") == TinyGPTConfig.model_type and not tokenizer
     if not (own and isinstance(auto_map, dict) and all(OWN_CLASSES.get(k) == v for k, v in auto_map.items())):
         raise ValueError(f"{where}: its auto_map ({json.dumps(auto_map)[:200]}) names code that came with the model; "
                          "hf-tinygpt never runs a folder's code. Remove auto_map if the model is a tinygpt, GPT-2 or "
