@@ -232,8 +232,8 @@ def train_command(args) -> int:
         _, summary = train(settings)
     except TrainingInterrupted:  # it said where it stopped and how to go on
         return 130
-    ppl, loss = summary.get("validation_perplexity"), summary.get("final_train_loss")
-    print(f"trained {summary['steps']} steps in {summary['wall_s'] / 60:.1f} min"
+    ppl, loss, wall = (summary.get(key) for key in ("validation_perplexity", "final_train_loss", "wall_s"))
+    print(f"trained {summary.get('steps')} steps" + (f" in {wall / 60:.1f} min" if isinstance(wall, float) else "")
           + (f"; final train loss {loss:.4f}" if isinstance(loss, float) else "")
           + (f"; validation perplexity {ppl:.2f}" if isinstance(ppl, float) else ""))  # fmt: skip
     print(f"model: {os.path.join(args.out, 'model')}")

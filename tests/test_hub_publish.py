@@ -299,8 +299,9 @@ def test_a_trained_models_card_is_published_without_local_paths_unless_asked(tmp
     assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 0
     card = (tmp_path / "staged" / "README.md").read_text()
     assert str(tmp_path) not in card and "--train corpus" in card and "--out run" in card
-    assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(tmp_path / "kept"), "--keep-local-paths"]) == 0
-    assert f"--train {data}" in (tmp_path / "kept" / "README.md").read_text()
+    kept = tmp_path / "kept"
+    assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(kept), "--keep-local-paths"]) == 0
+    assert f"--train {data}" in (kept / "README.md").read_text()
     capsys.readouterr()
 
 

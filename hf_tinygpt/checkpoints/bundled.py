@@ -33,8 +33,8 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
         folder = Path(tokenizer)
         if folder.is_dir():
             if not any(all((folder / name).is_file() for name in names) for names in VOCABULARY_FILES):
-                raise ValueError(f"{folder}: no tokenizer files (tokenizer.json, or vocab.json + merges.txt): it is not "
-                                 "a tokenizer folder; pass 'gpt2' for the bundled GPT-2 tokenizer")  # fmt: skip
+                raise ValueError(f"{folder}: no tokenizer files (tokenizer.json, or vocab.json + merges.txt): it is "
+                                 "not a tokenizer folder; pass 'gpt2' for the bundled GPT-2 tokenizer")  # fmt: skip
             if (folder / "tokenizer_config.json").is_file():
                 config = read_json_object(folder / "tokenizer_config.json")
                 refuse_foreign_code(config, f"{folder}/tokenizer_config.json", tokenizer=True)

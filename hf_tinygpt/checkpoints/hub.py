@@ -229,7 +229,8 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
                 if revision not in (None, "main"):
                     api.create_branch(repo_id, branch=revision, exist_ok=True)
                 return api.upload_folder(
-                    repo_id=repo_id, folder_path=staged, revision=revision, create_pr=create_pr, ignore_patterns=[MANIFEST],
+                    repo_id=repo_id, folder_path=staged, revision=revision, create_pr=create_pr,
+                    ignore_patterns=[MANIFEST],  # our record of what was staged, not part of the model
                     commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
                 )  # fmt: skip
         except _transport_error() as error:

@@ -122,8 +122,9 @@ def checked_provenance(provenance, where: str) -> dict:
         return {"made_by": "training"}
     if not isinstance(provenance, dict):
         raise ValueError(f"{where}: tinygpt: must be a mapping of how the model was made, got {provenance!r:.60}")
+    training = provenance.get("training") or {}
     for fields, values, prefix in ((PROVENANCE_FIELDS, provenance, "tinygpt."),
-                                   (TRAINING_FIELDS, provenance.get("training") or {}, "tinygpt.training.")):  # fmt: skip
+                                   (TRAINING_FIELDS, training, "tinygpt.training.")):  # fmt: skip
         for name, value in values.items():
             types = fields.get(name)
             if types is None:
@@ -142,7 +143,8 @@ def without_folders(text: str) -> str:
     return re.sub(r"[^\s,()`'\"=]*/[^\s,()`'\"=]*", lambda m: Path(m.group()).name or m.group(), text)
 
 
-def rerender_for(folder: str | Path, config: TinyGPTConfig, model_id: str, *, keep_local_paths: bool = False) -> ModelCard:
+def rerender_for(folder: str | Path, config: TinyGPTConfig, model_id: str, *,
+                 keep_local_paths: bool = False) -> ModelCard:  # fmt: skip
     """The folder's card rendered again for `model_id`, keeping its provenance, licence and base model; the local
     paths in how it was trained (its data, its command line) are cut to file names unless `keep_local_paths`.
     A folder without a card (a bare `save_pretrained`) gets a training card that says nothing was recorded."""

@@ -30,8 +30,9 @@ def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_k
     source = str(model or DEFAULT_MODEL_DIR)
     model_type = read_config_dict(source, **hub_kwargs).get("model_type")
     if model_type not in CONFIG_MAPPING:  # tinygpt is registered there when hf_tinygpt is imported
-        raise ValueError(f"{source}: model_type {model_type!r} is not an architecture transformers knows; hf-tinygpt "
-                         "generate runs tinygpt and GPT-2 checkpoints, and those of transformers' own architectures")  # fmt: skip
+        raise ValueError(f"{source}: model_type {model_type!r} is not an architecture transformers knows; "
+                         "hf-tinygpt generate runs tinygpt and GPT-2 checkpoints, and transformers' own "
+                         "architectures")  # fmt: skip
     quantized = {"dtype": torch.bfloat16, "quantization_config": int8_weight_only()} if int8 else {}
     with reading_checkpoint(source):
         loaded = load_strictly(source, AutoModelForCausalLM, **quantized, **hub_kwargs).eval()

@@ -25,7 +25,15 @@ from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
-from ..checkpoints.outputs import check_output, output_folder, read_manifest, record, remove_leftovers_in, run_folder, write_recorded_file
+from ..checkpoints.outputs import (
+    check_output,
+    output_folder,
+    read_manifest,
+    record,
+    remove_leftovers_in,
+    run_folder,
+    write_recorded_file,
+)
 from ..checkpoints.reading import describe, load_strictly, read_json_object
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
@@ -350,7 +358,7 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int
             if name.startswith(CHECKPOINTS + "/") and folder.is_dir() and not (folder / PROGRESS).is_file():
                 shutil.rmtree(folder)  # a step-N of ours without its progress: never complete
                 record(out, forget=[name])
-        remove_leftovers_in(out / CHECKPOINTS)  # saves a kill cut short
+        remove_leftovers_in(out / CHECKPOINTS)  # the staging folders of saves a kill cut short
     accelerator.wait_for_everyone()
     for folder in reversed(_checkpoint_dirs(out)):
         try:
@@ -403,7 +411,8 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
         folder = out / CHECKPOINTS / f"step-{step:06d}"
         if main:  # recorded before it appears, forgotten after it is gone: the run folder stays provably ours
             record(out, folders=[CHECKPOINTS], outputs=[f"{CHECKPOINTS}/{folder.name}"])
-        save_checkpoint(folder, accelerator, model, optimizer, schedule, {"step": step, "settings": _comparable(settings)})
+        at = {"step": step, "settings": _comparable(settings)}  # what progress.json records
+        save_checkpoint(folder, accelerator, model, optimizer, schedule, at)
         if main:
             for old in _checkpoint_dirs(out)[: -settings.keep_checkpoints]:
                 shutil.rmtree(old)
