@@ -239,10 +239,6 @@ def test_bad_inputs_fail_clearly_before_any_request(hub, tmp_path, capsys, case,
 # ---- only what was verified is published -----------------------------------------------------------------------
 
 
-def staged_text(staged) -> str:
-    return "".join(p.read_bytes().decode("utf-8", "replace") for p in staged.rglob("*") if p.is_file())
-
-
 @pytest.mark.parametrize("name", ["added_tokens.json", "special_tokens_map.json", "generation_config.json"])
 @pytest.mark.parametrize("target", ["/proc/self/environ", "secret.json"])
 def test_push_refuses_a_linked_file_and_stages_nothing_it_points_at(name, target, tmp_path, capsys, monkeypatch):
@@ -303,6 +299,24 @@ def test_a_trained_models_card_is_published_without_local_paths_unless_asked(tmp
     assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(kept), "--keep-local-paths"]) == 0
     assert f"--train {data}" in (kept / "README.md").read_text()
     capsys.readouterr()
+
+
+@pytest.mark.slow
+def test_a_hub_repo_stages_from_the_cache_whose_files_link_to_its_blobs(hub, tmp_path):
+    """A Hub SRC is downloaded into the HF cache, where every file of a snapshot is a link into the repo's blobs:
+    those links are the download itself, and are read; a link anywhere else still is not."""
+    model, folder = tinygpt_folder(tmp_path)
+    push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
+    run = subprocess.run(
+        [sys.executable, "-m", "hf_tinygpt.cli", "push", REPO, "tester/copy", "--dry-run", "--out", "staged"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=HUB_TOKEN),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    snapshot = next((tmp_path / "hf_cache").glob("models--*/snapshots/*"))
+    assert (snapshot / "config.json").is_symlink()
+    reloaded = hf_tinygpt.TinyGPTForCausalLM.from_pretrained(tmp_path / "staged")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
 
 
 @pytest.mark.parametrize(
