@@ -11,6 +11,7 @@ import copy
 import json
 import math
 import pickle
+import re
 import shutil
 import signal
 import sys
@@ -32,6 +33,7 @@ from ..checkpoints.outputs import (
     record,
     remove_leftovers_in,
     run_folder,
+    unproven,
     write_recorded_file,
 )
 from ..checkpoints.reading import describe, load_strictly, read_json_object
@@ -355,7 +357,7 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int
     if accelerator.is_main_process:
         for name in (read_manifest(out) or {}).get("outputs", []):
             folder = out / name
-            if name.startswith(CHECKPOINTS + "/") and folder.is_dir() and not (folder / PROGRESS).is_file():
+            if re.fullmatch(rf"{CHECKPOINTS}/step-\d+", name) and folder.is_dir() and not (folder / PROGRESS).is_file():
                 shutil.rmtree(folder)  # a step-N of ours without its progress: never complete
                 record(out, forget=[name])
         remove_leftovers_in(out / CHECKPOINTS)  # the staging folders of saves a kill cut short
@@ -415,6 +417,9 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
         save_checkpoint(folder, accelerator, model, optimizer, schedule, at)
         if main:
             for old in _checkpoint_dirs(out)[: -settings.keep_checkpoints]:
+                if problems := unproven(old, contents=False):  # someone put files there meanwhile: leave it
+                    tqdm.write(f"keeping {old}: it holds {', '.join(problems[:3])}", file=sys.stderr)
+                    continue
                 shutil.rmtree(old)
                 record(out, forget=[f"{CHECKPOINTS}/{old.name}"])
 
