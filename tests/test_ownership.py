@@ -219,3 +219,16 @@ def test_the_model_plotted_is_never_the_output(tmp_path, capsys):
     code, err = run_cli(capsys, "plot-positions", folder, "--out", folder, "--force")
     assert code == 2 and f"is the input {folder}" in err
     assert tree(folder) == before
+
+
+def test_resume_cleans_up_nothing_a_forged_manifest_points_outside_the_run(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--out", run)[0] == 0
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years")  # no progress.json: what resume removes from a checkpoint of ours
+    manifest = json.loads((run / MANIFEST).read_text())
+    manifest["outputs"].append("checkpoints/../../victim")
+    (run / MANIFEST).write_text(json.dumps(manifest))
+    assert run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--out", run, "--resume")[0] == 0
+    assert (victim / "thesis.tex").read_text() == "years"
