@@ -88,7 +88,9 @@ def read_manifest(folder: Path) -> dict | None:
     if not isinstance(manifest, dict) or manifest.get("written_by") != WRITTEN_BY:
         return None
     files, folders, outputs = manifest.get("files"), manifest.get("folders"), manifest.get("outputs")
-    if not (isinstance(files, dict) and isinstance(folders, list) and isinstance(outputs, list)):
+    if not (isinstance(files, dict) and all(isinstance(versions, list) for versions in files.values())):
+        return None
+    if not all(isinstance(names, list) and all(isinstance(name, str) for name in names) for names in (folders, outputs)):
         return None
     return manifest
 
