@@ -217,3 +217,13 @@ def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path):
     os.kill(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_fifo_in_a_tokenizer_folder_is_named_not_read(tmp_path, capsys):
+    """Reading a FIFO blocks until someone writes to it: generate would hang for ever."""
+    folder = tmp_path / "tiny"
+    tiny_model(vocab_size=50257).save_pretrained(folder)
+    gpt2_tokenizer().save_pretrained(folder)
+    os.mkfifo(folder / "special_tokens_map.json")
+    code, err = run_cli(capsys, "generate", "hello", "--model", folder, "--max-new-tokens", 2)
+    assert code == 2 and "special_tokens_map.json is not a regular file" in err

@@ -13,6 +13,9 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "default_model"
 # What a tokenizer folder must hold for transformers to read a vocabulary from it: without these, AutoTokenizer
 # builds a tokenizer with an empty vocabulary and says nothing.
 VOCABULARY_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",), ("vocab.txt",))
+# Every file transformers may read from a tokenizer folder.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
+                   "added_tokens.json", "chat_template.jinja", "chat_template.json", "tokenizer.model", "vocab.txt")  # fmt: skip
 
 
 def gpt2_tokenizer() -> GPT2TokenizerFast:
@@ -32,6 +35,9 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
     else:
         folder = Path(tokenizer)
         if folder.is_dir():
+            if odd := [name for name in TOKENIZER_FILES if (folder / name).exists() and not (folder / name).is_file()]:
+                raise ValueError(f"{folder}: {', '.join(odd)} is not a regular file (a FIFO or device would hang or "
+                                 "feed the reader anything)")  # fmt: skip
             if not any(all((folder / name).is_file() for name in names) for names in VOCABULARY_FILES):
                 raise ValueError(f"{folder}: no tokenizer files (tokenizer.json, or vocab.json + merges.txt): it is "
                                  "not a tokenizer folder; pass 'gpt2' for the bundled GPT-2 tokenizer")  # fmt: skip
