@@ -227,3 +227,22 @@ def test_a_fifo_in_a_tokenizer_folder_is_named_not_read(tmp_path, capsys):
     os.mkfifo(folder / "special_tokens_map.json")
     code, err = run_cli(capsys, "generate", "hello", "--model", folder, "--max-new-tokens", 2)
     assert code == 2 and "special_tokens_map.json is not a regular file" in err
+
+
+def test_a_bad_config_field_names_the_folder_it_came_from(tmp_path, capsys):
+    folder = tmp_path / "tiny"
+    tiny_model().save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "n_head": [4]}))
+    code, err = run_cli(capsys, "generate", "hello", "--model", folder)
+    assert code == 2 and last_line(err).startswith(f"hf-tinygpt generate: error: {folder}: n_head must be")
+
+
+def test_an_error_names_a_file_with_a_newline_in_its_name_on_one_line(tmp_path, capsys):
+    gpt2 = tmp_path / "gpt2"
+    random_gpt2().save_pretrained(gpt2)
+    out = tmp_path / "out"
+    assert run_cli(capsys, "convert", gpt2, "--out", out, "--tokenizer", "gpt2")[0] == 0
+    (out / "evil\nname").write_text("mine")
+    code, err = run_cli(capsys, "convert", gpt2, "--out", out, "--tokenizer", "gpt2", "--force")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "'evil\\nname'" in err

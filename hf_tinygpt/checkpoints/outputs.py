@@ -185,7 +185,7 @@ def unproven(folder: Path, *, contents: bool = True) -> list[str]:
     manifest = read_manifest(folder)
     if manifest is None:
         entries = sorted(entry.name + "/" * entry.is_dir() for entry in folder.iterdir())
-        return [*entries, f"no {MANIFEST} (hf-tinygpt writes one into every folder it makes)"]
+        return [f"no {MANIFEST} (hf-tinygpt writes one into every folder it makes)", *entries]
     files, folders, outputs = manifest["files"], set(manifest["folders"]), set(manifest["outputs"])
     problems = []
 
@@ -254,7 +254,9 @@ def check_output(out, *, force: bool = False, protect: Iterable = (), reuse: boo
 
 
 def _listed(problems: list[str]) -> str:
-    return ", ".join(problems[:5]) + (f" and {len(problems) - 5} more" if len(problems) > 5 else "")
+    """The first few problems on one line (a name with a newline in it is shown quoted)."""
+    shown = [problem if problem.isprintable() else repr(problem) for problem in problems[:5]]
+    return ", ".join(shown) + (f" and {len(problems) - 5} more" if len(problems) > 5 else "")
 
 
 @contextlib.contextmanager
@@ -267,7 +269,8 @@ def _locked(out: Path) -> Iterator[None]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as error:
             if error.errno != errno.ELOOP:
-                raise
+                raise OSError(error.errno, f"cannot write {out}: creating its lock {path} failed "
+                                           f"({error.strerror})") from None  # fmt: skip
             raise FileExistsError(f"{path} is a symbolic link: hf-tinygpt locks {out} with that file; remove the "
                                   "link") from None  # fmt: skip
         try:

@@ -156,8 +156,13 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     if Path(str(source)).is_dir():
         read_config_dict(source)  # refuses an auto_map of foreign code, naming it
         check_weights_index(source)
-    model, info = model_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True,
-                                              trust_remote_code=False, **kwargs)  # fmt: skip
+    try:
+        model, info = model_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True,
+                                                  trust_remote_code=False, **kwargs)  # fmt: skip
+    except ValueError as error:  # a config field the config class refuses names the field, not the folder
+        if str(source) in str(error):
+            raise
+        raise ValueError(f"{source}: {error}") from error
     mismatched = [f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
                   for key, theirs, ours in info["mismatched_keys"]]  # fmt: skip
     if info["missing_keys"] or info["unexpected_keys"] or mismatched:
