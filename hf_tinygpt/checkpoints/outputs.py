@@ -68,8 +68,11 @@ def _lock_path(out: Path) -> Path:
 
 
 def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _file_record(path: Path) -> dict:
