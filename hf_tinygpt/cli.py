@@ -426,6 +426,13 @@ def main(argv=None) -> int:
     except (ValueError, OSError, ImportError, HfHubHTTPError) as error:
         print(f"hf-tinygpt {args.verb}: error: {error}", file=sys.stderr)
         return 2
+    except (TypeError, KeyError, IndexError, AttributeError) as error:  # a value of the wrong type in some file
+        if os.environ.get("HF_TINYGPT_TRACEBACK"):
+            raise
+        message = (str(error).strip().splitlines() or [""])[0]
+        print(f"hf-tinygpt {args.verb}: error: {type(error).__name__}: {message} (a file of the model or tokenizer "
+              "may hold a value of the wrong type; HF_TINYGPT_TRACEBACK=1 shows where)", file=sys.stderr)  # fmt: skip
+        return 2
     except KeyboardInterrupt:  # every output is written whole or not at all (checkpoints/outputs.py)
         print(f"\nhf-tinygpt {args.verb}: interrupted; nothing was left half-written", file=sys.stderr)
         return 130

@@ -16,6 +16,7 @@ import pytest
 from conftest import random_gpt2, tiny_model
 
 from hf_tinygpt import gpt2_tokenizer
+from hf_tinygpt.checkpoints.outputs import seal
 from hf_tinygpt.cli import main
 
 TINY_RUN = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
@@ -150,13 +151,26 @@ def train_run(capsys, corpus, out, *extra):
 
 
 @pytest.mark.parametrize("progress", ["[]", '{"step": 4}', "{not json"])
-def test_resume_skips_a_checkpoint_whose_progress_does_not_read(progress, corpus, tmp_path, capsys):
+def test_resume_names_a_checkpoint_changed_since_it_was_written(progress, corpus, tmp_path, capsys):
+    """An edited progress.json (or any file) is neither read nor replaced: the run stops, naming it."""
     run = tmp_path / "run"
     assert train_run(capsys, corpus, run)[0] == 0
     (run / "checkpoints" / "step-000004" / "progress.json").write_text(progress)
     code, err = train_run(capsys, corpus, run, "--resume")
+    assert code == 2 and "checkpoints/step-000004/progress.json (changed since hf-tinygpt wrote it)" in err
+    assert (run / "checkpoints" / "step-000004" / "progress.json").read_text() == progress
+
+
+def test_resume_skips_a_checkpoint_of_ours_that_does_not_read(corpus, tmp_path, capsys):
+    """One that reads back as written and still does not load (another version of the tool wrote it, say)."""
+    run = tmp_path / "run"
+    assert train_run(capsys, corpus, run)[0] == 0
+    newest = run / "checkpoints" / "step-000004"
+    (newest / "progress.json").write_text("[]")
+    seal(newest, "checkpoint")  # as if written so
+    code, err = train_run(capsys, corpus, run, "--resume")
     assert code == 0, err
-    assert f"skipping {run / 'checkpoints' / 'step-000004'}" in err and "(step 2)" in err
+    assert f"skipping {newest}" in err and "(step 2)" in err
 
 
 def test_resuming_a_finished_run_says_so(corpus, tmp_path, capsys):
@@ -171,6 +185,7 @@ def test_resume_names_a_checkpoint_past_steps(corpus, tmp_path, capsys):
     assert train_run(capsys, corpus, run)[0] == 0
     progress = json.loads((run / "checkpoints" / "step-000004" / "progress.json").read_text())
     (run / "checkpoints" / "step-000004" / "progress.json").write_text(json.dumps({**progress, "step": 9}))
+    seal(run / "checkpoints" / "step-000004", "checkpoint")  # as a run with more steps would have written it
     code, err = train_run(capsys, corpus, run, "--resume")
     assert code == 2 and "is at step 9, past --steps 4" in last_line(err)
 
@@ -246,3 +261,13 @@ def test_an_error_names_a_file_with_a_newline_in_its_name_on_one_line(tmp_path, 
     (out / "evil\nname").write_text("mine")
     code, err = run_cli(capsys, "convert", gpt2, "--out", out, "--tokenizer", "gpt2", "--force")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "'evil\\nname'" in err
+
+
+def test_a_value_of_the_wrong_type_deep_in_transformers_ends_in_one_line(tmp_path, capsys):
+    folder = tmp_path / "tiny"
+    tiny_model(vocab_size=50257).save_pretrained(folder)
+    gpt2_tokenizer().save_pretrained(folder)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": "x"}))
+    code, err = run_cli(capsys, "generate", "hello", "--model", folder, "--max-new-tokens", 2, "--temperature", 0)
+    assert code == 2 and last_line(err).startswith("hf-tinygpt generate: error: TypeError") and "Traceback" not in err

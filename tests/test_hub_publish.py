@@ -334,3 +334,24 @@ def test_push_names_a_card_it_cannot_render_again(header, message, tmp_path, cap
     code = main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")])
     err = capsys.readouterr().err
     assert code == 2 and f"{folder / 'README.md'}" in err and message in err, err
+
+
+def test_a_published_card_names_no_folder_even_with_spaces_commas_or_quotes(tmp_path, capsys):
+    data = tmp_path / "home" / "Alice Smith" / "proj(secret), v2" / "it's"
+    data.mkdir(parents=True)
+    (data / "plays.txt").write_text("\n".join(f"Line {i}: to be, or not to be." for i in range(80)))
+    run = tmp_path / "run"
+    shape = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2"]
+    assert main(["train", "--train", str(data / "plays.txt"), "--out", str(run), *shape, "--steps", "1"]) == 0
+    assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 0
+    card = (tmp_path / "staged" / "README.md").read_text()
+    assert "Alice" not in card and "secret" not in card and "plays.txt" in card
+    capsys.readouterr()
+
+
+def test_push_names_an_index_whose_shard_names_are_not_text(tmp_path, capsys):
+    _, folder = tinygpt_folder(tmp_path)
+    (folder / "model.safetensors").unlink()
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": ["a.safetensors"]}}))
+    code = main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")])
+    assert code == 2 and "no weight_map (tensor name → shard file name)" in capsys.readouterr().err

@@ -8,6 +8,7 @@ can be its output. Each case below once lost a user's files.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,47 @@ def test_resume_cleans_up_nothing_a_forged_manifest_points_outside_the_run(corpu
     (run / MANIFEST).write_text(json.dumps(manifest))
     assert run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--out", run, "--resume")[0] == 0
     assert (victim / "thesis.tex").read_text() == "years"
+
+
+# ---- found by a hostile pass: names alone, or a copied manifest, prove nothing --------------------------------------
+
+
+def copied_manifest_folder(folder: Path, earlier: Path):
+    folder.mkdir()
+    (folder / MANIFEST).write_text((earlier / MANIFEST).read_text())
+    (folder / "precious.txt").write_text("mine")
+
+
+@pytest.mark.parametrize("name", [".data.partial-1-deadbeef", ".x.old-3-deadbeef"])
+def test_force_keeps_a_folder_named_like_a_leftover_that_holds_a_copied_manifest(name, gpt2_folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_cli(capsys, *convert_to(out, gpt2_folder))[0] == 0
+    copied_manifest_folder(out / name, out)
+    (out / f".{MANIFEST}.partial-mine").write_text("my notes")
+    code, err = run_cli(capsys, *convert_to(out, gpt2_folder))
+    assert code == 2 and f"{name}/" in err and f".{MANIFEST}.partial-mine" in err
+    assert (out / name / "precious.txt").read_text() == "mine"
+
+
+def test_resume_keeps_a_folder_in_checkpoints_named_like_a_leftover(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--out", run)[0] == 0
+    backup = run / "checkpoints" / ".mybackup.partial-1-deadbeef"
+    copied_manifest_folder(backup, run / "model")
+    code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--out", run, "--resume")
+    assert code == 2 and "checkpoints/.mybackup.partial-1-deadbeef/" in err
+    assert (backup / "precious.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("edited", ["summary.json", "checkpoints/step-000002/training_state.pt"])
+def test_resume_neither_overwrites_nor_deletes_a_file_edited_since(edited, corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--out", run)[0] == 0
+    shutil.rmtree(run / "model")  # as if killed before the final model: resume would write summary.json again
+    (run / "checkpoints" / "step-000002" / "progress.json").unlink()  # as if cut short: resume removes such a step
+    with open(run / edited, "ab") as f:
+        f.write(b"my edit")
+    before = (run / edited).read_bytes()
+    code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--out", run, "--resume")
+    assert code == 2 and f"{edited} (changed since hf-tinygpt wrote it)" in err
+    assert (run / edited).read_bytes() == before

@@ -7,6 +7,7 @@ later (for the repo id it is pushed to) from the card alone.
 import copy
 import importlib.metadata
 import re
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -113,6 +114,7 @@ TRAINING_FIELDS = {
     "train_description": _TEXT, "train_tokens": _COUNT, "steps": _COUNT, "tokens_per_step": _COUNT,
     "hardware": _TEXT, "wall_time": _TEXT, "validation_perplexity": _NUMBER, "validation_description": _TEXT,
     "validation_tokens": _COUNT, "block_size": _COUNT, "command": _TEXT, "seed": _COUNT, "learning_rate": _NUMBER,
+    "train_paths": (list,),
 }  # fmt: skip
 
 
@@ -143,6 +145,21 @@ def without_folders(text: str) -> str:
     return re.sub(r"[^\s,()`'\"=]*/[^\s,()`'\"=]*", lambda m: Path(m.group()).name or m.group(), text)
 
 
+def command_without_folders(command: str) -> str:
+    """A command line with each argument that is a path (or a `--flag=path`) cut to its last part; split as the
+    shell splits it, so a path with spaces, commas or quotes in it goes whole."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # not a command line this tool wrote
+        return without_folders(command)
+
+    def cut(word: str) -> str:
+        flag, equals, value = word.partition("=") if word.startswith("--") else ("", "", word)
+        return flag + equals + (Path(value).name or value if "/" in value else value)
+
+    return shlex.join(cut(word) for word in words)
+
+
 def rerender_for(folder: str | Path, config: TinyGPTConfig, model_id: str, *,
                  keep_local_paths: bool = False) -> ModelCard:  # fmt: skip
     """The folder's card rendered again for `model_id`, keeping its provenance, licence and base model; the local
@@ -154,7 +171,13 @@ def rerender_for(folder: str | Path, config: TinyGPTConfig, model_id: str, *,
     provenance = copy.deepcopy(checked_provenance(data.get("tinygpt"), where))
     training = provenance.get("training")
     if training and not keep_local_paths:
-        for name in ("train_description", "command", "validation_description"):
+        if isinstance(training.get("command"), str):
+            training["command"] = command_without_folders(training["command"])
+        paths = training.pop("train_paths", None)
+        if paths is not None and isinstance(training.get("train_description"), str):  # its paths, named as given
+            for path in sorted((path for path in paths if isinstance(path, str)), key=len, reverse=True):
+                training["train_description"] = training["train_description"].replace(path, Path(path).name or path)
+        for name in ("train_description", "validation_description"):
             if isinstance(training.get(name), str):
                 training[name] = without_folders(training[name])
     for name in ("license", "base_model"):

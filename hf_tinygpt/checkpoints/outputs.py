@@ -44,6 +44,7 @@ WRITTEN_BY = "hf-tinygpt"
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
 # The temporary names a writer of NAME uses beside it: `.NAME.partial-PID-HEX`, `.NAME.old-PID-HEX`.
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<tag>partial|old)-\d+-[0-9a-f]{8}$")
+_MANIFEST_PARTIAL = re.compile(rf"^\.{re.escape(MANIFEST)}\.partial-\d+-[0-9a-f]{{8}}$")
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE, _AT_FDCWD = 1, 2, -100
 try:
@@ -81,7 +82,10 @@ def _file_record(path: Path) -> dict:
 
 def read_manifest(folder: Path) -> dict | None:
     """The manifest of `folder`, or None when it has none that this tool wrote (absent, a link, not ours)."""
-    path = folder / MANIFEST
+    return read_manifest_file(folder / MANIFEST)
+
+
+def read_manifest_file(path: Path) -> dict | None:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return None
@@ -164,22 +168,26 @@ def write_recorded_file(folder: Path, name: str, data: bytes):
 
 
 def _is_leftover_of_ours(entry: Path) -> bool:
-    """A temporary entry a writer of this tool left beside its output: an empty lock file, a staging folder that
-    carries our manifest (or is still empty: nothing to lose), or a replaced folder that is proven ours."""
+    """A temporary entry a writer of this tool left beside its output: an empty lock file, our manifest's own
+    temporary file, a staging folder that is provably ours (its manifest still the empty one it started with and
+    nothing in it but what a staging folder holds, or sealed and proven), or a replaced folder proven ours."""
     try:
         info = os.lstat(entry)
     except FileNotFoundError:
         return False
     if entry.name.startswith(".") and entry.name.endswith(".lock"):
-        return stat.S_ISREG(info.st_mode) and info.st_size == 0
-    if entry.name.startswith(f".{MANIFEST}.partial-"):
-        return stat.S_ISREG(info.st_mode)
+        return stat.S_ISREG(info.st_mode) and info.st_size == 0  # nothing to lose
+    if _MANIFEST_PARTIAL.match(entry.name):
+        return stat.S_ISREG(info.st_mode) and read_manifest_file(entry) is not None
     found = _TEMPORARY.match(entry.name)
     if found is None or not stat.S_ISDIR(info.st_mode):
         return False
-    if found["tag"] == "partial":
-        return read_manifest(entry) is not None or not any(entry.iterdir())
-    return not unproven(entry, contents=False)
+    manifest = read_manifest(entry)
+    if found["tag"] == "partial" and manifest is None:
+        return not any(entry.iterdir())  # killed before its manifest was written: empty
+    if found["tag"] == "partial" and not (manifest["files"] or manifest["folders"] or manifest["outputs"]):
+        return manifest.get("staging") is True  # written when the folder was made, replaced when sealed
+    return not unproven(entry, contents=True)
 
 
 def unproven(folder: Path, *, contents: bool = True) -> list[str]:
@@ -217,14 +225,12 @@ def unproven(folder: Path, *, contents: bool = True) -> list[str]:
 # ---- checking and locking OUT ----------------------------------------------------------------------------------
 
 
-def check_output(out, *, force: bool = False, protect: Iterable = (), reuse: bool = False,
-                 contents: bool = True) -> Path:  # fmt: skip
+def check_output(out, *, force: bool = False, protect: Iterable = (), reuse: bool = False) -> Path:
     """OUT as an absolute path, or an error that says why writing there could lose something. Nothing is touched.
 
     `protect`: local paths (inputs: sources, tokenizers, data) that OUT must neither be nor contain; the working
     folder is always one. `reuse`: an existing OUT is continued, not replaced (a resumed training run), which needs
-    it to be a run of ours. `contents=False` lets `force` replace a folder of ours whose files have changed since
-    (a checkpoint that no longer loads)."""
+    it to be a run proven ours."""
     out = Path(out).absolute()
     resolved = out.resolve()
     for path in [Path.cwd(), *(Path(p) for p in protect if p is not None)]:
@@ -240,15 +246,15 @@ def check_output(out, *, force: bool = False, protect: Iterable = (), reuse: boo
     if not out.exists():
         return out
     if reuse:
-        if problems := unproven(out, contents=False):
-            raise FileExistsError(f"{out} is not a training run of hf-tinygpt that can be continued: it holds "
-                                  f"{_listed(problems)}, which hf-tinygpt did not write")  # fmt: skip
+        if problems := unproven(out):
+            raise FileExistsError(f"{out} is not a training run of hf-tinygpt that can be continued, as written: "
+                                  f"{_listed(problems)}. Move those away to continue")  # fmt: skip
         if (read_manifest(out) or {}).get("kind") != "run":
             raise FileExistsError(f"{out} was written by hf-tinygpt, but it is not a training run")
         return out
     if not force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
-    if problems := unproven(out, contents=contents):
+    if problems := unproven(out):
         raise FileExistsError(
             f"{out} holds {_listed(problems)}: it is not proven to be an earlier output of hf-tinygpt, so --force "
             "will not delete it. Choose another output, or move those files away yourself."
@@ -350,7 +356,7 @@ def give_umask_permissions(folder: Path):
 def _new_staging(out: Path, kind: str) -> Path:
     staging = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     os.mkdir(staging)  # 0o777 minus the umask, like any folder the user makes (tempfile.mkdtemp gives 0o700)
-    _write_manifest(staging, _empty_manifest(kind))  # a leftover staging folder is provably ours
+    _write_manifest(staging, {**_empty_manifest(kind), "staging": True})  # a leftover staging folder is ours
     return staging
 
 
@@ -389,15 +395,14 @@ def move_into_place(staging: Path, out: Path, *, replace: bool):
 
 
 @contextlib.contextmanager
-def output_folder(out, *, force: bool = False, protect: Iterable = (), kind: str = "model",
-                  contents: bool = True) -> Iterator[Path]:  # fmt: skip
+def output_folder(out, *, force: bool = False, protect: Iterable = (), kind: str = "model") -> Iterator[Path]:
     """Yield an empty staging folder; when the block ends, it gets its manifest (`kind` says what it is) and
     becomes OUT atomically. On an error in the block (or a kill) OUT is untouched and the staging folder is
     removed (by the next writer, after a kill). `force` replaces an OUT proven ours (see `check_output`)."""
-    out = check_output(out, force=force, protect=protect, contents=contents)
+    out = check_output(out, force=force, protect=protect)
     with _locked(out):
         clean_leftovers(out)
-        check_output(out, force=force, protect=protect, contents=contents)  # a put-back old folder counts too
+        check_output(out, force=force, protect=protect)  # a put-back old folder counts too
         staging = _new_staging(out, kind)
         try:
             yield staging

@@ -100,9 +100,10 @@ def check_weights_index(folder) -> None:
         if not index.is_file():
             continue
         weight_map = read_json_object(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise ValueError(f"{index}: no weight_map (tensor name → shard file)")
-        shards = sorted({str(shard) for shard in weight_map.values()})
+        shard_names = weight_map.values() if isinstance(weight_map, dict) else [None]
+        if not weight_map or not all(isinstance(name, str) for name in shard_names):
+            raise ValueError(f"{index}: no weight_map (tensor name → shard file name)")
+        shards = sorted(set(weight_map.values()))
         if bad := [shard for shard in shards if Path(shard).name != shard or shard in (".", "..")]:
             raise ValueError(f"{index}: shard names must be files in the folder itself, got {bad}")
 

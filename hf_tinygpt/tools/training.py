@@ -256,8 +256,8 @@ def save_checkpoint(folder: Path, accelerator, model, optimizer, schedule, progr
     it appears as `step-N` only when complete, and a checkpoint of the same step from an earlier run is replaced."""
     rng_states = gather_object([_rng_state()])  # one per process, in rank order
     if accelerator.is_main_process:
-        # A checkpoint of ours that no longer loads (skipped by --resume) is replaced when the run gets there again.
-        with output_folder(folder, force=True, kind="checkpoint", contents=False) as staging:
+        # A checkpoint of ours from an earlier run of the same step (proven unchanged at --resume) is replaced.
+        with output_folder(folder, force=True, kind="checkpoint") as staging:
             for rank, state in enumerate(rng_states):
                 torch.save(state, _rng_file(staging, rank))
             save_model(accelerator.unwrap_model(model), str(staging / WEIGHTS))
@@ -417,7 +417,7 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
         save_checkpoint(folder, accelerator, model, optimizer, schedule, at)
         if main:
             for old in _checkpoint_dirs(out)[: -settings.keep_checkpoints]:
-                if problems := unproven(old, contents=False):  # someone put files there meanwhile: leave it
+                if problems := unproven(old):  # someone changed it meanwhile: leave it
                     tqdm.write(f"keeping {old}: it holds {', '.join(problems[:3])}", file=sys.stderr)
                     continue
                 shutil.rmtree(old)
@@ -506,6 +506,7 @@ def _write_final_model(model, folder: Path, settings, tokenizer_from, n_files, t
                     f"{', bf16 autocast' if settings.bf16 else ''}")  # fmt: skip
         training = {
             "train_description": f"{n_files} text files ({', '.join(settings.train)}, `{settings.glob}`)",
+            "train_paths": list(settings.train),  # so that a published card can name them without their folders
             "train_tokens": int(train_tokens), "steps": settings.steps,
             "tokens_per_step": settings.batch_size * settings.block_size, "hardware": hardware,
             "wall_time": f"{wall / 60:.1f} min", "validation_perplexity": ppl,
