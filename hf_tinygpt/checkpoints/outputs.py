@@ -169,8 +169,8 @@ def write_recorded_file(folder: Path, name: str, data: bytes):
 
 def _is_leftover_of_ours(entry: Path) -> bool:
     """A temporary entry a writer of this tool left beside its output: an empty lock file, our manifest's own
-    temporary file, a staging folder that is provably ours (its manifest still the empty one it started with and
-    nothing in it but what a staging folder holds, or sealed and proven), or a replaced folder proven ours."""
+    temporary file (`.MANIFEST.partial-PID-HEX`, a manifest itself), a staging folder (empty, or still holding the
+    staging manifest it was made with, or sealed and proven), or a replaced folder proven ours, contents included."""
     try:
         info = os.lstat(entry)
     except FileNotFoundError:
