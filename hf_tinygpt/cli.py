@@ -17,7 +17,7 @@ import sys
 
 from huggingface_hub.errors import HfHubHTTPError
 
-from .checkpoints.reading import read_json_object, read_tinygpt_config
+from .checkpoints.reading import describe, read_json_object, read_tinygpt_config
 from .model.configuration_tinygpt import POSITION_SCHEMES
 from .model.params import parameter_breakdown
 
@@ -429,9 +429,8 @@ def main(argv=None) -> int:
     except (TypeError, KeyError, IndexError, AttributeError) as error:  # a value of the wrong type in some file
         if os.environ.get("HF_TINYGPT_TRACEBACK"):
             raise
-        message = (str(error).strip().splitlines() or [""])[0]
-        print(f"hf-tinygpt {args.verb}: error: {type(error).__name__}: {message} (a file of the model or tokenizer "
-              "may hold a value of the wrong type; HF_TINYGPT_TRACEBACK=1 shows where)", file=sys.stderr)  # fmt: skip
+        print(f"hf-tinygpt {args.verb}: error: {describe(error)} (a file of the model or tokenizer may hold a value "
+              "of the wrong type; HF_TINYGPT_TRACEBACK=1 shows where)", file=sys.stderr)  # fmt: skip
         return 2
     except KeyboardInterrupt:  # every output is written whole or not at all (checkpoints/outputs.py)
         print(f"\nhf-tinygpt {args.verb}: interrupted; nothing was left half-written", file=sys.stderr)

@@ -89,6 +89,25 @@ def hub_subprocess_env(hub, tmp_path, **extra) -> dict:
                   "HF_HUB_CACHE": str(tmp_path / "hf_cache"), **extra}  # fmt: skip
 
 
+def run_cli(capsys, *args) -> tuple[int, str]:
+    """`hf-tinygpt ARGS` in this process (the same `main` the console script runs): (exit code, what it printed:
+    stdout, then stderr)."""
+    from hf_tinygpt.cli import main
+
+    code = main([str(arg) for arg in args])
+    printed = capsys.readouterr()
+    return code, printed.out + printed.err
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """A small text folder to train on (60 lines)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("\n".join(f"Line {i}: to be, or not to be, that is the question." for i in range(60)))
+    return data
+
+
 @pytest.fixture
 def cli(capsys):
     """`hf-tinygpt ARGS` in this process (the same `main` the console script runs): its exit code and output."""

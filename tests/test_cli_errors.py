@@ -13,32 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import random_gpt2, tiny_model
+from conftest import random_gpt2, run_cli, tiny_model
 
 from hf_tinygpt import gpt2_tokenizer
 from hf_tinygpt.checkpoints.outputs import seal
-from hf_tinygpt.cli import main
 
 TINY_RUN = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
             "--warmup-steps", "1", "--eval-every", "100", "--save-every", "2"]  # fmt: skip
 
 
-def run_cli(capsys, *args) -> tuple[int, str]:
-    code = main([str(arg) for arg in args])
-    printed = capsys.readouterr()
-    return code, printed.out + printed.err
-
-
 def last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "a.txt").write_text("\n".join(f"Line {i}: to be, or not to be, that is the question." for i in range(60)))
-    return data
 
 
 @pytest.fixture

@@ -12,18 +12,16 @@ from pathlib import Path
 
 import pytest
 from conftest import random_gpt2, tiny_model
+from conftest import run_cli as run_in_process
 
 from hf_tinygpt import gpt2_tokenizer
-from hf_tinygpt.cli import main
 
 CODE = "from pathlib import Path\nPath(__file__).with_name('CODE_RAN').touch()\n"
 
 
 def run_cli(capsys, monkeypatch, *args) -> tuple[int, str]:
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n" * 10))  # anyone asking may run the code
-    code = main([str(arg) for arg in args])
-    printed = capsys.readouterr()
-    return code, printed.out + printed.err
+    return run_in_process(capsys, *args)
 
 
 def with_code(folder: Path, file: str, **fields) -> Path:

@@ -12,20 +12,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import random_gpt2, tiny_model
+from conftest import random_gpt2, run_cli, tiny_model
 
 from hf_tinygpt import gpt2_tokenizer
 from hf_tinygpt.checkpoints.outputs import MANIFEST
-from hf_tinygpt.cli import main
 
 TINY_RUN = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
             "--warmup-steps", "1", "--eval-every", "100", "--steps", "2", "--save-every", "1"]  # fmt: skip
-
-
-def run_cli(capsys, *args) -> tuple[int, str]:
-    code = main([str(arg) for arg in args])
-    printed = capsys.readouterr()
-    return code, printed.out + printed.err
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -37,14 +30,6 @@ def gpt2_folder(tmp_path):
     folder = tmp_path / "models" / "gpt2"
     random_gpt2().save_pretrained(folder)
     return folder
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "a.txt").write_text("\n".join(f"Line {i}: to be, or not to be, that is the question." for i in range(60)))
-    return data
 
 
 def convert_to(out, gpt2_folder):

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import random_gpt2, tiny_model
+from conftest import random_gpt2, run_cli, tiny_model
 from safetensors.torch import load_file, save_file
 
 from hf_tinygpt import TinyGPTConfig
 from hf_tinygpt.checkpoints.outputs import MANIFEST, _new_staging
 from hf_tinygpt.checkpoints.reading import load_strictly
-from hf_tinygpt.cli import main
 
 
 @pytest.fixture
@@ -33,13 +32,6 @@ def gpt2_folder(tmp_path):
     folder = tmp_path / "models" / "gpt2"
     random_gpt2().save_pretrained(folder)
     return folder
-
-
-def run_cli(capsys, *args) -> tuple[int, str]:
-    """`hf-tinygpt ARGS` in this process: (exit code, what it printed: stdout, then stderr)."""
-    code = main([str(arg) for arg in args])
-    printed = capsys.readouterr()
-    return code, printed.out + printed.err
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -210,14 +202,6 @@ def test_a_symlink_or_file_as_output_is_never_replaced(tmp_path):
 
 TINY_RUN = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
             "--warmup-steps", "1", "--eval-every", "100"]  # fmt: skip
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "a.txt").write_text("\n".join(f"Line {i}: to be, or not to be, that is the question." for i in range(60)))
-    return data
 
 
 class RunsCode:

@@ -28,7 +28,7 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
     transformers without running any code that came with it. A ValueError names what is wrong: no vocabulary files,
     files transformers cannot read, an empty vocabulary, or (with `vocab_size`, the model's) token ids the model has
     no row for."""
-    from .reading import read_json_object, refuse_foreign_code
+    from .reading import describe, read_json_object, refuse_foreign_code
 
     if str(tokenizer) in ("gpt2", str(GPT2_TOKENIZER_DIR)):
         loaded = gpt2_tokenizer()
@@ -49,8 +49,6 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
         except (OSError, ImportError):
             raise
         except Exception as error:  # noqa: BLE001 - tokenizers raises plain Exception for a malformed tokenizer.json
-            from .reading import describe
-
             raise ValueError(f"{tokenizer}: transformers cannot read this tokenizer ({describe(error)})") from error
     words = len(loaded.get_vocab()) - len(loaded.all_special_tokens)
     if words <= 0:

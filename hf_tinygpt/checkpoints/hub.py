@@ -19,6 +19,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
 from ..model.configuration_tinygpt import TinyGPTConfig
+from .bundled import TOKENIZER_FILES
 from .outputs import MANIFEST, output_folder
 from .reading import (
     check_weights_index,
@@ -26,14 +27,11 @@ from .reading import (
     has_tokenizer,
     load_strictly,
     read_config_dict,
-    read_json_object,
     reading_checkpoint,
 )
 
 # Every file of a model folder that staging reads (and so could publish, in some form): each must be a regular file.
-READ_FILES = ("config.json", "generation_config.json", "README.md", "tokenizer.json", "tokenizer_config.json",
-              "vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
-              "chat_template.json", "tokenizer.model", "vocab.txt")  # fmt: skip
+READ_FILES = ("config.json", "generation_config.json", "README.md", *TOKENIZER_FILES)
 # The weights layouts transformers reads; a folder to publish must hold exactly one.
 WEIGHTS_LAYOUTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                    "pytorch_model.bin.index.json")  # fmt: skip
@@ -80,8 +78,7 @@ def _weights_layout(folder: Path, inside: Path | None) -> str:
                          "verified; remove the stale one")  # fmt: skip
     refuse_links(folder, present, inside=inside)
     if present[0].endswith(".index.json"):
-        check_weights_index(folder)
-        shards = sorted(set(read_json_object(folder / present[0])["weight_map"].values()))
+        shards = check_weights_index(folder)
         if missing := [name for name in shards if not (folder / name).exists()]:
             raise FileNotFoundError(f"{folder}: cannot publish, missing: {', '.join(missing)} (named by {present[0]})")
         refuse_links(folder, shards, inside=inside)

@@ -15,6 +15,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.params import parameter_breakdown
+from .reading import describe
 
 TEMPLATES = {"conversion": "converted_gpt2.md", "training": "trained.md"}
 SAMPLE_PROMPT = "To be, or not to be"
@@ -102,8 +103,7 @@ def read_card(folder: str | Path) -> ModelCard | None:
     try:
         return ModelCard.load(path)
     except Exception as error:  # noqa: BLE001 - yaml, huggingface_hub and decoding errors alike: name the file
-        raise ValueError(f"{path}: cannot read the model card's metadata ({type(error).__name__}: "
-                         f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}); fix its YAML header "
+        raise ValueError(f"{path}: cannot read the model card's metadata ({describe(error)}); fix its YAML header "
                          "or remove the file (a new card is written)") from None  # fmt: skip
 
 

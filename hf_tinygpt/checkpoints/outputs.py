@@ -80,6 +80,13 @@ def _file_record(path: Path) -> dict:
     return {"size": path.stat().st_size, "sha256": _sha256(path)}
 
 
+def _matches_a_version(path: Path, versions: list) -> bool:
+    """Whether the file is one of the recorded versions (hashed only when its size is one of theirs)."""
+    size = path.stat().st_size
+    same_size = [v for v in versions if isinstance(v, dict) and v.get("size") == size]
+    return bool(same_size) and {"size": size, "sha256": _sha256(path)} in same_size
+
+
 def read_manifest(folder: Path) -> dict | None:
     """The manifest of `folder`, or None when it has none that this tool wrote (absent, a link, not ours)."""
     return read_manifest_file(folder / MANIFEST)
@@ -215,7 +222,7 @@ def unproven(folder: Path, *, contents: bool = True) -> list[str]:
                 problems.append(name + "/" * entry.is_dir())
             elif not entry.is_file():
                 problems.append(f"{name} (not a regular file)")
-            elif contents and _file_record(entry) not in files[name]:
+            elif contents and not _matches_a_version(entry, files[name]):
                 problems.append(f"{name} (changed since hf-tinygpt wrote it)")
 
     walk(folder, "")

@@ -92,9 +92,10 @@ def refuse_foreign_code(config: dict, where: str, *, tokenizer: bool = False):
                          "an architecture transformers has")  # fmt: skip
 
 
-def check_weights_index(folder) -> None:
-    """A ValueError if a local folder's weights index names a shard outside the folder (`../elsewhere`, `/abs`):
-    transformers would read it."""
+def check_weights_index(folder) -> list[str]:
+    """The shard files a local folder's weights indexes name, or a ValueError if one names a shard outside the
+    folder (`../elsewhere`, `/abs`): transformers would read it."""
+    named = []
     for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = Path(folder) / name
         if not index.is_file():
@@ -106,6 +107,8 @@ def check_weights_index(folder) -> None:
         shards = sorted(set(weight_map.values()))
         if bad := [shard for shard in shards if Path(shard).name != shard or shard in (".", "..")]:
             raise ValueError(f"{index}: shard names must be files in the folder itself, got {bad}")
+        named += shards
+    return named
 
 
 def read_tinygpt_config(model_or_config: str, **hub_kwargs) -> TinyGPTConfig:
