@@ -19,10 +19,10 @@ if sys.argv and os.path.basename(sys.argv[0]) == "hf-tinygpt":  # the console sc
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # noqa: E402
 
+from .checkpoints.bundled import DEFAULT_MODEL_DIR, GPT2_TOKENIZER_DIR, gpt2_tokenizer  # noqa: E402
 from .model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig  # noqa: E402
 from .model.modeling_tinygpt import TinyGPTForCausalLM, TinyGPTModel, TinyGPTPreTrainedModel  # noqa: E402
 from .model.params import parameter_breakdown  # noqa: E402
-from .checkpoints.bundled import DEFAULT_MODEL_DIR, GPT2_TOKENIZER_DIR, gpt2_tokenizer  # noqa: E402
 
 AutoConfig.register(TinyGPTConfig.model_type, TinyGPTConfig, exist_ok=True)
 AutoModel.register(TinyGPTConfig, TinyGPTModel, exist_ok=True)

@@ -66,9 +66,13 @@ def add_output_arguments(parser: argparse.ArgumentParser, what: str):
 
 
 def add_tolerance_argument(parser: argparse.ArgumentParser, what: str):
-    parser.add_argument("--tolerance", type=finite_at_least(0), default=1e-5,
-                        help=f"largest max |Δlogits| against GPT2LMHeadModel {what}, per unit of the logits' scale, "
-                             f"max(1, max |logit|) (for fp32; bf16 needs ~0.05)")  # fmt: skip
+    parser.add_argument(
+        "--tolerance",
+        type=finite_at_least(0),
+        default=1e-5,
+        help=f"largest max |Δlogits| against GPT2LMHeadModel {what}, per unit of the logits' scale, "
+        f"max(1, max |logit|) (for fp32; bf16 needs ~0.05)",
+    )
 
 
 @contextlib.contextmanager
@@ -94,8 +98,10 @@ def params_command(args) -> int:
     config = read_tinygpt_config(args.model, **hub_options(args))
     parts = parameter_breakdown(config)
     width = max(map(len, parts))
-    print(f"{args.model}: {config.position_embedding_type} positions, {config.n_layer} layers, "
-          f"n_embd {config.n_embd}, {config.n_head} heads, vocab {config.vocab_size}")  # fmt: skip
+    print(
+        f"{args.model}: {config.position_embedding_type} positions, {config.n_layer} layers, "
+        f"n_embd {config.n_embd}, {config.n_head} heads, vocab {config.vocab_size}"
+    )
     for name, count in parts.items():
         note = " (tied to token_embedding)" if name == "lm_head" and config.tie_word_embeddings else ""
         print(f"  {name:<{width}}  {count:>14,}{note}")
@@ -111,8 +117,10 @@ def verify_gpt2_command(args) -> int:
     same = result["tinygpt_tokens"] == result["gpt2_tokens"]
     print(f"parameters: {result['parameters']:,}")
     scale = result["logit_scale"]
-    print(f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {args.tolerance:g} × the "
-          f"logits' scale {scale:.3g})")  # fmt: skip
+    print(
+        f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {args.tolerance:g} × the "
+        f"logits' scale {scale:.3g})"
+    )
     print(f"greedy continuation, GPT2LMHeadModel: {result['gpt2_text']!r}")
     print(f"greedy continuation, TinyGPT:         {result['tinygpt_text']!r}")
     ok = same and result["max_abs_logit_delta"] <= args.tolerance * scale
@@ -131,20 +139,40 @@ def convert_command(args) -> int:
     tolerance = args.tolerance if args.verify else None
     if args.to != "tinygpt":
         tolerance = args.tolerance  # an export is always checked against its target class before it is written
-        not_for_export = {"--n-head": args.n_head, "--trim-vocab": args.trim_vocab, "--base-model": args.base_model,
-                          "--license": args.license}  # fmt: skip
+        not_for_export = {
+            "--n-head": args.n_head,
+            "--trim-vocab": args.trim_vocab,
+            "--base-model": args.base_model,
+            "--license": args.license,
+        }
         if given := [flag for flag, value in not_for_export.items() if value is not None]:
             raise ValueError(f"{', '.join(given)} only apply to a conversion to tinygpt, not with --to {args.to}")
-        out, delta = convert.export_tinygpt(args.src, args.out, to=args.to, tokenizer=args.tokenizer, dtype=args.dtype,
-                                            force=args.force, verify_tolerance=tolerance, **hub)  # fmt: skip
+        out, delta = convert.export_tinygpt(
+            args.src,
+            args.out,
+            to=args.to,
+            tokenizer=args.tokenizer,
+            dtype=args.dtype,
+            force=args.force,
+            verify_tolerance=tolerance,
+            **hub,
+        )
         report(delta)
         print(f"wrote {out} ({convert.EXPORTS[args.to][1].__name__} format)")
     else:
         out, source, delta = convert.gpt2_to_tinygpt(
-            args.src, args.out, tokenizer=args.tokenizer, dtype=args.dtype, force=args.force, n_head=args.n_head,
-            trim_vocab=args.trim_vocab, verify_tolerance=tolerance, base_model=args.base_model,
-            license=args.license or "mit", **hub,
-        )  # fmt: skip
+            args.src,
+            args.out,
+            tokenizer=args.tokenizer,
+            dtype=args.dtype,
+            force=args.force,
+            n_head=args.n_head,
+            trim_vocab=args.trim_vocab,
+            verify_tolerance=tolerance,
+            base_model=args.base_model,
+            license=args.license or "mit",
+            **hub,
+        )
         report(delta)
         print(f"wrote {out} ({source.kind} → tinygpt, {source.config.n_layer} layers, n_embd {source.config.n_embd})")
     return 0
@@ -160,10 +188,16 @@ def push_command(args) -> int:
         print(f"  {len(files)} files, {sum(files.values()):,} bytes")
 
     if args.out is not None and not args.dry_run:
-        raise ValueError("--out is where --dry-run stages the files; without --dry-run the push stages in a temporary "
-                         "folder")  # fmt: skip
-    options = dict(tokenizer=args.tokenizer, base_model=args.base_model, license=args.license or "mit",
-                   verify_tolerance=args.tolerance, keep_local_paths=args.keep_local_paths)  # fmt: skip
+        raise ValueError(
+            "--out is where --dry-run stages the files; without --dry-run the push stages in a temporary folder"
+        )
+    options = dict(
+        tokenizer=args.tokenizer,
+        base_model=args.base_model,
+        license=args.license or "mit",
+        verify_tolerance=args.tolerance,
+        keep_local_paths=args.keep_local_paths,
+    )
     if args.dry_run:
         if args.out is None:
             raise ValueError("--dry-run needs --out DIR: the folder to stage the files in")
@@ -177,9 +211,17 @@ def push_command(args) -> int:
         show(files)
 
     info = push_to_hub(
-        args.src, args.repo_id, private=args.private, revision=args.revision, commit_message=args.commit_message,
-        create_pr=args.create_pr, token=args.token, timeout=args.timeout, on_staged=staged, **options,
-    )  # fmt: skip
+        args.src,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        create_pr=args.create_pr,
+        token=args.token,
+        timeout=args.timeout,
+        on_staged=staged,
+        **options,
+    )
     print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
     return 0
 
@@ -191,10 +233,17 @@ def add_push_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--revision", "--branch", dest="revision", help="branch to commit to (created if needed)")
     parser.add_argument("--commit-message", help="commit message (default: says what was uploaded)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument("--token", help="Hub token, also for reading a private SRC (default: the one huggingface_hub "
-                                        "already knows; never printed)")  # fmt: skip
-    parser.add_argument("--timeout", type=finite_at_least(0.001), default=60.0,
-                        help="seconds a network request may make no progress before the push fails")  # fmt: skip
+    parser.add_argument(
+        "--token",
+        help="Hub token, also for reading a private SRC (default: the one huggingface_hub "
+        "already knows; never printed)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=finite_at_least(0.001),
+        default=60.0,
+        help="seconds a network request may make no progress before the push fails",
+    )
     parser.add_argument("--dry-run", action="store_true", help="only stage the files into --out and list them")
     parser.add_argument("--out", metavar="DIR", help="with --dry-run: the folder to stage into (written atomically)")
     parser.add_argument("--force", action="store_true", help="with --dry-run: replace an earlier output at --out")
@@ -202,40 +251,69 @@ def add_push_arguments(parser: argparse.ArgumentParser):
     add_tolerance_argument(parser, "when a GPT-2 SRC is converted first")
     parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card")
     parser.add_argument("--license", help="licence for the model card (default: mit)")
-    parser.add_argument("--keep-local-paths", action="store_true",
-                        help="publish the card's training data paths and command line as they are (default: cut to "
-                             "file names)")  # fmt: skip
+    parser.add_argument(
+        "--keep-local-paths",
+        action="store_true",
+        help="publish the card's training data paths and command line as they are (default: cut to file names)",
+    )
 
 
 def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
-    parser.add_argument("--tokenizer", metavar="gpt2|PATH",
-                        help=f"{what}: 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id")  # fmt: skip
+    parser.add_argument(
+        "--tokenizer", metavar="gpt2|PATH", help=f"{what}: 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id"
+    )
 
 
 def train_command(args) -> int:
     from .tools.training import TrainingInterrupted, TrainingSettings, train
 
     config = read_json_object(args.config) if args.config else {}
-    shape = {"position_embedding_type": args.position, "n_layer": args.n_layer, "n_embd": args.n_embd,
-             "n_head": args.n_head, "n_positions": args.n_positions, "resid_pdrop": args.dropout,
-             "embd_pdrop": args.dropout, "attn_pdrop": args.dropout}  # fmt: skip
+    shape = {
+        "position_embedding_type": args.position,
+        "n_layer": args.n_layer,
+        "n_embd": args.n_embd,
+        "n_head": args.n_head,
+        "n_positions": args.n_positions,
+        "resid_pdrop": args.dropout,
+        "embd_pdrop": args.dropout,
+        "attn_pdrop": args.dropout,
+    }
     config |= {key: value for key, value in shape.items() if value is not None}  # flags override the JSON
     settings = TrainingSettings(
-        out=args.out, train=args.train, validation=args.validation or [], glob=args.glob, tokenizer=args.tokenizer,
-        config=config, block_size=args.block_size, batch_size=args.batch_size, steps=args.steps,
-        learning_rate=args.lr, min_lr_ratio=args.min_lr_ratio, warmup_steps=args.warmup_steps,
-        weight_decay=args.weight_decay, grad_clip=args.grad_clip, bf16=args.bf16, seed=args.seed,
-        eval_every=args.eval_every, save_every=args.save_every, save_dtype=args.save_dtype, resume=args.resume,
-        force=args.force, command=args.command,
-    )  # fmt: skip
+        out=args.out,
+        train=args.train,
+        validation=args.validation or [],
+        glob=args.glob,
+        tokenizer=args.tokenizer,
+        config=config,
+        block_size=args.block_size,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        learning_rate=args.lr,
+        min_lr_ratio=args.min_lr_ratio,
+        warmup_steps=args.warmup_steps,
+        weight_decay=args.weight_decay,
+        grad_clip=args.grad_clip,
+        bf16=args.bf16,
+        seed=args.seed,
+        eval_every=args.eval_every,
+        save_every=args.save_every,
+        save_dtype=args.save_dtype,
+        resume=args.resume,
+        force=args.force,
+        command=args.command,
+    )
     try:
         _, summary = train(settings)
     except TrainingInterrupted:  # it said where it stopped and how to go on
         return 130
     ppl, loss, wall = (summary.get(key) for key in ("validation_perplexity", "final_train_loss", "wall_s"))
-    print(f"trained {summary.get('steps')} steps" + (f" in {wall / 60:.1f} min" if isinstance(wall, float) else "")
-          + (f"; final train loss {loss:.4f}" if isinstance(loss, float) else "")
-          + (f"; validation perplexity {ppl:.2f}" if isinstance(ppl, float) else ""))  # fmt: skip
+    print(
+        f"trained {summary.get('steps')} steps"
+        + (f" in {wall / 60:.1f} min" if isinstance(wall, float) else "")
+        + (f"; final train loss {loss:.4f}" if isinstance(loss, float) else "")
+        + (f"; validation perplexity {ppl:.2f}" if isinstance(ppl, float) else "")
+    )
     print(f"model: {os.path.join(args.out, 'model')}")
     return 0
 
@@ -244,18 +322,20 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     from .tools import SMALL_MODEL
 
     data = parser.add_argument_group("data")
-    data.add_argument("--train", nargs="+", required=True, help="text files or folders (folders: files matching --glob)")
+    data.add_argument(
+        "--train", nargs="+", required=True, help="text files or folders (folders: files matching --glob)"
+    )
     data.add_argument("--validation", nargs="+", help="held-out text files (left out of --train folders)")
     data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use")
     add_tokenizer_argument(data, "the tokenizer to train with (default: gpt2)")
     model = parser.add_argument_group(
-        "model", "Default: a small model that trains on a CPU in minutes "
-                 f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
-                 "learned positions). --config and these flags change it; flags win.",
-    )  # fmt: skip
+        "model",
+        "Default: a small model that trains on a CPU in minutes "
+        f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
+        "learned positions). --config and these flags change it; flags win.",
+    )
     model.add_argument("--config", help="JSON file of TinyGPTConfig fields")
-    model.add_argument("--position", choices=POSITION_SCHEMES,
-                       help="position scheme (default: learned)")  # fmt: skip
+    model.add_argument("--position", choices=POSITION_SCHEMES, help="position scheme (default: learned)")
     model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
     model.add_argument("--n-embd", type=int, help=f"width (default: {SMALL_MODEL['n_embd']})")
     model.add_argument("--n-head", type=int, help=f"attention heads (default: {SMALL_MODEL['n_head']})")
@@ -286,8 +366,16 @@ def generate_command(args) -> int:
     hub = hub_options(args)
     with no_progress_bars():  # the continuation is the output: no "Loading weights" bar around it
         model, tokenizer = load_for_generation(args.model, int8=args.int8, **hub)
-    generate_text(args.prompt, model, tokenizer, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                  top_k=args.top_k or None, top_p=args.top_p, seed=args.seed)  # fmt: skip
+    generate_text(
+        args.prompt,
+        model,
+        tokenizer,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k or None,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
     return 0
 
 
@@ -299,8 +387,12 @@ def add_generate_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest tokens (0: all)")
     parser.add_argument("--top-p", type=float, help="nucleus sampling: the smallest set with this probability")
     parser.add_argument("--seed", type=int, help="for reproducible sampling")
-    parser.add_argument("--int8", action="store_true", help="int8 weights, bfloat16 activations: quantized with "
-                        "torchao as the model loads (the [int8] extra); on a CPU, decodes faster than bfloat16")
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="int8 weights, bfloat16 activations: quantized with "
+        "torchao as the model loads (the [int8] extra); on a CPU, decodes faster than bfloat16",
+    )
     add_hub_arguments(parser)
 
 
@@ -312,8 +404,16 @@ def plot_positions_command(args) -> int:
         model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
     prompt = {} if args.prompt is None else {"prompt": args.prompt}
     with output_folder(args.out, force=args.force, protect=[args.model], kind="pictures") as staging:
-        arrays = plot_positions(model, staging, svg=args.svg, seed=args.seed, n_dims=args.dims,
-                                max_positions=args.max_positions, label=label, **prompt)  # fmt: skip
+        arrays = plot_positions(
+            model,
+            staging,
+            svg=args.svg,
+            seed=args.seed,
+            n_dims=args.dims,
+            max_positions=args.max_positions,
+            label=label,
+            **prompt,
+        )
     files = written_files(args.out, arrays, svg=args.svg)
     count = f"{len(files)} file" + "s" * (len(files) != 1)
     print(f"{label}: {model.config.position_embedding_type} positions; wrote {count}:")
@@ -322,39 +422,58 @@ def plot_positions_command(args) -> int:
     tokens = arrays["token_vs_position"]
     if tokens["pair"]:
         first, second = tokens["pair"]
-        print(f"repeated token {tokens['tokens'][first]!r} at positions {first} and {second}: cosine similarity "
-              f"{tokens['before']:.4f} before positions, {tokens['after']:.4f} after")  # fmt: skip
+        print(
+            f"repeated token {tokens['tokens'][first]!r} at positions {first} and {second}: cosine similarity "
+            f"{tokens['before']:.4f} before positions, {tokens['after']:.4f} after"
+        )
     return 0
 
 
 def add_plot_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("model", help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name "
-                                      "(learned, sinusoidal, rope, alibi, none: an untrained small model)")  # fmt: skip
+    parser.add_argument(
+        "model",
+        help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name "
+        "(learned, sinusoidal, rope, alibi, none: an untrained small model)",
+    )
     add_output_arguments(parser, "folder for the pictures")
     parser.add_argument("--svg", action="store_true", help="write NAME.svg next to each NAME.png")
     parser.add_argument("--seed", type=int, default=0, help="picks the traced dimensions and any random init")
     parser.add_argument("--dims", type=int, default=8, help="how many single dimensions to trace")
     parser.add_argument("--max-positions", type=int, help="positions/offsets/distances to plot (default: n_positions)")
-    parser.add_argument("--prompt", help="text for the token-vs-position picture; repeat a word to see it diverge "
-                                         "(default: 'The cat sat on the mat by the door')")  # fmt: skip
+    parser.add_argument(
+        "--prompt",
+        help="text for the token-vs-position picture; repeat a word to see it diverge "
+        "(default: 'The cat sat on the mat by the door')",
+    )
     add_hub_arguments(parser)
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("src", help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
-                                    "(with --to gpt2: a tinygpt folder or Hub id)")  # fmt: skip
+    parser.add_argument(
+        "src",
+        help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
+        "(with --to gpt2: a tinygpt folder or Hub id)",
+    )
     add_output_arguments(parser, "the converted model folder")
-    parser.add_argument("--to", choices=["tinygpt", "gpt2", "gpt_neox"], default="tinygpt",
-                        help="output format: tinygpt, or the exact twin among transformers' architectures (gpt2 for "
-                             "learned, sinusoidal or no positions; gpt_neox for rope)")  # fmt: skip
+    parser.add_argument(
+        "--to",
+        choices=["tinygpt", "gpt2", "gpt_neox"],
+        default="tinygpt",
+        help="output format: tinygpt, or the exact twin among transformers' architectures (gpt2 for "
+        "learned, sinusoidal or no positions; gpt_neox for rope)",
+    )
     add_tokenizer_argument(parser)
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="store the weights in this dtype")
-    parser.add_argument("--verify", action="store_true",
-                        help="compare with GPT2LMHeadModel before writing (always done with --to gpt2 | gpt_neox)")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="compare with GPT2LMHeadModel before writing (always done with --to gpt2 | gpt_neox)",
+    )
     add_tolerance_argument(parser, "that --verify accepts")
     parser.add_argument("--n-head", type=int_at_least(1), help="heads, for a lone weights file without config.json")
-    parser.add_argument("--trim-vocab", type=int_at_least(1),
-                        help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)")  # fmt: skip
+    parser.add_argument(
+        "--trim-vocab", type=int_at_least(1), help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)"
+    )
     parser.add_argument("--base-model", help="Hub id of the source, for the model card (default: SRC if a Hub id)")
     parser.add_argument("--license", help="licence for the model card (default: mit, as GPT-2's weights)")
     add_hub_arguments(parser)
@@ -366,12 +485,12 @@ EXAMPLES = {
     "plot-positions": "hf-tinygpt plot-positions rope --out plots/rope",
     "verify-gpt2": "hf-tinygpt verify-gpt2 path/to/gpt2-folder",
     "convert": "hf-tinygpt convert path/to/gpt2-folder --out tinygpt-model --verify\n"
-               "  hf-tinygpt convert nanogpt/ckpt.pt --out tinygpt-model --tokenizer gpt2 --trim-vocab 50257\n"
-               "  hf-tinygpt convert tinygpt-model --to gpt2 --out gpt2-model --verify",
+    "  hf-tinygpt convert nanogpt/ckpt.pt --out tinygpt-model --tokenizer gpt2 --trim-vocab 50257\n"
+    "  hf-tinygpt convert tinygpt-model --to gpt2 --out gpt2-model --verify",
     "train": "hf-tinygpt train --train texts/ --validation held_out.txt --position rope --out runs/rope",
     "push": "hf-tinygpt push tinygpt-model me/tinygpt --dry-run --out staged\n"
-            "  hf-tinygpt push tinygpt-model me/tinygpt --private",
-}  # fmt: skip
+    "  hf-tinygpt push tinygpt-model me/tinygpt --private",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -380,24 +499,44 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     def verb(name, help, add_arguments, run):
-        sub = verbs.add_parser(name, help=help, description=help, epilog=f"example:\n  {EXAMPLES[name]}",
-                               formatter_class=HelpFormatter)  # fmt: skip
+        sub = verbs.add_parser(
+            name, help=help, description=help, epilog=f"example:\n  {EXAMPLES[name]}", formatter_class=HelpFormatter
+        )
         add_arguments(sub)
         sub.set_defaults(run=run)
 
     verb("generate", "continue a prompt, streaming tokens (the main job)", add_generate_arguments, generate_command)
-    verb("params", "parameter breakdown of a model folder, Hub id or config.json", add_params_arguments,
-         params_command)  # fmt: skip
-    verb("plot-positions", "pictures of a model's position scheme (PNG, SVG on request)", add_plot_arguments,
-         plot_positions_command)  # fmt: skip
-    verb("verify-gpt2", "compare TinyGPT with transformers' GPT-2 on the same weights", add_verify_arguments,
-         verify_gpt2_command)  # fmt: skip
-    verb("convert", "GPT-2 / nanoGPT checkpoint → tinygpt folder (or out with --to gpt2 | gpt_neox)",
-         add_convert_arguments, convert_command)  # fmt: skip
-    verb("train", "train a TinyGPT from scratch on text files ([train] extra: accelerate)", add_train_arguments,
-         train_command)  # fmt: skip
-    verb("push", "publish a tinygpt (or converted GPT-2) model to the Hub, with its card", add_push_arguments,
-         push_command)  # fmt: skip
+    verb("params", "parameter breakdown of a model folder, Hub id or config.json", add_params_arguments, params_command)
+    verb(
+        "plot-positions",
+        "pictures of a model's position scheme (PNG, SVG on request)",
+        add_plot_arguments,
+        plot_positions_command,
+    )
+    verb(
+        "verify-gpt2",
+        "compare TinyGPT with transformers' GPT-2 on the same weights",
+        add_verify_arguments,
+        verify_gpt2_command,
+    )
+    verb(
+        "convert",
+        "GPT-2 / nanoGPT checkpoint → tinygpt folder (or out with --to gpt2 | gpt_neox)",
+        add_convert_arguments,
+        convert_command,
+    )
+    verb(
+        "train",
+        "train a TinyGPT from scratch on text files ([train] extra: accelerate)",
+        add_train_arguments,
+        train_command,
+    )
+    verb(
+        "push",
+        "publish a tinygpt (or converted GPT-2) model to the Hub, with its card",
+        add_push_arguments,
+        push_command,
+    )
     return parser
 
 
@@ -429,8 +568,11 @@ def main(argv=None) -> int:
     except (TypeError, KeyError, IndexError, AttributeError) as error:  # a value of the wrong type in some file
         if os.environ.get("HF_TINYGPT_TRACEBACK"):
             raise
-        print(f"hf-tinygpt {args.verb}: error: {describe(error)} (a file of the model or tokenizer may hold a value "
-              "of the wrong type; HF_TINYGPT_TRACEBACK=1 shows where)", file=sys.stderr)  # fmt: skip
+        print(
+            f"hf-tinygpt {args.verb}: error: {describe(error)} (a file of the model or tokenizer may hold a value "
+            "of the wrong type; HF_TINYGPT_TRACEBACK=1 shows where)",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:  # every output is written whole or not at all (checkpoints/outputs.py)
         print(f"\nhf-tinygpt {args.verb}: interrupted; nothing was left half-written", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Wall time and peak RSS of converting and loading a GPT-2-small-shaped checkpoint (random weights, made here).
 
-    python scripts/benchmark_conversion.py [--json OUT.json] [--n-layer N --n-embd D --n-head H]
+python scripts/benchmark_conversion.py [--json OUT.json] [--n-layer N --n-embd D --n-head H]
 """
 
 import argparse

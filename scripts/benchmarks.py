@@ -85,11 +85,15 @@ def conversion_benchmark(work_dir: str | os.PathLike, gpt2_config: dict | None =
     checkpoint_bytes = weights_bytes(gpt2_st)
     # (label, statement); each runs in a fresh process after _IMPORTS
     operations = [
-        ("convert model.safetensors → tinygpt", f"gpt2_to_tinygpt({str(gpt2_st)!r}, {str(tiny)!r}, "
-                                                 "tokenizer='gpt2', force=True)"),
-        ("convert pytorch_model.bin → tinygpt", f"gpt2_to_tinygpt({str(gpt2_bin)!r}, {str(tiny)!r}, "
-                                                 "tokenizer='gpt2', force=True)"),
-    ]  # fmt: skip
+        (
+            "convert model.safetensors → tinygpt",
+            f"gpt2_to_tinygpt({str(gpt2_st)!r}, {str(tiny)!r}, tokenizer='gpt2', force=True)",
+        ),
+        (
+            "convert pytorch_model.bin → tinygpt",
+            f"gpt2_to_tinygpt({str(gpt2_bin)!r}, {str(tiny)!r}, tokenizer='gpt2', force=True)",
+        ),
+    ]
     loads = [
         ("TinyGPT from_pretrained(tinygpt folder)", "TinyGPTForCausalLM", tiny),
         ("TinyGPT from_pretrained(GPT-2 folder)", "TinyGPTForCausalLM", gpt2_st),
@@ -99,7 +103,13 @@ def conversion_benchmark(work_dir: str | os.PathLike, gpt2_config: dict | None =
     measurements += [(label, measure_load(model_class, folder)) for label, model_class, folder in loads]
     rows = []
     for label, measured in measurements:
-        rows.append({"operation": label, **measured, "peak_added_per_checkpoint_byte": measured["peak_added"] / checkpoint_bytes})
+        rows.append(
+            {
+                "operation": label,
+                **measured,
+                "peak_added_per_checkpoint_byte": measured["peak_added"] / checkpoint_bytes,
+            }
+        )
     return {"checkpoint_bytes": checkpoint_bytes, "rows": rows}
 
 
@@ -154,7 +164,9 @@ def block_products(model) -> list[tuple[int, int]]:
     return [tuple(m.weight.shape) for m in model.transformer.h.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def int8_gemv_bandwidth(products: list[tuple[int, int]], one_product_bytes: int = 128 * 2**20, repeats: int = 5) -> dict:
+def int8_gemv_bandwidth(
+    products: list[tuple[int, int]], one_product_bytes: int = 128 * 2**20, repeats: int = 5
+) -> dict:
     """Bytes/s at which the int8 products of a CompiledDecoder's int8 step read their weights from memory: the op
     TinyGPT's `Linear` emits for a few rows (`_weight_int8pack_mm`, one row of bf16 activations), compiled with the
     decoder's settings (inductor's CPP GEMM template), in one compiled call. `products_GBps`: the `products` (rows,
@@ -179,8 +191,10 @@ def int8_gemv_bandwidth(products: list[tuple[int, int]], one_product_bytes: int 
             self.scales = torch.nn.ParameterList(torch.nn.Parameter(s, requires_grad=False) for s in scales)
 
         def forward(self, inputs: dict[str, torch.Tensor]):
-            return [torch.ops.aten._weight_int8pack_mm(inputs[str(weight.shape[1])], weight, scale)
-                    for weight, scale in zip(self.weights, self.scales)]
+            return [
+                torch.ops.aten._weight_int8pack_mm(inputs[str(weight.shape[1])], weight, scale)
+                for weight, scale in zip(self.weights, self.scales, strict=True)
+            ]
 
     inputs = {str(c): torch.randn(1, c, generator=generator).to(torch.bfloat16) for c in {c for _, c in products}}
     cases = {"products": products, "one_product": [(one_product_bytes // products[0][1], products[0][1])]}
@@ -191,7 +205,7 @@ def int8_gemv_bandwidth(products: list[tuple[int, int]], one_product_bytes: int 
             eager = Int8Products(shapes).eval()
             compiled = torch.compile(eager, fullgraph=True)
             # The compiled kernels must compute the products, or their speed means nothing (bf16: ~3 digits).
-            for got, want in zip(compiled(inputs), eager(inputs)):
+            for got, want in zip(compiled(inputs), eager(inputs), strict=True):
                 torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
             weight_bytes = sum(weight.numel() for weight in eager.weights)
             calls = max(3, 256 * 2**20 // weight_bytes)  # ~256 MB read per timing
@@ -223,8 +237,10 @@ def _ceiling_tok_s(bandwidth: float, step_bytes: int, batch: int) -> float:
 def _of_ceiling_by_round(rounds: dict, name: str, step_bytes: int, batch: int) -> list[float]:
     """`name`'s fraction of the ceiling in each round, against the probe taken just before it: the probe swings within
     minutes (32 to 59 GB/s between two rounds of one row) while a decoder's speed hardly moves."""
-    return [tok_s / _ceiling_tok_s(probe * 1e9, step_bytes, batch)
-            for tok_s, probe in zip(rounds["tok_s"][name], rounds["probe_GBps"])]  # fmt: skip
+    return [
+        tok_s / _ceiling_tok_s(probe * 1e9, step_bytes, batch)
+        for tok_s, probe in zip(rounds["tok_s"][name], rounds["probe_GBps"], strict=True)
+    ]
 
 
 def _timed(fn) -> float:
@@ -246,11 +262,13 @@ def paired_timings(make_fn, repeats: int, probe=memory_bandwidth, names=("hf", "
         shift = repeat % len(names)
         for name in names[shift:] + names[:shift]:
             times[name].append(_timed(make_fn(name)))
-    paired = {name: [theirs / ours for theirs, ours in zip(times[name], times["tinygpt"])] for name in names}
+    paired = {name: [theirs / ours for theirs, ours in zip(times[name], times["tinygpt"], strict=True)] for name in names}
     timed = {"times": times, "probes": probes, "paired_ratios": paired["hf"], "ratio": statistics.median(paired["hf"])}
     peers = [name for name in names if name not in ("hf", "tinygpt")]
     if peers:
-        timed["peers"] = {name: {"paired_ratios": paired[name], "ratio": statistics.median(paired[name])} for name in peers}
+        timed["peers"] = {
+            name: {"paired_ratios": paired[name], "ratio": statistics.median(paired[name])} for name in peers
+        }
     return timed
 
 
@@ -262,8 +280,15 @@ class LlamaCppTimer:
     llama.cpp's own convert_hf_to_gguf.py, one per type. A type whose first run fails (q8_0 died with SIGILL in one
     build of llama.cpp on this CPU) is left out, with the reason in `unavailable`."""
 
-    def __init__(self, gpt2_folder: str, work: Path, prompt: list[int], new_tokens: int, threads: int,
-                 types=("f32", "f16", "q8_0")):  # fmt: skip
+    def __init__(
+        self,
+        gpt2_folder: str,
+        work: Path,
+        prompt: list[int],
+        new_tokens: int,
+        threads: int,
+        types=("f32", "f16", "q8_0"),
+    ):
         from engines import WORKER, WORKER_ENV, convert_to_gguf, llama_cpp_engine, worker_result, write_inputs
 
         from hf_tinygpt.checkpoints.convert import export_tinygpt
@@ -281,10 +306,13 @@ class LlamaCppTimer:
             except RuntimeError as failed:
                 self.unavailable[outtype] = str(failed).splitlines()[-1][-300:]
         self.gguf_bytes = {outtype: gguf.stat().st_size for outtype, gguf in self.ggufs.items()}
-        self.process = subprocess.Popen([str(engine[0]), str(WORKER), "llama_cpp_timer", str(threads),
-                                         *map(str, self.ggufs.values()), str(inputs)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                        env={**os.environ, **WORKER_ENV})  # fmt: skip
+        self.process = subprocess.Popen(
+            [str(engine[0]), str(WORKER), "llama_cpp_timer", str(threads), *map(str, self.ggufs.values()), str(inputs)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **WORKER_ENV},
+        )
         self.index = {outtype: i for i, outtype in enumerate(self.ggufs)}
         self.prompt_length, self.new_tokens = len(prompt), new_tokens
         self._read()  # loaded
@@ -308,8 +336,10 @@ class LlamaCppTimer:
         done = (result["prompt_tokens_evaluated"], result["decoding_steps"])
         expected = (max(1, self.prompt_length), max(1, self.new_tokens - 1))
         if done != expected:
-            raise RuntimeError(f"llama.cpp {outtype} evaluated {done[0]} prompt tokens and {done[1]} decoding steps; "
-                               f"a run is {expected[0]} and {expected[1]}.")  # fmt: skip
+            raise RuntimeError(
+                f"llama.cpp {outtype} evaluated {done[0]} prompt tokens and {done[1]} decoding steps; "
+                f"a run is {expected[0]} and {expected[1]}."
+            )
         return result
 
     def close(self):
@@ -333,10 +363,20 @@ INT8_PEER = "tinygpt bfloat16"
 DECODE_CACHES = {"dynamic": "dynamic cache", "static": "static cache", "compiled": "static cache + torch.compile"}
 
 
-def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int = 3, prefill_shapes=((1, 1024), (8, 128)),
-                    decode_batches=(1, 8), prompt_length: int = 32, new_tokens: int = 128,
-                    caches=tuple(DECODE_CACHES), seed: int = 0, llama_cpp: LlamaCppTimer | None = None,
-                    int8_gemv: dict | None = None) -> dict:  # fmt: skip
+def speed_benchmark(
+    folder: str,
+    *,
+    dtypes=("float32", "bfloat16"),
+    repeats: int = 3,
+    prefill_shapes=((1, 1024), (8, 128)),
+    decode_batches=(1, 8),
+    prompt_length: int = 32,
+    new_tokens: int = 128,
+    caches=tuple(DECODE_CACHES),
+    seed: int = 0,
+    llama_cpp: LlamaCppTimer | None = None,
+    int8_gemv: dict | None = None,
+) -> dict:
     """Side-by-side timings of transformers' GPT2LMHeadModel and TinyGPT loaded from the same GPT-2 `folder`.
 
     Each measurement is `paired_timings` over `repeats` after a warm-up (two for compiled rows, whose first calls
@@ -359,8 +399,10 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
         int8 = dtype_name == "int8"
         options = dict(dtype=torch.bfloat16 if int8 else getattr(torch, dtype_name), attn_implementation="sdpa")
         quantized = options | {"quantization_config": int8_weight_only()} if int8 else options
-        models = {"hf": GPT2LMHeadModel.from_pretrained(folder, **quantized).eval(),
-                  "tinygpt": TinyGPTForCausalLM.from_pretrained(folder, **quantized).eval()}  # fmt: skip
+        models = {
+            "hf": GPT2LMHeadModel.from_pretrained(folder, **quantized).eval(),
+            "tinygpt": TinyGPTForCausalLM.from_pretrained(folder, **quantized).eval(),
+        }
         if int8:
             models[INT8_PEER] = TinyGPTForCausalLM.from_pretrained(folder, **options).eval()
         vocab = models["hf"].config.vocab_size
@@ -372,15 +414,24 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                 for name in names:
                     make_fn(name)()
             timed = paired_timings(make_fn, repeats, names=names)
-            row = {"dtype": dtype_name, "measure": label, "memory_bandwidth_GBps": statistics.median(timed["probes"]) / 1e9,
-                   "paired_ratios": timed["paired_ratios"], "ratio": timed["ratio"],
-                   "rounds": {"probe_GBps": [probe / 1e9 for probe in timed["probes"]],
-                              "tok_s": {name: [tokens / t for t in timed["times"][name]] for name in names}}}  # fmt: skip
+            row = {
+                "dtype": dtype_name,
+                "measure": label,
+                "memory_bandwidth_GBps": statistics.median(timed["probes"]) / 1e9,
+                "paired_ratios": timed["paired_ratios"],
+                "ratio": timed["ratio"],
+                "rounds": {
+                    "probe_GBps": [probe / 1e9 for probe in timed["probes"]],
+                    "tok_s": {name: [tokens / t for t in timed["times"][name]] for name in names},
+                },
+            }
             for name in ("hf", "tinygpt"):
                 row[f"{name}_tok_s"] = tokens / statistics.median(timed["times"][name])
             if peers:
-                row["peers"] = {name: {**timed["peers"][name], "tok_s": tokens / statistics.median(timed["times"][name])}
-                                for name in peers}  # fmt: skip
+                row["peers"] = {
+                    name: {**timed["peers"][name], "tok_s": tokens / statistics.median(timed["times"][name])}
+                    for name in peers
+                }
             return row
 
         with torch.inference_mode():
@@ -401,12 +452,18 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                         return lambda: llama_cpp.run(name.removeprefix("llama.cpp "))
                     # Exactly `new_tokens` each: no EOS. (`min_new_tokens` would do it too, but its logits
                     # processor scans the whole vocabulary every step, ~0.15 ms that is neither model's.)
-                    kwargs = dict(max_new_tokens=new_tokens, eos_token_id=None, do_sample=False, pad_token_id=0,
-                                  attention_mask=torch.ones_like(ids))  # fmt: skip
+                    kwargs = dict(
+                        max_new_tokens=new_tokens,
+                        eos_token_id=None,
+                        do_sample=False,
+                        pad_token_id=0,
+                        attention_mask=torch.ones_like(ids),
+                    )
                     if cache == "compiled":
                         if (name, batch) not in decoders:
-                            decoders[name, batch] = CompiledDecoder(models[name], batch_size=batch,
-                                                                    max_length=prompt_length + new_tokens)  # fmt: skip
+                            decoders[name, batch] = CompiledDecoder(
+                                models[name], batch_size=batch, max_length=prompt_length + new_tokens
+                            )
                         return lambda: decoders[name, batch].generate(ids, **kwargs)
                     if cache == "static":
                         kwargs["cache_implementation"] = "static"
@@ -415,23 +472,40 @@ def speed_benchmark(folder: str, *, dtypes=("float32", "bfloat16"), repeats: int
                 peers = [INT8_PEER] if int8 else []
                 if llama_cpp is not None and batch == 1 and cache in ("dynamic", "compiled"):
                     peers += [f"llama.cpp {t}" for t in LLAMA_CPP_PEERS.get(dtype_name, ()) if t in llama_cpp.ggufs]
-                row = run_pair(f"decode batch {batch}, {DECODE_CACHES[cache]}", decode, batch * new_tokens,
-                               warmups=2 if cache == "compiled" else 1, peers=peers)  # fmt: skip
+                row = run_pair(
+                    f"decode batch {batch}, {DECODE_CACHES[cache]}",
+                    decode,
+                    batch * new_tokens,
+                    warmups=2 if cache == "compiled" else 1,
+                    peers=peers,
+                )
                 bandwidth = row["memory_bandwidth_GBps"] * 1e9
                 ceiling = _ceiling_tok_s(bandwidth, bytes_per_step, batch)
-                row |= {"batch": batch, "cache": cache, "ceiling_tok_s": ceiling, "hf_of_ceiling": row["hf_tok_s"] / ceiling,
-                        "tinygpt_of_ceiling": row["tinygpt_tok_s"] / ceiling,
-                        "tinygpt_of_ceiling_by_round": _of_ceiling_by_round(row["rounds"], "tinygpt", bytes_per_step, batch)}  # fmt: skip
+                row |= {
+                    "batch": batch,
+                    "cache": cache,
+                    "ceiling_tok_s": ceiling,
+                    "hf_of_ceiling": row["hf_tok_s"] / ceiling,
+                    "tinygpt_of_ceiling": row["tinygpt_tok_s"] / ceiling,
+                    "tinygpt_of_ceiling_by_round": _of_ceiling_by_round(
+                        row["rounds"], "tinygpt", bytes_per_step, batch
+                    ),
+                }
                 for name, peer in row.get("peers", {}).items():
                     # llama.cpp reads its whole GGUF per token (the head is the tied token embedding, as ours)
-                    peer_bytes = (_decode_bytes_per_step(models[name]) if name in models
-                                  else llama_cpp.gguf_bytes[name.removeprefix("llama.cpp ")])  # fmt: skip
+                    peer_bytes = (
+                        _decode_bytes_per_step(models[name])
+                        if name in models
+                        else llama_cpp.gguf_bytes[name.removeprefix("llama.cpp ")]
+                    )
                     peer["ceiling_tok_s"] = _ceiling_tok_s(bandwidth, peer_bytes, batch)
                     peer["of_ceiling"] = peer["tok_s"] / peer["ceiling_tok_s"]
                     peer["of_ceiling_by_round"] = _of_ceiling_by_round(row["rounds"], name, peer_bytes, batch)
                 result["rows"].append(row)
         if int8:
-            result["int8_gemv"] = int8_gemv_bandwidth(**{"products": block_products(models["tinygpt"])} | (int8_gemv or {}))
+            result["int8_gemv"] = int8_gemv_bandwidth(
+                **{"products": block_products(models["tinygpt"])} | (int8_gemv or {})
+            )
     result["fastest_decode"] = fastest_decode(result["rows"])
     return result
 
@@ -442,11 +516,17 @@ def fastest_decode(rows: list[dict]) -> list[dict]:
     for default in [row for row in rows if row.get("cache") == "dynamic"]:
         same = [row for row in rows if row["dtype"] == default["dtype"] and row.get("batch") == default["batch"]]
         best = max(same, key=lambda row: row["tinygpt_tok_s"])
-        summary.append({
-            "dtype": default["dtype"], "decode": f"decode batch {default['batch']}", "tinygpt_measure": best["measure"],
-            "tinygpt_tok_s": best["tinygpt_tok_s"], "hf_default_tok_s": default["hf_tok_s"],
-            "ratio": best["tinygpt_tok_s"] / default["hf_tok_s"], "tinygpt_of_ceiling": best["tinygpt_of_ceiling"],
-        })  # fmt: skip
+        summary.append(
+            {
+                "dtype": default["dtype"],
+                "decode": f"decode batch {default['batch']}",
+                "tinygpt_measure": best["measure"],
+                "tinygpt_tok_s": best["tinygpt_tok_s"],
+                "hf_default_tok_s": default["hf_tok_s"],
+                "ratio": best["tinygpt_tok_s"] / default["hf_tok_s"],
+                "tinygpt_of_ceiling": best["tinygpt_of_ceiling"],
+            }
+        )
     return summary
 
 
@@ -464,12 +544,17 @@ def format_speed_table(result: dict) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
-        ceiling = (f"{row['ceiling_tok_s']:,.1f} | {100 * row['hf_of_ceiling']:.0f} % "
-                   f"| {_percent_with_rounds(row['tinygpt_of_ceiling'], row['tinygpt_of_ceiling_by_round'])}"
-                   if "ceiling_tok_s" in row else " | | ")  # fmt: skip
+        ceiling = (
+            f"{row['ceiling_tok_s']:,.1f} | {100 * row['hf_of_ceiling']:.0f} % "
+            f"| {_percent_with_rounds(row['tinygpt_of_ceiling'], row['tinygpt_of_ceiling_by_round'])}"
+            if "ceiling_tok_s" in row
+            else " | | "
+        )
         pairs = f"{min(row['paired_ratios']):.2f}–{max(row['paired_ratios']):.2f}"
-        lines.append(f"| {row['dtype']} | {row['measure']} | {row['hf_tok_s']:,.1f} | {row['tinygpt_tok_s']:,.1f} "
-                     f"| {row['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} | {ceiling} |")  # fmt: skip
+        lines.append(
+            f"| {row['dtype']} | {row['measure']} | {row['hf_tok_s']:,.1f} | {row['tinygpt_tok_s']:,.1f} "
+            f"| {row['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} | {ceiling} |"
+        )
     peer_rows = [(row, name, peer) for row in result["rows"] for name, peer in row.get("peers", {}).items()]
     if peer_rows:
         lines += [
@@ -483,25 +568,37 @@ def format_speed_table(result: dict) -> str:
         for row, name, peer in peer_rows:
             pairs = f"{min(peer['paired_ratios']):.2f}–{max(peer['paired_ratios']):.2f}"
             peer_name = f"{name} GGUF" if name.startswith("llama.cpp") else name
-            lines.append(f"| {row['dtype']} | {row['measure']} | {row['tinygpt_tok_s']:,.1f} | {peer_name} "
-                         f"| {peer['tok_s']:,.1f} | {peer['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} "
-                         f"| {_percent_with_rounds(row['tinygpt_of_ceiling'], row['tinygpt_of_ceiling_by_round'])} "
-                         f"| {_percent_with_rounds(peer['of_ceiling'], peer['of_ceiling_by_round'])} |")  # fmt: skip
+            lines.append(
+                f"| {row['dtype']} | {row['measure']} | {row['tinygpt_tok_s']:,.1f} | {peer_name} "
+                f"| {peer['tok_s']:,.1f} | {peer['ratio']:.2f}× | {pairs} | {row['memory_bandwidth_GBps']:.0f} "
+                f"| {_percent_with_rounds(row['tinygpt_of_ceiling'], row['tinygpt_of_ceiling_by_round'])} "
+                f"| {_percent_with_rounds(peer['of_ceiling'], peer['of_ceiling_by_round'])} |"
+            )
     if gemv := result.get("int8_gemv"):
-        lines.append(f"int8 products compiled as in the int8 step (one row, from memory): {gemv['products']} of the "
-                     f"step's shapes one after another {gemv['products_GBps']:.1f} GB/s, one of "
-                     f"{gemv['one_product_rows']:,} rows {gemv['one_product_GBps']:.1f} GB/s; probe {gemv['probe_GBps']:.1f} GB/s")  # fmt: skip
+        lines.append(
+            f"int8 products compiled as in the int8 step (one row, from memory): {gemv['products']} of the "
+            f"step's shapes one after another {gemv['products_GBps']:.1f} GB/s, one of "
+            f"{gemv['one_product_rows']:,} rows {gemv['one_product_GBps']:.1f} GB/s; probe {gemv['probe_GBps']:.1f} GB/s"
+        )
     for outtype, reason in result.get("llama_cpp_unavailable", {}).items():
         lines.append(f"llama.cpp {outtype}: not run here ({reason})")
     for best in result.get("fastest_decode", []):
-        lines.append(f"{best['dtype']} {best['decode']}: TinyGPT's fastest ({best['tinygpt_measure']}) "
-                     f"{best['tinygpt_tok_s']:,.1f} tok/s = {best['ratio']:.2f}× HF GPT-2's default generate "
-                     f"({best['hf_default_tok_s']:,.1f} tok/s), {100 * best['tinygpt_of_ceiling']:.0f} % of the ceiling")  # fmt: skip
+        lines.append(
+            f"{best['dtype']} {best['decode']}: TinyGPT's fastest ({best['tinygpt_measure']}) "
+            f"{best['tinygpt_tok_s']:,.1f} tok/s = {best['ratio']:.2f}× HF GPT-2's default generate "
+            f"({best['hf_default_tok_s']:,.1f} tok/s), {100 * best['tinygpt_of_ceiling']:.0f} % of the ceiling"
+        )
     return "\n".join(lines)
 
 
-def run_speed_benchmark(model: str | None = None, out_json: str | None = None, gpt2_config: dict | None = None,
-                        load_memory: bool = True, llama_cpp: bool = False, **kwargs) -> dict:  # fmt: skip
+def run_speed_benchmark(
+    model: str | None = None,
+    out_json: str | None = None,
+    gpt2_config: dict | None = None,
+    load_memory: bool = True,
+    llama_cpp: bool = False,
+    **kwargs,
+) -> dict:
     """The whole benchmark on `model` (a GPT-2 folder), or on a GPT-2-small-shaped one made here with a seed; with
     `llama_cpp`, llama.cpp's batch-1 decode beside ours (its venv is built on first use: a compile of ~10 min)."""
     import torch
@@ -509,13 +606,18 @@ def run_speed_benchmark(model: str | None = None, out_json: str | None = None, g
     from hf_tinygpt.checkpoints.verify import random_gpt2_folder
 
     with tempfile.TemporaryDirectory() as scratch:
-        folder = model or random_gpt2_folder(str(Path(scratch) / "gpt2"), seed=kwargs.get("seed", 0), **(gpt2_config or {}))
+        folder = model or random_gpt2_folder(
+            str(Path(scratch) / "gpt2"), seed=kwargs.get("seed", 0), **(gpt2_config or {})
+        )
         timer = None
         if llama_cpp:
             vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
-            prompt = torch.randint(0, vocab, (kwargs.get("prompt_length", 32),), generator=torch.Generator().manual_seed(1))
-            timer = LlamaCppTimer(folder, Path(scratch), prompt.tolist(), kwargs.get("new_tokens", 128),
-                                  torch.get_num_threads())  # fmt: skip
+            prompt = torch.randint(
+                0, vocab, (kwargs.get("prompt_length", 32),), generator=torch.Generator().manual_seed(1)
+            )
+            timer = LlamaCppTimer(
+                folder, Path(scratch), prompt.tolist(), kwargs.get("new_tokens", 128), torch.get_num_threads()
+            )
         try:
             result = speed_benchmark(folder, llama_cpp=timer, **kwargs)
         finally:
@@ -529,11 +631,16 @@ def run_speed_benchmark(model: str | None = None, out_json: str | None = None, g
             result["from_pretrained"] = {}
             for name, model_class in [("hf", "GPT2LMHeadModel"), ("tinygpt", "TinyGPTForCausalLM")]:
                 measured = measure_load(model_class, folder)
-                result["from_pretrained"][name] = {**measured, "peak_added_per_weight_byte": measured["peak_added"] / checkpoint}
+                result["from_pretrained"][name] = {
+                    **measured,
+                    "peak_added_per_weight_byte": measured["peak_added"] / checkpoint,
+                }
     print(format_speed_table(result))
     for name, measured in result.get("from_pretrained", {}).items():
-        print(f"from_pretrained {name}: {measured['wall_s']:.2f} s, peak RSS +{measured['peak_added'] / 2**20:,.0f} MiB "
-              f"({measured['peak_added_per_weight_byte']:.2f}× the weights)")  # fmt: skip
+        print(
+            f"from_pretrained {name}: {measured['wall_s']:.2f} s, peak RSS +{measured['peak_added'] / 2**20:,.0f} MiB "
+            f"({measured['peak_added_per_weight_byte']:.2f}× the weights)"
+        )
     if out_json:
         Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -39,9 +39,15 @@ def onnx(folder: str, out: str, inputs: dict) -> dict:
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
     example = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.config.n_positions)
-    torch.onnx.export(Logits(model), (example, torch.ones_like(example)), out, dynamo=True,
-                      input_names=["input_ids", "attention_mask"], output_names=["logits"],
-                      dynamic_shapes={"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}})  # fmt: skip
+    torch.onnx.export(
+        Logits(model),
+        (example, torch.ones_like(example)),
+        out,
+        dynamo=True,
+        input_names=["input_ids", "attention_mask"],
+        output_names=["logits"],
+        dynamic_shapes={"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}},
+    )
     session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
     feed = {name: torch.tensor(inputs[name]).numpy() for name in ("input_ids", "attention_mask")}
     return {"logits": session.run(["logits"], feed)[0].tolist()}
@@ -53,14 +59,22 @@ def vllm(folder: str, inputs: dict) -> dict:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    llm = LLM(model=folder, trust_remote_code=True, dtype="float32", max_model_len=128, seed=0,
-              enforce_eager=True,  # torch.compile gives the same tokens, 25 s later
-              kv_cache_memory_bytes=64 * 2**20,  # else the CPU backend reserves 90% of the machine's memory
-              skip_tokenizer_init=True)  # fmt: skip
+    llm = LLM(
+        model=folder,
+        trust_remote_code=True,
+        dtype="float32",
+        max_model_len=128,
+        seed=0,
+        enforce_eager=True,  # torch.compile gives the same tokens, 25 s later
+        kv_cache_memory_bytes=64 * 2**20,  # else the CPU backend reserves 90% of the machine's memory
+        skip_tokenizer_init=True,
+    )
     greedy = SamplingParams(temperature=0, max_tokens=inputs["max_new_tokens"], ignore_eos=True, detokenize=False)
     outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in inputs["input_ids"]], greedy, use_tqdm=False)
-    return {"tokens": [list(output.outputs[0].token_ids) for output in outputs],
-            "architecture": llm.llm_engine.model_config.architecture}  # fmt: skip
+    return {
+        "tokens": [list(output.outputs[0].token_ids) for output in outputs],
+        "architecture": llm.llm_engine.model_config.architecture,
+    }
 
 
 def llama_cpp(gguf: str, inputs: dict) -> dict:
@@ -91,8 +105,17 @@ def llama_cpp_timer(threads: str, *args) -> None:
 
     *ggufs, inputs = args
     (prompt,), new_tokens = inputs["input_ids"], inputs["max_new_tokens"]
-    models = [Llama(model_path=gguf, n_ctx=len(prompt) + new_tokens, n_threads=int(threads),
-                    n_threads_batch=int(threads), seed=0, verbose=False) for gguf in ggufs]  # fmt: skip
+    models = [
+        Llama(
+            model_path=gguf,
+            n_ctx=len(prompt) + new_tokens,
+            n_threads=int(threads),
+            n_threads_batch=int(threads),
+            seed=0,
+            verbose=False,
+        )
+        for gguf in ggufs
+    ]
     print(RESULT, json.dumps({"loaded": ggufs}), flush=True)
     for line in sys.stdin:
         if not line.strip():
@@ -107,8 +130,18 @@ def llama_cpp_timer(threads: str, *args) -> None:
         tokens = [int(token) for token in itertools.islice(greedy, new_tokens)]
         seconds = time.perf_counter() - start
         counts = llama_perf_context(llm.ctx)  # llama.cpp's own tally: prompt tokens, then one-token decodes
-        print(RESULT, json.dumps({"seconds": seconds, "tokens": tokens, "prompt_tokens_evaluated": counts.n_p_eval,
-                                  "decoding_steps": counts.n_eval}), flush=True)  # fmt: skip
+        print(
+            RESULT,
+            json.dumps(
+                {
+                    "seconds": seconds,
+                    "tokens": tokens,
+                    "prompt_tokens_evaluated": counts.n_p_eval,
+                    "decoding_steps": counts.n_eval,
+                }
+            ),
+            flush=True,
+        )
 
 
 def main(engine: str, *args: str) -> None:

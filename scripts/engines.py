@@ -40,8 +40,12 @@ def engine_python(name: str, *pip_steps: str) -> Path:
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         for step in pip_steps:
-            pip = subprocess.run([str(python), "-m", "pip", *step.format(venv=venv).split(), "-q"],
-                                 capture_output=True, text=True, timeout=3600)  # fmt: skip
+            pip = subprocess.run(
+                [str(python), "-m", "pip", *step.format(venv=venv).split(), "-q"],
+                capture_output=True,
+                text=True,
+                timeout=3600,
+            )
             if pip.returncode != 0:
                 raise EngineUnavailable(f"{name}: `pip {step}` fails here:\n{pip.stderr[-2000:]}")
         complete.touch()
@@ -62,8 +66,12 @@ def llama_cpp_engine() -> tuple[Path, Path]:
     """(python, convert_hf_to_gguf.py): llama-cpp-python, compiled once (pip's wheel cache keeps it), and llama.cpp's
     own converter from the same source distribution, run with the transformers its requirements pin (with 5.x its
     GPT-NeoX path fails: 5.x configs drop `rotary_pct`)."""
-    python = engine_python("llama.cpp", f"install {LLAMA_CPP}", f"install {TORCH} transformers==4.57.6",
-                           f"download --no-deps --no-binary :all: {LLAMA_CPP} -d {{venv}}/sdist")  # fmt: skip
+    python = engine_python(
+        "llama.cpp",
+        f"install {LLAMA_CPP}",
+        f"install {TORCH} transformers==4.57.6",
+        f"download --no-deps --no-binary :all: {LLAMA_CPP} -d {{venv}}/sdist",
+    )
     venv = python.parent.parent
     converter = venv / "src" / f"llama_cpp_python-{LLAMA_CPP.split('==')[1]}" / "vendor" / "llama.cpp"
     if not (converter / "convert_hf_to_gguf.py").exists():
@@ -76,16 +84,26 @@ def convert_to_gguf(engine: tuple[Path, Path], folder: str | os.PathLike, out: s
     """llama.cpp's own convert_hf_to_gguf.py on a GPT-2 or GPT-NeoX folder (`hf-tinygpt convert --to ...`):
     `outtype` is its --outtype (f32, f16, bf16, q8_0)."""
     python, converter = engine
-    convert = subprocess.run([str(python), str(converter), str(folder), "--outtype", outtype, "--outfile", str(out)],
-                             capture_output=True, text=True, timeout=600, env={**os.environ, **WORKER_ENV})  # fmt: skip
+    convert = subprocess.run(
+        [str(python), str(converter), str(folder), "--outtype", outtype, "--outfile", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **WORKER_ENV},
+    )
     if convert.returncode != 0:
         raise RuntimeError(f"convert_hf_to_gguf.py --outtype {outtype} failed:\n{convert.stderr[-3000:]}")
     return Path(out)
 
 
 def run_worker(python: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), str(WORKER), *map(str, args)], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, **WORKER_ENV})  # fmt: skip
+    return subprocess.run(
+        [str(python), str(WORKER), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, **WORKER_ENV},
+    )
 
 
 def worker_result(python: Path, *args) -> dict:
@@ -101,6 +119,13 @@ def worker_result(python: Path, *args) -> dict:
 def write_inputs(path: Path, input_ids, max_new_tokens: int = 0, attention_mask=None) -> Path:
     """The worker's INPUTS.json: prompts as token ids (lists or tensors), so no engine's tokenizer is involved."""
     as_list = lambda value: value.tolist() if isinstance(value, torch.Tensor) else value  # noqa: E731
-    path.write_text(json.dumps({"input_ids": as_list(input_ids), "attention_mask": as_list(attention_mask),
-                                "max_new_tokens": max_new_tokens}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "input_ids": as_list(input_ids),
+                "attention_mask": as_list(attention_mask),
+                "max_new_tokens": max_new_tokens,
+            }
+        )
+    )
     return path

@@ -17,6 +17,7 @@ import torch
 from hf_tinygpt import POSITION_SCHEMES as SCHEMES
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.tools.training import FINAL, TrainingSettings, perplexity, tokenize_files, train
+
 # Evaluated without retraining: the RoPE model with dynamic NTK scaling switched on at evaluation time.
 ROPE_SCALED = ("rope+dynamic-ntk", {"rope_type": "dynamic", "factor": 8.0})
 
@@ -57,15 +58,23 @@ def study(base: TrainingSettings, out: str | Path, schemes=SCHEMES, rope_scaled:
             limited = model.config.position_embedding_type == "learned" and context > model.config.n_positions
             with torch.no_grad():
                 ppl = None if limited else perplexity(model, validation, context, batch_size=4)
-            rows.append({"scheme": variant, "train_context": base.block_size, "context": context,
-                         "perplexity": ppl, "train_seconds": train_seconds.get(variant.split("+")[0])})  # fmt: skip
+            rows.append(
+                {
+                    "scheme": variant,
+                    "train_context": base.block_size,
+                    "context": context,
+                    "perplexity": ppl,
+                    "train_seconds": train_seconds.get(variant.split("+")[0]),
+                }
+            )
     total = time.perf_counter() - started
 
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows({**row, "perplexity": "n/a" if row["perplexity"] is None else f"{row['perplexity']:.3f}"}
-                         for row in rows)  # fmt: skip
+        writer.writerows(
+            {**row, "perplexity": "n/a" if row["perplexity"] is None else f"{row['perplexity']:.3f}"} for row in rows
+        )
     (out / "results.json").write_text(json.dumps({"rows": rows, "total_seconds": total}, indent=2) + "\n")
     plot_study(rows, out / "perplexity_vs_context.png", title=f"trained at context {base.block_size}")
     return rows
@@ -79,10 +88,15 @@ def plot_study(rows: list[dict], path: Path, title: str = ""):
     axes = figure.subplots()
     for variant in dict.fromkeys(row["scheme"] for row in rows):
         points = [(row["context"], row["perplexity"]) for row in rows if row["scheme"] == variant and row["perplexity"]]
-        axes.plot(*zip(*points), marker="o", label=variant, linestyle="--" if "+" in variant else "-")
+        axes.plot(*zip(*points, strict=True), marker="o", label=variant, linestyle="--" if "+" in variant else "-")
     axes.axvline(rows[0]["train_context"], color="grey", linewidth=0.8, label="training context")
-    axes.set(xscale="log", yscale="log", xlabel="evaluation context (tokens)", ylabel="validation perplexity",
-             title=f"Length extrapolation by position scheme ({title})")  # fmt: skip
+    axes.set(
+        xscale="log",
+        yscale="log",
+        xlabel="evaluation context (tokens)",
+        ylabel="validation perplexity",
+        title=f"Length extrapolation by position scheme ({title})",
+    )
     contexts = sorted({row["context"] for row in rows})
     axes.set_xticks(contexts, [str(c) for c in contexts])
     axes.xaxis.set_minor_formatter(NullFormatter())  # log axes label minor ticks too; the contexts are enough
@@ -97,6 +111,7 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| scheme | " + " | ".join(f"C={c}" for c in contexts) + " |", "|---|" + "---:|" * len(contexts)]
     for variant in dict.fromkeys(row["scheme"] for row in rows):
         cells = {row["context"]: row["perplexity"] for row in rows if row["scheme"] == variant}
-        lines.append(f"| {variant} | " + " | ".join("n/a" if cells[c] is None else f"{cells[c]:.1f}" for c in contexts)
-                     + " |")  # fmt: skip
+        lines.append(
+            f"| {variant} | " + " | ".join("n/a" if cells[c] is None else f"{cells[c]:.1f}" for c in contexts) + " |"
+        )
     return "\n".join(lines)

@@ -36,13 +36,29 @@ def main(argv=None) -> int:
     if args.quick:
         args.block_size, args.steps, args.batch_size, args.n_layer, args.n_embd, args.n_head = 16, 4, 4, 1, 16, 2
     settings = TrainingSettings(
-        out="", train=[args.data], validation=[args.validation or f"{args.data}/hamlet_gut.txt"], glob=args.glob,
-        config={"n_layer": args.n_layer, "n_embd": args.n_embd, "n_head": args.n_head, "resid_pdrop": 0.0,
-                "embd_pdrop": 0.0, "attn_pdrop": 0.0},
-        block_size=args.block_size, batch_size=args.batch_size, steps=args.steps, learning_rate=args.lr,
-        warmup_steps=max(1, args.steps // 10), seed=args.seed, eval_every=10**9, save_every=10**9, force=args.force,
+        out="",
+        train=[args.data],
+        validation=[args.validation or f"{args.data}/hamlet_gut.txt"],
+        glob=args.glob,
+        config={
+            "n_layer": args.n_layer,
+            "n_embd": args.n_embd,
+            "n_head": args.n_head,
+            "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0,
+        },
+        block_size=args.block_size,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        learning_rate=args.lr,
+        warmup_steps=max(1, args.steps // 10),
+        seed=args.seed,
+        eval_every=10**9,
+        save_every=10**9,
+        force=args.force,
         command="python scripts/length_extrapolation.py " + " ".join(sys.argv[1:]),
-    )  # fmt: skip
+    )
     started = time.perf_counter()
     rows = study(settings, args.out, schemes=args.schemes)
     print(markdown_table(rows))

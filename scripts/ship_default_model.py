@@ -48,9 +48,14 @@ def main(run_model: str) -> int:
     shutil.rmtree(DEFAULT_MODEL_DIR, ignore_errors=True)
     staging.rename(DEFAULT_MODEL_DIR)
     config = TinyGPTConfig.from_pretrained(DEFAULT_MODEL_DIR)
-    shipped = render_model_card(config, model_id="tinygpt-shakespeare", provenance=card.data.tinygpt,
-                                license=card.data.license, usage=USAGE,
-                                usage_note="It ships inside hf_tinygpt and uses the bundled GPT-2 tokenizer:")  # fmt: skip
+    shipped = render_model_card(
+        config,
+        model_id="tinygpt-shakespeare",
+        provenance=card.data.tinygpt,
+        license=card.data.license,
+        usage=USAGE,
+        usage_note="It ships inside hf_tinygpt and uses the bundled GPT-2 tokenizer:",
+    )
     shipped.text += DATA_NOTE
     shipped.save(CARD)
     size = sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir())

@@ -19,7 +19,9 @@ sys.path.insert(0, str(SCRIPTS))
 
 # transformers' own model test suite, used by test_transformers_suite.py (never copied into this repository).
 TRANSFORMERS_SUITE = Path(
-    os.environ.get("HF_TINYGPT_TRANSFORMERS_TESTS", Path(__file__).resolve().parents[2] / "shared" / "transformers-tests")
+    os.environ.get(
+        "HF_TINYGPT_TRANSFORMERS_TESTS", Path(__file__).resolve().parents[2] / "shared" / "transformers-tests"
+    )
 )
 
 
@@ -38,9 +40,18 @@ VOCAB = 211  # small vocabularies keep the tests fast; token ids 0..210, eos = 0
 
 def tiny_config(scheme="learned", **overrides) -> TinyGPTConfig:
     fields = dict(
-        vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, position_embedding_type=scheme,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        position_embedding_type=scheme,
+    )
     return TinyGPTConfig(**{**fields, **overrides})
 
 
@@ -85,8 +96,12 @@ def hub(tmp_path, online):
 def hub_subprocess_env(hub, tmp_path, **extra) -> dict:
     """The environment of a fresh interpreter that sees only the loopback Hub (no HF_* settings of ours leak in)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "TRANSFORMERS_"))}
-    return env | {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf_home"),
-                  "HF_HUB_CACHE": str(tmp_path / "hf_cache"), **extra}  # fmt: skip
+    return env | {
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "HF_HUB_CACHE": str(tmp_path / "hf_cache"),
+        **extra,
+    }
 
 
 def run_cli(capsys, *args) -> tuple[int, str]:

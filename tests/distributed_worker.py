@@ -33,8 +33,10 @@ def tensor_parallel(folder: str) -> dict:
     reference = TinyGPTForCausalLM.from_pretrained(folder)
     sharded = TinyGPTForCausalLM.from_pretrained(folder, distributed_config=DistributedConfig(tp_size=2))
     world = dist.get_world_size()
-    local_heads = {module.c_attn.weight.to_local().shape[0] // 3 // reference.config.head_size
-                   for module in (block.attn for block in sharded.transformer.h)}  # fmt: skip
+    local_heads = {
+        module.c_attn.weight.to_local().shape[0] // 3 // reference.config.head_size
+        for module in (block.attn for block in sharded.transformer.h)
+    }
     assert local_heads == {reference.config.n_head // world}, local_heads
 
     reference.eval(), sharded.eval()
@@ -62,9 +64,14 @@ def tensor_parallel(folder: str) -> dict:
     with torch.no_grad():
         auto_delta = (reference.eval()(ids).logits - auto(ids).logits).abs().max().item()
     assert auto_delta <= TOLERANCE, auto_delta
-    return {"logits_max_abs_diff": logits_delta, "greedy_tokens_equal": tokens_equal,
-            "loss_diff": abs(reference_loss.item() - sharded_loss.item()), "grad_max_abs_diff": grad_delta,
-            "tp_plan_auto_logits_max_abs_diff": auto_delta, "local_heads": sorted(local_heads)}  # fmt: skip
+    return {
+        "logits_max_abs_diff": logits_delta,
+        "greedy_tokens_equal": tokens_equal,
+        "loss_diff": abs(reference_loss.item() - sharded_loss.item()),
+        "grad_max_abs_diff": grad_delta,
+        "tp_plan_auto_logits_max_abs_diff": auto_delta,
+        "local_heads": sorted(local_heads),
+    }
 
 
 def fully_sharded(folder: str, out: Path) -> dict:
@@ -104,8 +111,13 @@ def fully_sharded(folder: str, out: Path) -> dict:
     reloaded = TinyGPTForCausalLM.from_pretrained(saved)  # one process, no distribution: a plain checkpoint
     reload_delta = max((trained[name] - param).abs().max().item() for name, param in reloaded.named_parameters())
     assert reload_delta <= TOLERANCE, reload_delta
-    return {"fsdp_wrapped": wrapped, "loss_diff": abs(losses[0] - losses[1]), "largest_weight_step": step_size,
-            "weight_max_abs_diff": weight_delta, "reload_max_abs_diff": reload_delta}  # fmt: skip
+    return {
+        "fsdp_wrapped": wrapped,
+        "loss_diff": abs(losses[0] - losses[1]),
+        "largest_weight_step": step_size,
+        "weight_max_abs_diff": weight_delta,
+        "reload_max_abs_diff": reload_delta,
+    }
 
 
 def main(mode: str, folder: str, out: str) -> None:

@@ -234,8 +234,18 @@ class HubServer:
             repo = self._repo(repo_type, repo_id, token)
             sha = self._resolve(repo, revision)
             siblings = [{"rfilename": path} for path in self._files(repo, sha)]
-        return _json({"id": repo_id, "author": repo_id.split("/")[0], "sha": sha, "private": repo.private,
-                      "disabled": False, "gated": False, "tags": [], "siblings": siblings})  # fmt: skip
+        return _json(
+            {
+                "id": repo_id,
+                "author": repo_id.split("/")[0],
+                "sha": sha,
+                "private": repo.private,
+                "disabled": False,
+                "gated": False,
+                "tags": [],
+                "siblings": siblings,
+            }
+        )
 
     def _tree(self, repo_type: str, repo_id: str, revision: str, under: str, query: dict, token: str | None):
         with self._lock:
@@ -308,10 +318,20 @@ class HubServer:
     def _discussion(self, repo: _Repo, repo_type: str, repo_id: str, num: int):
         if not 0 < num <= len(repo.pull_requests):
             raise HubError(404, f"Discussion {num} not found")
-        return _json({"num": num, "title": repo.pull_requests[num - 1], "status": "draft", "isPullRequest": True,
-                      "createdAt": "2024-01-01T00:00:00.000Z", "author": {"name": "hub_server"}, "events": [],
-                      "repo": {"name": repo_id, "type": repo_type}, "changes": {"base": "refs/heads/main"},
-                      "filesWithConflicts": []})  # fmt: skip
+        return _json(
+            {
+                "num": num,
+                "title": repo.pull_requests[num - 1],
+                "status": "draft",
+                "isPullRequest": True,
+                "createdAt": "2024-01-01T00:00:00.000Z",
+                "author": {"name": "hub_server"},
+                "events": [],
+                "repo": {"name": repo_id, "type": repo_type},
+                "changes": {"base": "refs/heads/main"},
+                "filesWithConflicts": [],
+            }
+        )
 
     def _resolve_file(self, method: str, segs: list[str], token: str | None):
         """GET/HEAD /[datasets/|spaces/]<namespace>/<name>/resolve/<revision>/<path>."""
@@ -354,7 +374,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {"Content-Type": "application/json", "X-Error-Message": e.message}
             headers |= {"X-Error-Code": e.code} if e.code else {}
             headers |= {"X-Repo-Commit": e.commit} if e.commit else {}
-        except Exception:  # noqa: BLE001 - any other exception is a bug of this server, reported below
+        except Exception:
             # A server bug. Not a 500: huggingface_hub retries those with backoff, turning a bug into a slow test.
             hub.errors.append(traceback.format_exc())
             status, headers, payload = 400, {"X-Error-Message": "hub_server bug, see HubServer.errors"}, b""

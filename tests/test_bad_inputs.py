@@ -119,10 +119,13 @@ def test_sequence_past_n_positions_in_a_cache_is_refused():
 
 @pytest.mark.parametrize(
     "rope_parameters, message",
-    [({"rope_type": "linear"}, "lack 'factor'"), ({"rope_type": "dynamic"}, "lack 'factor'"),
-     ({"rope_type": "yarn", "factor": 0.5}, "must be a finite number >= 1"),
-     ({"rope_type": "default", "rope_theta": -5.0}, "must be a finite number > 0")],
-)  # fmt: skip
+    [
+        ({"rope_type": "linear"}, "lack 'factor'"),
+        ({"rope_type": "dynamic"}, "lack 'factor'"),
+        ({"rope_type": "yarn", "factor": 0.5}, "must be a finite number >= 1"),
+        ({"rope_type": "default", "rope_theta": -5.0}, "must be a finite number > 0"),
+    ],
+)
 def test_incomplete_rope_parameters_are_named(rope_parameters, message):
     with pytest.raises(ValueError, match=message):
         TinyGPTConfig(position_embedding_type="rope", rope_parameters=rope_parameters)

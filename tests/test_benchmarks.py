@@ -5,9 +5,8 @@ import json
 import statistics
 
 import pytest
-from test_gpt2_layouts import run_script
-
 from benchmarks import measure_in_subprocess, paired_timings
+from test_gpt2_layouts import run_script
 
 MiB = 2**20
 
@@ -22,24 +21,37 @@ def test_measure_in_subprocess_sees_the_operations_own_allocation():
 
 @pytest.mark.slow
 def test_conversion_benchmark_script_smoke(tmp_path):
-    out = run_script("benchmark_conversion.py", "--n-layer", 1, "--n-embd", 32, "--n-head", 2, "--vocab-size", 211,
-                     "--json", tmp_path / "result.json")  # fmt: skip
+    out = run_script(
+        "benchmark_conversion.py",
+        "--n-layer",
+        1,
+        "--n-embd",
+        32,
+        "--n-head",
+        2,
+        "--vocab-size",
+        211,
+        "--json",
+        tmp_path / "result.json",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert [row["operation"] for row in result["rows"]][:2] == [
-        "convert model.safetensors → tinygpt", "convert pytorch_model.bin → tinygpt"
-    ]  # fmt: skip
+        "convert model.safetensors → tinygpt",
+        "convert pytorch_model.bin → tinygpt",
+    ]
     assert len(result["rows"]) == 5 and all(row["wall_s"] > 0 for row in result["rows"])
     assert "added / checkpoint" in out.stdout
 
 
 def test_paired_timings_alternate_who_goes_first_and_pair_each_repeats_ratio():
     calls = []
-    timed = paired_timings(lambda name: lambda: calls.append(name), repeats=4,
-                           probe=lambda: calls.append("probe") or 1.0)  # fmt: skip
+    timed = paired_timings(
+        lambda name: lambda: calls.append(name), repeats=4, probe=lambda: calls.append("probe") or 1.0
+    )
     assert calls == ["probe", "hf", "tinygpt", "probe", "tinygpt", "hf"] * 2
     assert timed["probes"] == [1.0] * 4 and [len(t) for t in timed["times"].values()] == [4, 4]
-    assert timed["paired_ratios"] == [hf / tiny for hf, tiny in zip(timed["times"]["hf"], timed["times"]["tinygpt"])]
+    assert timed["paired_ratios"] == [hf / tiny for hf, tiny in zip(timed["times"]["hf"], timed["times"]["tinygpt"], strict=True)]
     assert timed["ratio"] == statistics.median(timed["paired_ratios"])
 
 
@@ -47,10 +59,21 @@ def test_a_peer_joins_the_rounds_in_turn_with_its_own_paired_ratios():
     calls = []
     names = ("hf", "tinygpt", "llama.cpp f16")
     timed = paired_timings(lambda name: lambda: calls.append(name), repeats=3, probe=lambda: 1.0, names=names)
-    assert calls == ["hf", "tinygpt", "llama.cpp f16", "tinygpt", "llama.cpp f16", "hf", "llama.cpp f16", "hf", "tinygpt"]
+    assert calls == [
+        "hf",
+        "tinygpt",
+        "llama.cpp f16",
+        "tinygpt",
+        "llama.cpp f16",
+        "hf",
+        "llama.cpp f16",
+        "hf",
+        "tinygpt",
+    ]
     peer = timed["peers"]["llama.cpp f16"]
-    assert peer["paired_ratios"] == [theirs / ours for theirs, ours in
-                                     zip(timed["times"]["llama.cpp f16"], timed["times"]["tinygpt"])]  # fmt: skip
+    assert peer["paired_ratios"] == [
+        theirs / ours for theirs, ours in zip(timed["times"]["llama.cpp f16"], timed["times"]["tinygpt"], strict=True)
+    ]
     assert peer["ratio"] == statistics.median(peer["paired_ratios"]) and set(timed["peers"]) == {"llama.cpp f16"}
 
 

@@ -18,8 +18,24 @@ from conftest import random_gpt2, run_cli, tiny_model
 from hf_tinygpt import gpt2_tokenizer
 from hf_tinygpt.checkpoints.outputs import seal
 
-TINY_RUN = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
-            "--warmup-steps", "1", "--eval-every", "100", "--save-every", "2"]  # fmt: skip
+TINY_RUN = [
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "2",
+    "--warmup-steps",
+    "1",
+    "--eval-every",
+    "100",
+    "--save-every",
+    "2",
+]
 
 
 def last_line(text: str) -> str:
@@ -85,8 +101,9 @@ def no_eos(folder: Path) -> Path:
 )
 def test_train_names_a_tokenizer_it_cannot_use(make, message, corpus, tmp_path, capsys):
     tokenizer = make(tmp_path / "tok")
-    code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--tokenizer", tokenizer,
-                        "--out", tmp_path / "run")  # fmt: skip
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--tokenizer", tokenizer, "--out", tmp_path / "run"
+    )
     assert code == 2 and str(tokenizer) in last_line(err) and message in last_line(err), err
     assert not (tmp_path / "run").exists()
 
@@ -123,8 +140,9 @@ def test_generate_never_reads_a_shard_outside_the_folder(tmp_path, capsys):
 
 def test_train_glob_cannot_reach_outside_the_train_folder(corpus, tmp_path, capsys):
     (tmp_path / "outside.txt").write_text("not for training " * 100)
-    code, err = run_cli(capsys, "train", "--train", corpus, "--glob", "../*.txt", *TINY_RUN, "--steps", 1,
-                        "--out", tmp_path / "run")  # fmt: skip
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, "--glob", "../*.txt", *TINY_RUN, "--steps", 1, "--out", tmp_path / "run"
+    )
     assert code == 2 and "--glob must be a pattern inside each --train folder" in err
 
 
@@ -208,8 +226,12 @@ def test_ctrl_c_during_convert_leaves_no_output_and_no_leftovers(gpt2_folder, tm
 def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path):
     """A fresh `hf-tinygpt` interrupted while it still imports torch and transformers."""
     script = Path(sys.executable).with_name("hf-tinygpt")
-    process = subprocess.Popen([script, "params", "hf_tinygpt/default_model"], stderr=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    process = subprocess.Popen(
+        [script, "params", "hf_tinygpt/default_model"],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     for _ in range(6000):  # until torch is being loaded (hf_tinygpt imports it after installing its handler)
         time.sleep(0.01)
         if "libtorch" in Path(f"/proc/{process.pid}/maps").read_text():

@@ -73,7 +73,7 @@ def test_two_models_of_one_class_each_keep_their_own_compiled_step():
         assert not torch.allclose(models[0](prompt).logits, models[1](prompt).logits, atol=1e-3)
     decoders = [CompiledDecoder(model, max_length=32, autotune=False) for model in models]
     for _ in range(2):  # each compiles on its first call; both then run again, alternately
-        for decoder, model in zip(decoders, models):
+        for decoder, model in zip(decoders, models, strict=True):
             compiled = decoder.generate(prompt, max_new_tokens=10, min_new_tokens=10, **GREEDY)
             assert step_logits_against_full_forward(model, 6, compiled) < 1e-5
 
@@ -84,11 +84,14 @@ def test_decoders_of_one_model_each_keep_their_own_step_and_cache():
     one's positions (off by up to 0.18 in these logits, seen before each decoder had a private copy)."""
     model = tiny_model("rope")
     # Different prompts, so that decoding from another decoder's cache would show.
-    prompts = [torch.tensor([[1, 17, 42, 5]]), torch.tensor([[5, 9, 33, 21], [8, 60, 2, 3]]),
-               torch.tensor([[3, 30, 12, 50]])]  # fmt: skip
+    prompts = [
+        torch.tensor([[1, 17, 42, 5]]),
+        torch.tensor([[5, 9, 33, 21], [8, 60, 2, 3]]),
+        torch.tensor([[3, 30, 12, 50]]),
+    ]
     decoders = [CompiledDecoder(model, batch_size=len(prompt), max_length=24, autotune=False) for prompt in prompts]
     for _ in range(2):
-        for decoder, prompt in zip(decoders, prompts):
+        for decoder, prompt in zip(decoders, prompts, strict=True):
             mask = torch.ones_like(prompt)
             compiled = decoder.generate(prompt, attention_mask=mask, max_new_tokens=8, min_new_tokens=8, **GREEDY)
             assert step_logits_against_full_forward(model, 4, compiled) < 1e-5
@@ -121,8 +124,9 @@ def test_int8_decoders_of_two_models_of_one_shape_each_decode_with_their_own_wei
     prompt = torch.tensor([[1, 17, 42, 5]])
     for seed in (1, 2):
         tiny_model("rope", seed=seed, n_embd=64).save_pretrained(tmp_path / str(seed))
-        model = TinyGPTForCausalLM.from_pretrained(tmp_path / str(seed), dtype=torch.bfloat16,
-                                                   quantization_config=int8_weight_only()).eval()  # fmt: skip
+        model = TinyGPTForCausalLM.from_pretrained(
+            tmp_path / str(seed), dtype=torch.bfloat16, quantization_config=int8_weight_only()
+        ).eval()
         decoder = CompiledDecoder(model, max_length=24)  # autotuned: the int8 template packs the weights
         compiled = decoder.generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
         with torch.no_grad():
@@ -173,7 +177,7 @@ def test_left_padded_batch_equals_single_sequences():
     decoder = CompiledDecoder(model, batch_size=2, max_length=24, autotune=False)
     ten_greedy = dict(max_new_tokens=10, min_new_tokens=10, do_sample=False, pad_token_id=0)
     out = decoder.generate(batch, attention_mask=mask, **ten_greedy)
-    for row, prompt in zip(out, (short, long)):
+    for row, prompt in zip(out, (short, long), strict=True):
         alone = model.generate(torch.tensor([prompt]), **ten_greedy)
         assert row[-10:].tolist() == alone[0, -10:].tolist()
 
@@ -223,6 +227,6 @@ def test_decoders_are_safe_to_call_from_several_threads():
     jobs = [(decoders[i % 2], p) for i, p in enumerate(prompts)] + [(decoders[0], p) for p in prompts]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(decode, jobs))
-    for (_, prompt), result, want in zip(jobs, results, expected + expected):
+    for (_, prompt), result, want in zip(jobs, results, expected + expected, strict=True):
         assert torch.equal(result.sequences, want)
         assert step_logits_against_full_forward(model, prompt.shape[1], result) < 1e-5

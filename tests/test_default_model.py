@@ -12,9 +12,9 @@ from transformers import AutoModelForCausalLM, pipeline
 
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
+from hf_tinygpt.checkpoints.model_card import template_path
 from hf_tinygpt.cli import main
 from hf_tinygpt.model.gpt2_layout import gpt2_fields_of_tinygpt
-from hf_tinygpt.checkpoints.model_card import template_path
 from hf_tinygpt.tools.training import perplexity, tokenize_files
 
 CARD = Path(__file__).resolve().parent.parent / "model_cards" / "shakespeare.md"

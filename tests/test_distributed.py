@@ -21,8 +21,18 @@ WORKER = Path(__file__).with_name("distributed_worker.py")
 
 
 def torchrun(mode: str, folder: Path, out: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(WORKER), mode, str(folder), str(out)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(WORKER),
+        mode,
+        str(folder),
+        str(out),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 

@@ -10,8 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_config
-from engines import (EngineUnavailable, convert_to_gguf, llama_cpp_engine, onnx_engine, run_worker, vllm_engine,
-                     worker_result, write_inputs)  # fmt: skip
+from engines import (
+    EngineUnavailable,
+    convert_to_gguf,
+    llama_cpp_engine,
+    onnx_engine,
+    run_worker,
+    vllm_engine,
+    worker_result,
+    write_inputs,
+)
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.checkpoints.convert import export_tinygpt
@@ -61,8 +69,9 @@ def engine_model(scheme: str) -> TinyGPTForCausalLM:
     """Random weights, large enough (initializer_range 0.2) that greedy choices are clear: for rope, ≥ 0.044 between
     the two best logits at every step of the PROMPTS' continuations, far above the engines' differences (≤ 1e-3)."""
     torch.manual_seed(0)
-    config = TinyGPTConfig(position_embedding_type=scheme, n_embd=64, n_head=2, n_layer=2, n_positions=128,
-                           initializer_range=0.2)  # fmt: skip
+    config = TinyGPTConfig(
+        position_embedding_type=scheme, n_embd=64, n_head=2, n_layer=2, n_positions=128, initializer_range=0.2
+    )
     return TinyGPTForCausalLM(config).eval()
 
 
@@ -72,8 +81,12 @@ NEW_TOKENS = 20
 
 def greedy_tokens(model) -> list[list[int]]:
     """transformers' own greedy continuation of each prompt: the tokens every engine must give."""
-    return [model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                           do_sample=False)[0, len(ids):].tolist() for ids in PROMPTS]  # fmt: skip
+    return [
+        model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)[
+            0, len(ids) :
+        ].tolist()
+        for ids in PROMPTS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +114,15 @@ def vllm_python():
     return installed(vllm_engine)
 
 
-@pytest.mark.parametrize("name, architecture", [
-    ("shipped", "TransformersForCausalLM"), ("rope", "TransformersForCausalLM"),  # the folder's own code
-    ("shipped-gpt2", "GPT2LMHeadModel"), ("rope-gpt_neox", "GPTNeoXForCausalLM"),  # vLLM's native classes
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, architecture",
+    [
+        ("shipped", "TransformersForCausalLM"),
+        ("rope", "TransformersForCausalLM"),  # the folder's own code
+        ("shipped-gpt2", "GPT2LMHeadModel"),
+        ("rope-gpt_neox", "GPTNeoXForCausalLM"),  # vLLM's native classes
+    ],
+)
 def test_vllm_generates_transformers_greedy_tokens(tmp_path, vllm_python, folders, name, architecture):
     """vLLM's offline LLM.generate, in its default multi-process mode (which pickles a remote-code config by value
     into its engine process), gives transformers' greedy tokens."""
@@ -142,7 +160,7 @@ def test_llama_cpp_generates_transformers_greedy_tokens(tmp_path, llama_cpp, fol
     result = worker_result(llama_cpp[0], "llama_cpp", gguf, write_inputs(tmp_path / "inputs.json", PROMPTS, NEW_TOKENS))
     assert result["tokens"] == expected
     model = TinyGPTForCausalLM.from_pretrained(folders[name.split("-")[0]][0]).eval()
-    for ids, logits in zip(PROMPTS, result["logits"]):
+    for ids, logits in zip(PROMPTS, result["logits"], strict=True):
         with torch.no_grad():
             reference = model(torch.tensor([ids])).logits[0, -1]
         assert (torch.tensor(logits) - reference).abs().max() <= 5e-3
@@ -161,8 +179,13 @@ def test_speed_benchmark_times_llama_cpp_in_the_same_rounds(tmp_path, llama_cpp)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads((tmp_path / "speed.json").read_text())
     peers = {(row["dtype"], name) for row in result["rows"] for name in row.get("peers", {})}
-    expected = {("float32", "llama.cpp f32"), ("bfloat16", "llama.cpp f16"), ("bfloat16", "llama.cpp q8_0"),
-                ("int8", "llama.cpp q8_0"), ("int8", "llama.cpp f16")}  # fmt: skip
+    expected = {
+        ("float32", "llama.cpp f32"),
+        ("bfloat16", "llama.cpp f16"),
+        ("bfloat16", "llama.cpp q8_0"),
+        ("int8", "llama.cpp q8_0"),
+        ("int8", "llama.cpp f16"),
+    }
     available = {peer for peer in expected if peer[1].split()[1] not in result["llama_cpp_unavailable"]}
     assert peers == available | {("int8", "tinygpt bfloat16")}  # int8 rows also set our bf16 beside
     assert "llama.cpp f16" in {name for _, name in peers}, result["llama_cpp_unavailable"]

@@ -17,8 +17,12 @@ def test_quick_study_writes_csv_json_plot_and_marks_learned_beyond_its_rows(tmp_
     line = "Line {}: to be, or not to be, that is the question; whether 'tis nobler in the mind.\n"
     (data / "one_gut.txt").write_text("".join(line.format(i) for i in range(120)))
     (data / "hamlet_gut.txt").write_text("".join(line.format(i) for i in range(40)))
-    run = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--data", str(data), "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--data", str(data), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     with open(tmp_path / "out" / "results.csv") as f:
         rows = list(csv.DictReader(f))

@@ -40,9 +40,14 @@ def write_folder(folder, gpt2, tensors, weights_name="model.safetensors"):
 
 @pytest.mark.parametrize(
     "layout",
-    ["safetensors with lm_head", "pytorch_model.bin", "no transformer. prefix + legacy buffers", "no lm_head",
-     "sharded"],
-)  # fmt: skip
+    [
+        "safetensors with lm_head",
+        "pytorch_model.bin",
+        "no transformer. prefix + legacy buffers",
+        "no lm_head",
+        "sharded",
+    ],
+)
 def test_layouts_load_with_gpt2_logits(tmp_path, layout):
     gpt2 = random_gpt2()
     tensors = gpt2_tensors(gpt2)
@@ -117,9 +122,21 @@ def test_private_sharded_hub_repo_over_http_with_revision_and_token(hub, tmp_pat
     api.upload_folder(repo_id="someone/tiny-gpt2", folder_path=tmp_path / "gpt2", revision="dev")
     torch.save(IDS, tmp_path / "ids.pt")
     run = subprocess.run(
-        [sys.executable, "-c", HTTP_LOAD, "someone/tiny-gpt2", "dev", HUB_TOKEN, tmp_path / "ids.pt", tmp_path / "o.pt"],
-        capture_output=True, text=True, timeout=300, env=hub_subprocess_env(hub, tmp_path),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            HTTP_LOAD,
+            "someone/tiny-gpt2",
+            "dev",
+            HUB_TOKEN,
+            tmp_path / "ids.pt",
+            tmp_path / "o.pt",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=hub_subprocess_env(hub, tmp_path),
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     with torch.no_grad():
         assert (torch.load(tmp_path / "o.pt") - gpt2(IDS).logits).abs().max() <= 1e-5
@@ -139,14 +156,30 @@ def run_script(name, *args):
 def test_convert_gpt2_folder_round_trip_with_verify(tmp_path, cli):
     gpt2 = random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256)
     gpt2.save_pretrained(tmp_path / "gpt2")
-    out = cli("convert", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
-                     "--verify", "--tolerance", "1e-5")  # fmt: skip
+    out = cli(
+        "convert",
+        tmp_path / "gpt2",
+        "--out",
+        tmp_path / "tiny",
+        "--tokenizer",
+        "gpt2",
+        "--verify",
+        "--tolerance",
+        "1e-5",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "verify: max |Δlogits|" in out.stdout
     assert re.search(r"\d+/\d+ \[", out.stderr)  # progress bars (transformers' own, for writing and loading)
     files = {p.name for p in (tmp_path / "tiny").iterdir()}
-    assert {"config.json", "model.safetensors", "generation_config.json", "modeling_tinygpt.py",
-            "configuration_tinygpt.py", "tokenizer.json", "tokenizer_config.json"} <= files  # fmt: skip
+    assert {
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "modeling_tinygpt.py",
+        "configuration_tinygpt.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    } <= files
     assert "auto_map" in json.loads((tmp_path / "tiny" / "config.json").read_text())
 
     back = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "back", "--verify")
@@ -165,12 +198,24 @@ def nanogpt_checkpoint(path, *, bias=True, vocab=64, padded_vocab=72, compiled=F
     sd = {"transformer.wte.weight": rand(padded_vocab, C), "transformer.wpe.weight": rand(T, C)}
     for i in range(L):
         p = f"transformer.h.{i}."
-        sd |= {p + "ln_1.weight": 1 + rand(C), p + "ln_2.weight": 1 + rand(C), p + "attn.c_attn.weight": rand(3 * C, C),
-               p + "attn.c_proj.weight": rand(C, C), p + "mlp.c_fc.weight": rand(4 * C, C),
-               p + "mlp.c_proj.weight": rand(C, 4 * C), p + "attn.bias": torch.tril(torch.ones(1, 1, T, T))}  # fmt: skip
+        sd |= {
+            p + "ln_1.weight": 1 + rand(C),
+            p + "ln_2.weight": 1 + rand(C),
+            p + "attn.c_attn.weight": rand(3 * C, C),
+            p + "attn.c_proj.weight": rand(C, C),
+            p + "mlp.c_fc.weight": rand(4 * C, C),
+            p + "mlp.c_proj.weight": rand(C, 4 * C),
+            p + "attn.bias": torch.tril(torch.ones(1, 1, T, T)),
+        }
         if bias:
-            sd |= {p + "ln_1.bias": rand(C), p + "ln_2.bias": rand(C), p + "attn.c_attn.bias": rand(3 * C),
-                   p + "attn.c_proj.bias": rand(C), p + "mlp.c_fc.bias": rand(4 * C), p + "mlp.c_proj.bias": rand(C)}  # fmt: skip
+            sd |= {
+                p + "ln_1.bias": rand(C),
+                p + "ln_2.bias": rand(C),
+                p + "attn.c_attn.bias": rand(3 * C),
+                p + "attn.c_proj.bias": rand(C),
+                p + "mlp.c_fc.bias": rand(4 * C),
+                p + "mlp.c_proj.bias": rand(C),
+            }
     sd |= {"transformer.ln_f.weight": 1 + rand(C), "lm_head.weight": sd["transformer.wte.weight"]}
     if bias:
         sd["transformer.ln_f.bias"] = rand(C)
@@ -178,8 +223,9 @@ def nanogpt_checkpoint(path, *, bias=True, vocab=64, padded_vocab=72, compiled=F
     saved = {("_orig_mod." + k if compiled else k): v for k, v in sd.items()}
     torch.save({"model": saved, "model_args": model_args, "iter_num": 100, "best_val_loss": 3.0}, path)
 
-    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=T, n_embd=C, n_layer=L, n_head=H,
-                                      activation_function="gelu")).eval()  # fmt: skip
+    gpt2 = GPT2LMHeadModel(
+        GPT2Config(vocab_size=vocab, n_positions=T, n_embd=C, n_layer=L, n_head=H, activation_function="gelu")
+    ).eval()
     reference = {}
     for key, tensor in gpt2.state_dict().items():
         source = sd.get(key)
@@ -196,8 +242,19 @@ def nanogpt_checkpoint(path, *, bias=True, vocab=64, padded_vocab=72, compiled=F
 @pytest.mark.parametrize("bias, compiled", [(True, False), (False, True)])
 def test_nanogpt_checkpoint_converts_exactly(tmp_path, bias, compiled, cli):
     reference = nanogpt_checkpoint(tmp_path / "ckpt.pt", bias=bias, compiled=compiled)
-    out = cli("convert", tmp_path / "ckpt.pt", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
-                     "--trim-vocab", "64", "--verify", "--tolerance", "1e-5")  # fmt: skip
+    out = cli(
+        "convert",
+        tmp_path / "ckpt.pt",
+        "--out",
+        tmp_path / "tiny",
+        "--tokenizer",
+        "gpt2",
+        "--trim-vocab",
+        "64",
+        "--verify",
+        "--tolerance",
+        "1e-5",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     tiny = TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").eval()
     assert tiny.config.vocab_size == 64 and tiny.config.activation_function == "gelu"
@@ -239,9 +296,15 @@ def broken_source(tmp_path, kind):
 
 @pytest.mark.parametrize(
     "kind",
-    ["truncated safetensors", "wrong shapes", "config/weights disagree", "unknown format", "missing weights",
-     "missing source"],
-)  # fmt: skip
+    [
+        "truncated safetensors",
+        "wrong shapes",
+        "config/weights disagree",
+        "unknown format",
+        "missing weights",
+        "missing source",
+    ],
+)
 def test_bad_sources_fail_clearly_and_leave_nothing(tmp_path, kind, capsys):
     src, message = broken_source(tmp_path, kind)
     assert main(["convert", str(src), "--out", str(tmp_path / "out"), "--tokenizer", "gpt2"]) == 2
@@ -251,11 +314,14 @@ def test_bad_sources_fail_clearly_and_leave_nothing(tmp_path, kind, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.partial-")]
 
 
-@pytest.mark.parametrize("scheme, to, reason", [
-    ("rope", "gpt2", "RoPE rotates q and k inside attention, which GPT-2's attention does not"),
-    ("alibi", "gpt2", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
-    ("alibi", "gpt_neox", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "scheme, to, reason",
+    [
+        ("rope", "gpt2", "RoPE rotates q and k inside attention, which GPT-2's attention does not"),
+        ("alibi", "gpt2", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
+        ("alibi", "gpt_neox", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
+    ],
+)
 def test_export_names_what_the_target_cannot_express(tmp_path, scheme, to, reason, cli):
     from conftest import tiny_model
 
@@ -266,9 +332,16 @@ def test_export_names_what_the_target_cannot_express(tmp_path, scheme, to, reaso
 
 
 @pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "none"])
-@pytest.mark.parametrize("fields", [{}, {"scale_embeddings": True}, {"tie_word_embeddings": False},
-                                    {"scale_embeddings": True, "tie_word_embeddings": False}],
-                         ids=["tied", "scaled", "untied", "scaled-untied"])  # fmt: skip
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"scale_embeddings": True},
+        {"tie_word_embeddings": False},
+        {"scale_embeddings": True, "tie_word_embeddings": False},
+    ],
+    ids=["tied", "scaled", "untied", "scaled-untied"],
+)
 def test_gpt2_twins_export_exactly(tmp_path, cli, scheme, fields):
     """Fixed position rows (sinusoidal, or none: zeros) become GPT-2's wpe; scaled embeddings a pre-scaled wte with
     the unscaled matrix as an untied head. transformers' own GPT2LMHeadModel then gives the same logits at every
@@ -290,8 +363,19 @@ def test_dtype_option_stores_bfloat16_weights(tmp_path, cli):
     from safetensors import safe_open
 
     random_gpt2().save_pretrained(tmp_path / "gpt2")
-    out = cli("convert", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2",
-                     "--dtype", "bfloat16", "--verify", "--tolerance", "0.05")  # fmt: skip
+    out = cli(
+        "convert",
+        tmp_path / "gpt2",
+        "--out",
+        tmp_path / "tiny",
+        "--tokenizer",
+        "gpt2",
+        "--dtype",
+        "bfloat16",
+        "--verify",
+        "--tolerance",
+        "0.05",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     with safe_open(tmp_path / "tiny" / "model.safetensors", "pt") as f:
         assert {f.get_tensor(key).dtype for key in f.keys()} == {torch.bfloat16}
@@ -310,8 +394,9 @@ def test_old_non_zip_pickle_loads(tmp_path):
 def test_the_conversion_scripts_are_the_convert_verb(tmp_path):
     """scripts/convert_*.py in a fresh interpreter: the same `hf-tinygpt convert`, both ways, verified."""
     random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(tmp_path / "gpt2")
-    out = run_script("convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer",
-                     "gpt2", "--verify")  # fmt: skip
+    out = run_script(
+        "convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2", "--verify"
+    )
     assert out.returncode == 0 and "verify: max |Δlogits|" in out.stdout, out.stderr[-2000:]
     back = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", "--out", tmp_path / "back", "--verify")
     assert back.returncode == 0 and "GPT2LMHeadModel format" in back.stdout, back.stderr[-2000:]
@@ -324,8 +409,19 @@ def test_gpt2_export_is_complete_for_engines(tmp_path, cli):
 
     random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(tmp_path / "gpt2")
     TinyGPTForCausalLM.from_pretrained(tmp_path / "gpt2").save_pretrained(tmp_path / "tiny")  # no tokenizer files
-    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "back", "--dtype", "bfloat16",
-              "--verify", "--tolerance", "0.05")  # fmt: skip
+    out = cli(
+        "convert",
+        "--to",
+        "gpt2",
+        tmp_path / "tiny",
+        "--out",
+        tmp_path / "back",
+        "--dtype",
+        "bfloat16",
+        "--verify",
+        "--tolerance",
+        "0.05",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     config = json.loads((tmp_path / "back" / "config.json").read_text())
     assert config["n_ctx"] == config["n_positions"] == 64
@@ -334,8 +430,9 @@ def test_gpt2_export_is_complete_for_engines(tmp_path, cli):
         assert {f.get_tensor(key).dtype for key in f.keys()} == {torch.bfloat16}
 
 
-@pytest.mark.parametrize("flag, value", [("--trim-vocab", "10"), ("--n-head", "2"), ("--license", "apache-2.0"),
-                                         ("--base-model", "gpt2")])  # fmt: skip
+@pytest.mark.parametrize(
+    "flag, value", [("--trim-vocab", "10"), ("--n-head", "2"), ("--license", "apache-2.0"), ("--base-model", "gpt2")]
+)
 def test_gpt2_export_refuses_flags_it_would_ignore(tmp_path, cli, flag, value):
     from conftest import tiny_model
 
@@ -345,10 +442,17 @@ def test_gpt2_export_refuses_flags_it_would_ignore(tmp_path, cli, flag, value):
     assert not (tmp_path / "gpt2").exists()
 
 
-@pytest.mark.parametrize("fields", [{}, {"partial_rotary_factor": 0.5}, {"scale_embeddings": True},
-                                    {"tie_word_embeddings": False},
-                                    {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}}],
-                         ids=["default", "partial", "scaled", "untied", "linear-scaling"])  # fmt: skip
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"partial_rotary_factor": 0.5},
+        {"scale_embeddings": True},
+        {"tie_word_embeddings": False},
+        {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+    ],
+    ids=["default", "partial", "scaled", "untied", "linear-scaling"],
+)
 def test_rope_exports_exactly_to_gpt_neox(tmp_path, cli, fields):
     """A rope TinyGPT is GPT-NeoX with sequential residuals: per-head q/k/v rows, rotate-half RoPE on the first
     partial_rotary_factor of each head. transformers' own GPTNeoXForCausalLM gives the same logits."""
@@ -399,10 +503,20 @@ def test_a_target_class_checkpoint_that_does_not_fit_is_named_as_well(tmp_path):
 
     from hf_tinygpt.checkpoints.reading import load_strictly
 
-    GPTNeoXForCausalLM(GPTNeoXConfig(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
-                                     vocab_size=VOCAB, tie_word_embeddings=False)).save_pretrained(tmp_path)  # fmt: skip
+    GPTNeoXForCausalLM(
+        GPTNeoXConfig(
+            hidden_size=32,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            intermediate_size=64,
+            vocab_size=VOCAB,
+            tie_word_embeddings=False,
+        )
+    ).save_pretrained(tmp_path)
     tensors = load_file(tmp_path / "model.safetensors")
     del tensors["embed_out.weight"]
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ValueError, match=r"does not match the model \(2 layers\)\. Missing: \['(embed_out|lm_head).weight'\]"):
+    with pytest.raises(
+        ValueError, match=r"does not match the model \(2 layers\)\. Missing: \['(embed_out|lm_head).weight'\]"
+    ):
         load_strictly(tmp_path, GPTNeoXForCausalLM)

@@ -69,10 +69,10 @@ def test_loss_hidden_states_and_attentions_equal(pair):
         theirs = gpt2(ids, labels=labels, output_hidden_states=True, output_attentions=True)
     assert abs(ours.loss.item() - theirs.loss.item()) <= 1e-5
     assert len(ours.hidden_states) == len(theirs.hidden_states) == tiny.config.n_layer + 1
-    for a, b in zip(ours.hidden_states, theirs.hidden_states):
+    for a, b in zip(ours.hidden_states, theirs.hidden_states, strict=True):
         assert (a - b).abs().max() <= 1e-5
     assert len(ours.attentions) == tiny.config.n_layer
-    for a, b in zip(ours.attentions, theirs.attentions):
+    for a, b in zip(ours.attentions, theirs.attentions, strict=True):
         assert a.shape == (2, tiny.config.n_head, 12, 12)
         assert (a - b).abs().max() <= 1e-5
 
@@ -152,15 +152,23 @@ def test_token_type_ids_are_embedded_like_gpt2(pair):
     ids = torch.randint(0, VOCAB, (2, 9))
     segments = torch.randint(0, 2, (2, 9))
     with torch.no_grad():
-        assert (tiny(ids, token_type_ids=segments).logits - gpt2(ids, token_type_ids=segments).logits).abs().max() <= 1e-5
+        assert (
+            tiny(ids, token_type_ids=segments).logits - gpt2(ids, token_type_ids=segments).logits
+        ).abs().max() <= 1e-5
 
 
 class HostReads(torch.overrides.TorchFunctionMode):
     """Counts every read of a tensor's value back into Python (`int(t)`, `t.item()`, `bool(t)`, ...): on an
     accelerator each one waits for the device to finish, once per decoding step if a forward makes it."""
 
-    READS = {torch.Tensor.item, torch.Tensor.__int__, torch.Tensor.__bool__, torch.Tensor.__float__,
-             torch.Tensor.__index__, torch.Tensor.tolist}  # fmt: skip
+    READS = {
+        torch.Tensor.item,
+        torch.Tensor.__int__,
+        torch.Tensor.__bool__,
+        torch.Tensor.__float__,
+        torch.Tensor.__index__,
+        torch.Tensor.tolist,
+    }
 
     def __init__(self):
         super().__init__()
@@ -183,8 +191,12 @@ def test_a_decoding_step_reads_no_more_back_to_the_host_than_gpt2s(pair, padded)
     for name, model in (("gpt2", gpt2), ("tiny", tiny)):
         with torch.no_grad():
             cache = getattr(model(ids, attention_mask=mask, use_cache=True), CACHE_FIELD)
-            step = {"attention_mask": torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1), "use_cache": True,
-                    "position_ids": mask.sum(1, keepdim=True), CACHE_FIELD: cache}
+            step = {
+                "attention_mask": torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1),
+                "use_cache": True,
+                "position_ids": mask.sum(1, keepdim=True),
+                CACHE_FIELD: cache,
+            }
             with HostReads() as counted:
                 model(torch.randint(0, VOCAB, (2, 1)), **step)
         reads[name] = counted.count

@@ -2,10 +2,10 @@
 
 import json
 import os
-from contextlib import nullcontext
 import subprocess
 import sys
 import textwrap
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -133,8 +133,13 @@ def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, sc
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
         [sys.executable, "-c", REMOTE_CODE_SCRIPT, str(folder), prompt],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["class"].startswith("transformers_modules.")  # the copied code, not the package
@@ -272,11 +277,19 @@ def test_a_tinygpt_hub_repo_costs_no_request_beyond_what_a_gpt2_repo_costs(hub, 
     for kind in ("gpt2", "tinygpt"):
         for cache in ("cold", "warm"):
             before = len(hub.requests)
-            run = subprocess.run([sys.executable, "-c", LOAD_AND_COUNT, kind, f"me/{kind}", HUB_TOKEN],
-                                 capture_output=True, text=True, timeout=300, env=hub_subprocess_env(hub, tmp_path))  # fmt: skip
+            run = subprocess.run(
+                [sys.executable, "-c", LOAD_AND_COUNT, kind, f"me/{kind}", HUB_TOKEN],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=hub_subprocess_env(hub, tmp_path),
+            )
             assert run.returncode == 0, run.stderr[-3000:]
-            requests[kind, cache] = [(method, path.split("?")[0].replace(kind, "REPO")) for method, path in
-                                     hub.requests[before:] if "agent-harnesses" not in path]  # fmt: skip
+            requests[kind, cache] = [
+                (method, path.split("?")[0].replace(kind, "REPO"))
+                for method, path in hub.requests[before:]
+                if "agent-harnesses" not in path
+            ]
     for cache in ("cold", "warm"):
         assert len(requests["tinygpt", cache]) <= len(requests["gpt2", cache]), requests
     assert sum(path.endswith("/config.json") and method == "GET" for method, path in requests["tinygpt", "cold"]) == 1

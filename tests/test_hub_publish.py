@@ -17,15 +17,24 @@ from huggingface_hub.errors import RepositoryNotFoundError
 from test_hf_integration import BLOCK_HF_TINYGPT, REMOTE_CODE_SCRIPT, save_with_tokenizer, text_model
 
 import hf_tinygpt
+from hf_tinygpt.checkpoints.hub import push_to_hub, stage_for_hub
 from hf_tinygpt.checkpoints.outputs import MANIFEST
 from hf_tinygpt.cli import main
-from hf_tinygpt.checkpoints.hub import push_to_hub, stage_for_hub
 from hf_tinygpt.model.params import parameter_breakdown
 
 REPO = "tester/tinygpt"
 PROMPT = "Now is the winter of our discontent"
-REPO_FILES = {"config.json", "configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py", "model.safetensors",
-              "generation_config.json", "tokenizer.json", "tokenizer_config.json", "README.md"}  # fmt: skip
+REPO_FILES = {
+    "config.json",
+    "configuration_tinygpt.py",
+    "modeling_tinygpt.py",
+    "gpt2_layout.py",
+    "model.safetensors",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "README.md",
+}
 
 
 def tinygpt_folder(tmp_path, scheme="rope"):
@@ -87,8 +96,9 @@ def test_card_metadata_and_architecture_table(tmp_path):
 def test_gpt2_source_is_converted_verified_and_carded_with_its_base_model(tmp_path):
     gpt2 = random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256)
     gpt2.save_pretrained(tmp_path / "gpt2")
-    files = stage_for_hub(str(tmp_path / "gpt2"), tmp_path / "staged", REPO, tokenizer="gpt2",
-                          base_model="openai-community/gpt2")  # fmt: skip
+    files = stage_for_hub(
+        str(tmp_path / "gpt2"), tmp_path / "staged", REPO, tokenizer="gpt2", base_model="openai-community/gpt2"
+    )
     assert set(files) == REPO_FILES
     card = ModelCard.load(tmp_path / "staged" / "README.md")
     assert card.data.base_model == "openai-community/gpt2"
@@ -103,9 +113,12 @@ def test_staged_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path):
     stage_for_hub(str(folder), tmp_path / "staged", REPO)
     run = subprocess.run(
         [sys.executable, "-c", REMOTE_CODE_SCRIPT, str(tmp_path / "staged"), PROMPT],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
         env={**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["class"].startswith("transformers_modules.")
@@ -143,15 +156,23 @@ def test_push_uploads_the_staged_folder_byte_for_byte_and_it_loads_over_http(hub
     assert hub.repo_files(REPO) == {name: data for name, data in staged.items() if name != MANIFEST}  # ours stays
     assert info.oid == hub.refs(REPO)["main"]
     writes = [path.split("?")[0] for method, path in hub.requests if method == "POST"]
-    assert writes == ["/api/repos/create", "/api/validate-yaml",  # the card's metadata is checked first
-                      f"/api/models/{REPO}/preupload/main", f"/api/models/{REPO}/commit/main"]  # one commit  # fmt: skip
+    assert writes == [
+        "/api/repos/create",
+        "/api/validate-yaml",  # the card's metadata is checked first
+        f"/api/models/{REPO}/preupload/main",
+        f"/api/models/{REPO}/commit/main",
+    ]  # one commit
 
     card = (tmp_path / "staged" / "README.md").read_text()
     run = subprocess.run(
         [sys.executable, "-c", FROM_THE_HUB, REPO, PROMPT, card_snippet(card)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300, env=hub_subprocess_env(hub, tmp_path),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env=hub_subprocess_env(hub, tmp_path),
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["class"].startswith("transformers_modules.")  # the repo's own code, over HTTP
@@ -168,8 +189,9 @@ def test_private_repo_on_a_branch(hub, tmp_path):
     assert hub.repo_files(REPO, revision="main") == {}  # the branch was committed to, not main
     hf_hub_download(REPO, "config.json", revision="dev", endpoint=hub.url, token=HUB_TOKEN, cache_dir=tmp_path / "c")
     with pytest.raises(RepositoryNotFoundError):  # private: someone else's token sees nothing
-        hf_hub_download(REPO, "config.json", revision="dev", endpoint=hub.url, token=OTHER_HUB_TOKEN,
-                        cache_dir=tmp_path / "c2")  # fmt: skip
+        hf_hub_download(
+            REPO, "config.json", revision="dev", endpoint=hub.url, token=OTHER_HUB_TOKEN, cache_dir=tmp_path / "c2"
+        )
 
 
 @pytest.mark.slow
@@ -181,9 +203,12 @@ def test_cli_push_opens_a_pull_request_and_never_reveals_the_token(hub, tmp_path
     (folder / "generation_config.json").unlink()  # made afresh while staging: the PR still has one
     run = subprocess.run(
         [sys.executable, "-m", "hf_tinygpt.cli", "push", str(folder), REPO, "--create-pr", "--commit-message", "v2"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
         env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=secret),
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "pull request:" in run.stdout
     proposed = hub.repo_files(REPO, revision="refs/pr/1")
@@ -274,7 +299,7 @@ def test_every_staged_file_is_written_by_the_library_that_read_it(tmp_path):
     assert json.loads((staged / "generation_config.json").read_text())["max_new_tokens"] == 17
     assert "       " not in (staged / "generation_config.json").read_text()  # written anew, not copied
     reloaded = hf_tinygpt.TinyGPTForCausalLM.from_pretrained(staged)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values(), strict=True))
 
 
 def test_push_refuses_a_generation_config_that_does_not_read(tmp_path, capsys):
@@ -289,8 +314,32 @@ def test_a_trained_models_card_is_published_without_local_paths_unless_asked(tmp
     data.mkdir(parents=True)
     (data / "plays.txt").write_text("\n".join(f"Line {i}: to be, or not to be." for i in range(80)))
     run = tmp_path / "private" / "run"
-    assert main(["train", "--train", str(data), "--out", str(run), "--n-layer", "1", "--n-embd", "16", "--n-head", "2",
-                 "--block-size", "16", "--batch-size", "2", "--steps", "1", "--warmup-steps", "0"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--train",
+                str(data),
+                "--out",
+                str(run),
+                "--n-layer",
+                "1",
+                "--n-embd",
+                "16",
+                "--n-head",
+                "2",
+                "--block-size",
+                "16",
+                "--batch-size",
+                "2",
+                "--steps",
+                "1",
+                "--warmup-steps",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert str(tmp_path) in (run / "model" / "README.md").read_text()  # the local card says where, in full
     assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 0
     card = (tmp_path / "staged" / "README.md").read_text()
@@ -309,14 +358,17 @@ def test_a_hub_repo_stages_from_the_cache_whose_files_link_to_its_blobs(hub, tmp
     push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
     run = subprocess.run(
         [sys.executable, "-m", "hf_tinygpt.cli", "push", REPO, "tester/copy", "--dry-run", "--out", "staged"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
         env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=HUB_TOKEN),
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     snapshot = next((tmp_path / "hf_cache").glob("models--*/snapshots/*"))
     assert (snapshot / "config.json").is_symlink()
     reloaded = hf_tinygpt.TinyGPTForCausalLM.from_pretrained(tmp_path / "staged")
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values(), strict=True))
 
 
 @pytest.mark.parametrize(
@@ -324,10 +376,12 @@ def test_a_hub_repo_stages_from_the_cache_whose_files_link_to_its_blobs(hub, tmp
     [
         ("tinygpt: [unclosed", "cannot read the model card's metadata"),
         ("tinygpt: just a string", "tinygpt: must be a mapping"),
-        ("tinygpt:\n  made_by: training\n  training:\n    validation_perplexity: low",
-         "tinygpt.training.validation_perplexity must be a number"),
+        (
+            "tinygpt:\n  made_by: training\n  training:\n    validation_perplexity: low",
+            "tinygpt.training.validation_perplexity must be a number",
+        ),
     ],
-)  # fmt: skip
+)
 def test_push_names_a_card_it_cannot_render_again(header, message, tmp_path, capsys):
     _, folder = tinygpt_folder(tmp_path)
     (folder / "README.md").write_text(f"---\n{header}\n---\n# my model\n")

@@ -29,8 +29,9 @@ IDS = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(1
 
 
 def load_int8(folder, **kwargs):
-    return TinyGPTForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, quantization_config=int8_weight_only(),
-                                              **kwargs).eval()  # fmt: skip
+    return TinyGPTForCausalLM.from_pretrained(
+        folder, dtype=torch.bfloat16, quantization_config=int8_weight_only(), **kwargs
+    ).eval()
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +134,15 @@ def test_an_int8_model_saves_and_loads_back_exactly(folder, tmp_path):
 def test_cached_int8_decoding_equals_a_full_forward(folder):
     model = load_int8(folder)
     prompt = IDS[:1, :5]
-    out = model.generate(prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0,
-                         output_logits=True, return_dict_in_generate=True)  # fmt: skip
+    out = model.generate(
+        prompt,
+        max_new_tokens=8,
+        min_new_tokens=8,
+        do_sample=False,
+        pad_token_id=0,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     with torch.no_grad():
         full = model(out.sequences).logits[:, 4:-1].float()
     assert (torch.stack(out.logits, dim=1).float() - full).abs().max() <= 2**-6 * full.abs().max()
@@ -181,6 +189,6 @@ def test_compiled_int8_decoding_gives_the_eager_int8_tokens():
     prompt = tokenizer("ROMEO: What light through yonder window breaks?", return_tensors="pt").input_ids
     eager = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
     compiled = CompiledDecoder(model, max_length=48, autotune=False)
-    assert torch.equal(compiled.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None,
-                                         pad_token_id=0), eager)  # fmt: skip
-
+    assert torch.equal(
+        compiled.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0), eager
+    )

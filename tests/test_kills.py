@@ -61,8 +61,13 @@ DRIVER = textwrap.dedent("""
 def killed(tmp_path, point, *args):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
-    run = subprocess.run([sys.executable, str(driver), point, *map(str, args)], capture_output=True, text=True,
-                         timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, str(driver), point, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert run.returncode == -9, run.stderr[-3000:]
 
 
@@ -70,8 +75,14 @@ def wte(folder):
     return load_file(folder / "model.safetensors")["transformer.wte.weight"]
 
 
-POINTS = ["while-building", "before-the-swap", "after-the-swap", "while-deleting-the-old",
-          "fallback-between-the-renames", "fallback-after-both-renames"]  # fmt: skip
+POINTS = [
+    "while-building",
+    "before-the-swap",
+    "after-the-swap",
+    "while-deleting-the-old",
+    "fallback-between-the-renames",
+    "fallback-after-both-renames",
+]
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -86,7 +97,9 @@ def test_a_killed_force_convert_leaves_the_old_or_the_new_folder_whole(tmp_path,
     killed(tmp_path, point, "convert", tmp_path / "new", "--out", out, "--tokenizer", "gpt2", "--force")
     if point.startswith("fallback-between"):  # OUT is briefly missing here: the next writer puts the old one back
         assert not out.exists()
-        assert main(["convert", str(tmp_path / "new"), "--out", str(out), "--tokenizer", "gpt2"]) == 2  # no --force: refused
+        assert (
+            main(["convert", str(tmp_path / "new"), "--out", str(out), "--tokenizer", "gpt2"]) == 2
+        )  # no --force: refused
         assert "exists; pass --force" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == files
     held = wte(out)
@@ -99,8 +112,17 @@ def test_a_killed_force_convert_leaves_the_old_or_the_new_folder_whole(tmp_path,
 
 def test_two_concurrent_converts_into_one_output_cannot_both_succeed(tmp_path):
     random_gpt2().save_pretrained(tmp_path / "gpt2")
-    command = [sys.executable, "-m", "hf_tinygpt.cli", "convert", str(tmp_path / "gpt2"), "--out",
-               str(tmp_path / "out"), "--tokenizer", "gpt2"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "hf_tinygpt.cli",
+        "convert",
+        str(tmp_path / "gpt2"),
+        "--out",
+        str(tmp_path / "out"),
+        "--tokenizer",
+        "gpt2",
+    ]
     runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(run.wait(timeout=600), run.stderr.read()) for run in runs]
     assert sorted(code for code, _ in results) == [0, 2], results
@@ -112,8 +134,27 @@ def test_a_kill_while_saving_a_checkpoint_resumes_from_the_last_complete_one(tmp
     data = tmp_path / "data"
     data.mkdir()
     (data / "a.txt").write_text("\n".join(f"Line {i}: to be, or not to be." for i in range(60)))
-    args = ["train", "--train", data, "--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16",
-            "--batch-size", "2", "--steps", "3", "--save-every", "1", "--out", tmp_path / "run"]  # fmt: skip
+    args = [
+        "train",
+        "--train",
+        data,
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "16",
+        "--n-head",
+        "2",
+        "--block-size",
+        "16",
+        "--batch-size",
+        "2",
+        "--steps",
+        "3",
+        "--save-every",
+        "1",
+        "--out",
+        tmp_path / "run",
+    ]
     killed(tmp_path, "while-saving-a-checkpoint", *args)
     assert main([str(a) for a in args]) == 2  # the run folder exists: continue it or start afresh
     assert main([str(a) for a in args] + ["--resume"]) == 0

@@ -63,10 +63,12 @@ def test_the_model_bundle_uses_only_public_transformers_api():
         assert required <= {"torch", "transformers", *sys.stdlib_module_names}, (name, required)
         tree = ast.parse((PACKAGE / "model" / name).read_text())
         guarded = {  # imports inside `try: ... except ImportError:`
-            id(inner) for node in ast.walk(tree) if isinstance(node, ast.Try)
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Try)
             and any(isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers)
             for inner in ast.walk(node)
-        }  # fmt: skip
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0:
                 top = node.module.split(".")[0]
@@ -84,14 +86,20 @@ def test_importing_the_package_needs_no_extra():
     the Auto classes and confuse every later test."""
     # As if not installed. peft too: it requires accelerate, and transformers imports it whenever it is present.
     blocked = "import sys; sys.modules.update(accelerate=None, matplotlib=None, peft=None)"
-    modules = ("hf_tinygpt.cli", "hf_tinygpt.checkpoints.convert", "hf_tinygpt.checkpoints.hub", "hf_tinygpt.tools.generate")
+    modules = (
+        "hf_tinygpt.cli",
+        "hf_tinygpt.checkpoints.convert",
+        "hf_tinygpt.checkpoints.hub",
+        "hf_tinygpt.tools.generate",
+    )
     imports = "import " + ", ".join(modules)
     run = subprocess.run([sys.executable, "-c", f"{blocked}; {imports}"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
 
 
-@pytest.mark.parametrize("verb, extra, package", [("train", "train", "accelerate"), ("plot-positions", "plots",
-                                                                                      "matplotlib")])  # fmt: skip
+@pytest.mark.parametrize(
+    "verb, extra, package", [("train", "train", "accelerate"), ("plot-positions", "plots", "matplotlib")]
+)
 def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, tmp_path, capsys, verb, extra, package):
     # As if not installed, submodules included; without accelerate there is no peft either (it requires accelerate,
     # and transformers imports it whenever it is present: run alone, this test failed inside that import).
@@ -99,10 +107,14 @@ def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, tmp_path, c
         for name in [name for name in sys.modules if name == blocked or name.startswith(blocked + ".")]:
             monkeypatch.setitem(sys.modules, name, None)
         monkeypatch.setitem(sys.modules, blocked, None)
-    monkeypatch.delitem(sys.modules, "hf_tinygpt.tools.training" if extra == "train" else "hf_tinygpt.tools.plots",
-                        raising=False)  # fmt: skip
-    args = {"train": ["train", "--train", str(tmp_path), "--out", str(tmp_path / "run")],
-            "plot-positions": ["plot-positions", "rope", "--out", str(tmp_path / "plots")]}[verb]  # fmt: skip
+    monkeypatch.delitem(
+        sys.modules, "hf_tinygpt.tools.training" if extra == "train" else "hf_tinygpt.tools.plots", raising=False
+    )
+    args = {
+        "train": ["train", "--train", str(tmp_path), "--out", str(tmp_path / "run")],
+        "plot-positions": ["plot-positions", "rope", "--out", str(tmp_path / "plots")],
+    }[verb]
     assert main(args) == 2
-    assert capsys.readouterr().err == (f"hf-tinygpt {verb}: error: this needs {package} (not installed): "
-                                       f"pip install 'hf-tinygpt[{extra}]'\n")  # fmt: skip
+    assert capsys.readouterr().err == (
+        f"hf-tinygpt {verb}: error: this needs {package} (not installed): pip install 'hf-tinygpt[{extra}]'\n"
+    )

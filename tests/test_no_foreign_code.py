@@ -58,9 +58,11 @@ def tiny_folder(tmp_path):
 @pytest.mark.parametrize("verb", ["generate", "push", "convert --to gpt2"])
 def test_a_tokenizer_config_that_names_code_is_refused(verb, tiny_folder, tmp_path, capsys, monkeypatch):
     tokenizer_with_code(tiny_folder)
-    args = {"generate": ["generate", "hello", "--model", tiny_folder, "--max-new-tokens", 2],
-            "push": ["push", tiny_folder, "me/tiny", "--dry-run", "--out", tmp_path / "staged"],
-            "convert --to gpt2": ["convert", tiny_folder, "--to", "gpt2", "--out", tmp_path / "out"]}[verb]  # fmt: skip
+    args = {
+        "generate": ["generate", "hello", "--model", tiny_folder, "--max-new-tokens", 2],
+        "push": ["push", tiny_folder, "me/tiny", "--dry-run", "--out", tmp_path / "staged"],
+        "convert --to gpt2": ["convert", tiny_folder, "--to", "gpt2", "--out", tmp_path / "out"],
+    }[verb]
     code, err = run_cli(capsys, monkeypatch, *args)
     assert not (tiny_folder / "CODE_RAN").exists()
     assert code == 2 and "tokenizer_config.json: its auto_map" in err and "never runs a folder's code" in err
@@ -68,13 +70,16 @@ def test_a_tokenizer_config_that_names_code_is_refused(verb, tiny_folder, tmp_pa
 
 @pytest.mark.parametrize("model_type", [None, "my_custom_gpt", "tinygpt"])
 @pytest.mark.parametrize("verb", ["generate", "params", "plot-positions", "push"])
-def test_a_config_whose_auto_map_names_code_of_its_own_is_refused(model_type, verb, tiny_folder, tmp_path, capsys,
-                                                                   monkeypatch):  # fmt: skip
+def test_a_config_whose_auto_map_names_code_of_its_own_is_refused(
+    model_type, verb, tiny_folder, tmp_path, capsys, monkeypatch
+):
     config_with_code(tiny_folder, model_type)
-    args = {"generate": ["generate", "hello", "--model", tiny_folder, "--max-new-tokens", 2],
-            "params": ["params", tiny_folder],
-            "plot-positions": ["plot-positions", tiny_folder, "--out", tmp_path / "plots"],
-            "push": ["push", tiny_folder, "me/tiny", "--dry-run", "--out", tmp_path / "staged"]}[verb]  # fmt: skip
+    args = {
+        "generate": ["generate", "hello", "--model", tiny_folder, "--max-new-tokens", 2],
+        "params": ["params", tiny_folder],
+        "plot-positions": ["plot-positions", tiny_folder, "--out", tmp_path / "plots"],
+        "push": ["push", tiny_folder, "me/tiny", "--dry-run", "--out", tmp_path / "staged"],
+    }[verb]
     code, err = run_cli(capsys, monkeypatch, *args)
     assert not (tiny_folder / "CODE_RAN").exists()
     assert code == 2 and "config.json: its auto_map" in err, err

@@ -17,8 +17,26 @@ from conftest import random_gpt2, run_cli, tiny_model
 from hf_tinygpt import gpt2_tokenizer
 from hf_tinygpt.checkpoints.outputs import MANIFEST
 
-TINY_RUN = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
-            "--warmup-steps", "1", "--eval-every", "100", "--steps", "2", "--save-every", "1"]  # fmt: skip
+TINY_RUN = [
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "2",
+    "--warmup-steps",
+    "1",
+    "--eval-every",
+    "100",
+    "--steps",
+    "2",
+    "--save-every",
+    "1",
+]
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -77,9 +95,11 @@ def test_force_never_replaces_a_folder_it_cannot_prove_it_wrote(make, verb, gpt2
     out = tmp_path / "out"
     make(out)
     before = tree(out)
-    args = {"convert": convert_to(out, gpt2_folder),
-            "plot-positions": ["plot-positions", "rope", "--out", out, "--force"],
-            "train": ["train", "--train", corpus, *TINY_RUN, "--out", out, "--force"]}[verb]  # fmt: skip
+    args = {
+        "convert": convert_to(out, gpt2_folder),
+        "plot-positions": ["plot-positions", "rope", "--out", out, "--force"],
+        "train": ["train", "--train", corpus, *TINY_RUN, "--out", out, "--force"],
+    }[verb]
     code, err = run_cli(capsys, *args)
     assert code == 2 and "not proven to be an earlier output of hf-tinygpt" in err, err
     assert tree(out) == before
@@ -191,8 +211,7 @@ def tokenizer_folder(tmp_path):
 @pytest.mark.parametrize("verb", ["convert", "push"])
 def test_the_tokenizer_input_is_never_the_output(verb, gpt2_folder, tokenizer_folder, capsys):
     before = tree(tokenizer_folder)
-    args = {"convert": ["convert", gpt2_folder],
-            "push": ["push", gpt2_folder, "me/tiny", "--dry-run"]}[verb]  # fmt: skip
+    args = {"convert": ["convert", gpt2_folder], "push": ["push", gpt2_folder, "me/tiny", "--dry-run"]}[verb]
     code, err = run_cli(capsys, *args, "--tokenizer", tokenizer_folder, "--out", tokenizer_folder, "--force")
     assert code == 2 and f"is the input {tokenizer_folder}" in err
     assert tree(tokenizer_folder) == before

@@ -85,9 +85,15 @@ def test_dimension_traces_are_seeded_columns_of_the_position_rows(tmp_path):
 # ---- rope --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rope", [{}, {"partial_rotary_factor": 0.5, "rope_theta": 500.0},
-                                  {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}}],
-                         ids=["default", "partial", "yarn"])  # fmt: skip
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {},
+        {"partial_rotary_factor": 0.5, "rope_theta": 500.0},
+        {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}},
+    ],
+    ids=["default", "partial", "yarn"],
+)
 def test_rope_frequencies_and_offset_similarity_are_the_models(tmp_path, rope):
     model = tiny_model("rope", n_embd=64, **rope)
     rotary = model.transformer.rotary_emb  # LLaMA's name, where transformers looks for it
@@ -204,8 +210,21 @@ def test_load_for_plots_config_file_and_scheme_checks(tmp_path):
 def test_cli_writes_every_picture_into_out(tmp_path, capsys):
     random_gpt2().save_pretrained(tmp_path / "gpt2")
     out = tmp_path / "plots"
-    code = main(["plot-positions", str(tmp_path / "gpt2"), "--out", str(out), "--svg", "--dims", "4",
-                 "--max-positions", "16", "--prompt", "I saw a dog and a cat"])  # fmt: skip
+    code = main(
+        [
+            "plot-positions",
+            str(tmp_path / "gpt2"),
+            "--out",
+            str(out),
+            "--svg",
+            "--dims",
+            "4",
+            "--max-positions",
+            "16",
+            "--prompt",
+            "I saw a dog and a cat",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     expected = sorted(f"{name}.{ext}" for name in PICTURES["learned"] for ext in ("png", "svg"))
@@ -218,12 +237,16 @@ def test_cli_writes_every_picture_into_out(tmp_path, capsys):
     assert svg.startswith("<?xml") and "<svg" in svg
 
 
-@pytest.mark.parametrize("args, message", [
-    (["/nonexistent/model"], "/nonexistent/model: not a scheme name"),
-    (["learned", "--max-positions", "999"], "n_positions=256"),
-    (["sinusoidal", "--dims", "0"], "n_dims must be at least 1"),
-    (["rope", "--max-positions", "0"], "max_positions must be at least 1"),
-], ids=["bad-path", "learned-too-long", "no-dims", "no-positions"])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["/nonexistent/model"], "/nonexistent/model: not a scheme name"),
+        (["learned", "--max-positions", "999"], "n_positions=256"),
+        (["sinusoidal", "--dims", "0"], "n_dims must be at least 1"),
+        (["rope", "--max-positions", "0"], "max_positions must be at least 1"),
+    ],
+    ids=["bad-path", "learned-too-long", "no-dims", "no-positions"],
+)
 def test_cli_refuses_with_exit_code_2_and_a_message(tmp_path, capsys, args, message):
     assert main(["plot-positions", *args, "--out", str(tmp_path / "plots")]) == 2
     error = capsys.readouterr().err

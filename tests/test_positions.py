@@ -155,7 +155,7 @@ def test_sinusoidal_rows_equal_the_closed_formula(scale):
     positions = SinusoidalPositions(tiny_config("sinusoidal", n_embd=d, sinusoidal_scale=scale))
     p = torch.tensor([0, 1, 7, 63, 1000])
     rows = positions.rows(p)
-    for row, pos in zip(rows, p.tolist()):
+    for row, pos in zip(rows, p.tolist(), strict=True):
         for i in range(d // 2):
             angle = pos / 10000 ** (2 * i / d)
             assert row[2 * i].item() == pytest.approx(scale * math.sin(angle), abs=1e-4)
@@ -246,8 +246,9 @@ def test_partial_rotary_leaves_the_tail_of_each_head_alone():
     assert torch.equal(got_q[..., 8:], q[..., 8:]) and torch.equal(got_k[..., 8:], k[..., 8:])
     # the rotated part is LLaMA's rotation of an 8-dim head
     full = tiny_config("rope", n_embd=32, n_head=4)  # head_dim 8, fully rotated
-    expected_q, _ = apply_rotary_pos_emb(q[..., :8], k[..., :8], *llama_rotary(full, {"rope_type": "default"})(
-        q, torch.arange(10)[None]))  # fmt: skip
+    expected_q, _ = apply_rotary_pos_emb(
+        q[..., :8], k[..., :8], *llama_rotary(full, {"rope_type": "default"})(q, torch.arange(10)[None])
+    )
     assert (got_q[..., :8] - expected_q).abs().max() <= 1e-5
 
 

@@ -36,8 +36,11 @@ def gpt2_folder(tmp_path):
 
 def tree(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` and its bytes (manifests left out: what the tool wrote, not what it holds)."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != MANIFEST}  # fmt: skip
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
 
 
 def leftovers(parent: Path) -> list[str]:
@@ -101,11 +104,15 @@ def test_push_dry_run_force_refuses_a_run_folder(tmp_path, capsys):
     tiny_model().save_pretrained(run / "model")
     (run / "checkpoints" / "step-000100").mkdir(parents=True)
     before = tree(run)
-    code, err = run_cli(capsys, "push", run / "model", "me/tiny", "--dry-run", "--out", run, "--force", "--tokenizer", "gpt2")
+    code, err = run_cli(
+        capsys, "push", run / "model", "me/tiny", "--dry-run", "--out", run, "--force", "--tokenizer", "gpt2"
+    )
     assert code == 2 and f"contains the input {run / 'model'}" in err
     other = tmp_path / "other"
     (other / "checkpoints").mkdir(parents=True)
-    code, err = run_cli(capsys, "push", run / "model", "me/tiny", "--dry-run", "--out", other, "--force", "--tokenizer", "gpt2")
+    code, err = run_cli(
+        capsys, "push", run / "model", "me/tiny", "--dry-run", "--out", other, "--force", "--tokenizer", "gpt2"
+    )
     assert code == 2 and "checkpoints" in err and "not proven to be an earlier output" in err
     assert tree(run) == before and (other / "checkpoints").is_dir()
 
@@ -200,8 +207,22 @@ def test_a_symlink_or_file_as_output_is_never_replaced(tmp_path):
 
 # ---- nothing run: resuming reads no pickle that can run code ----------------------------------------------------
 
-TINY_RUN = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "2",
-            "--warmup-steps", "1", "--eval-every", "100"]  # fmt: skip
+TINY_RUN = [
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "2",
+    "--warmup-steps",
+    "1",
+    "--eval-every",
+    "100",
+]
 
 
 class RunsCode:
@@ -313,7 +334,7 @@ def test_a_hung_or_dropped_connection_ends_the_push_with_a_clear_error(mode, tmp
     def push():
         try:
             push_to_hub(str(folder), "me/tiny", token="hf_test", endpoint=server.url, tokenizer="gpt2", timeout=0.5)
-        except Exception as error:  # noqa: BLE001 - the test looks at what it was
+        except Exception as error:
             outcome["error"] = error
 
     thread = threading.Thread(target=push, daemon=True)
@@ -335,14 +356,16 @@ def test_a_hung_or_dropped_connection_ends_the_push_with_a_clear_error(mode, tmp
         (dict(layer_norm_epsilon=0.0), "layer_norm_epsilon must be a finite number > 0"),
         (dict(layer_norm_epsilon=float("nan")), "layer_norm_epsilon must be a finite number > 0"),
         (dict(position_embedding_type="rope", rope_theta=float("inf")), "rope_theta must be a finite number"),
-        (dict(position_embedding_type="rope", rope_parameters={"rope_type": "linear", "factor": float("inf")}),
-         r"rope_parameters\['factor'\] must be a finite number"),
+        (
+            dict(position_embedding_type="rope", rope_parameters={"rope_type": "linear", "factor": float("inf")}),
+            r"rope_parameters\['factor'\] must be a finite number",
+        ),
         (dict(n_layer=2.5), "n_layer must be a positive integer below 2.31, got 2.5"),
         (dict(n_head="4"), "n_head must be a positive integer below 2.31, got .4."),
         (dict(resid_pdrop="0.1"), r"resid_pdrop must be in \[0, 1\)"),
         (dict(initializer_range=float("inf")), "initializer_range must be a finite number"),
     ],
-)  # fmt: skip
+)
 def test_config_values_that_would_give_nan_or_crash_are_named(fields, message):
     with pytest.raises(ValueError, match=message):
         TinyGPTConfig(**fields)
@@ -373,7 +396,9 @@ def test_convert_refuses_integer_tensors_in_a_weights_file_by_name(gpt2_folder, 
     tensors = load_file(gpt2_folder / "model.safetensors")
     tensors["transformer.h.0.ln_1.bias"] = torch.zeros(32, dtype=torch.int64)
     save_file(tensors, gpt2_folder / "model.safetensors", metadata={"format": "pt"})
-    code, err = run_cli(capsys, "convert", gpt2_folder / "model.safetensors", "--out", tmp_path / "out", "--tokenizer", "gpt2")
+    code, err = run_cli(
+        capsys, "convert", gpt2_folder / "model.safetensors", "--out", tmp_path / "out", "--tokenizer", "gpt2"
+    )
     assert code == 2 and "not floating-point weights: transformer.h.0.ln_1.bias (torch.int64)" in err
 
 
@@ -438,8 +463,19 @@ def test_training_data_that_is_not_utf8_is_named(corpus, tmp_path, capsys):
 
 def test_empty_validation_data_is_refused_before_training(corpus, tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("")
-    code, err = run_cli(capsys, "train", "--train", corpus, "--validation", tmp_path / "empty.txt",
-                        "--out", tmp_path / "run", *TINY_RUN, "--steps", 1)  # fmt: skip
+    code, err = run_cli(
+        capsys,
+        "train",
+        "--train",
+        corpus,
+        "--validation",
+        tmp_path / "empty.txt",
+        "--out",
+        tmp_path / "run",
+        *TINY_RUN,
+        "--steps",
+        1,
+    )
     assert code == 2 and "empty.txt is empty" in err
     assert not (tmp_path / "run").exists()
 
@@ -458,8 +494,9 @@ def test_push_never_copies_a_file_an_index_names_outside_the_folder(tiny_folder,
     (tmp_path / "victim.txt").write_text("someone's file")
     (tiny_folder / "model.safetensors").unlink()
     (tiny_folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "../victim.txt"}}))
-    code, err = run_cli(capsys, "push", tiny_folder, "me/tiny", "--dry-run", "--out", tmp_path / "staged",
-                        "--tokenizer", "gpt2")  # fmt: skip
+    code, err = run_cli(
+        capsys, "push", tiny_folder, "me/tiny", "--dry-run", "--out", tmp_path / "staged", "--tokenizer", "gpt2"
+    )
     assert code == 2 and "shard names must be files in the folder itself" in err
     assert not (tmp_path / "staged").exists() and (tmp_path / "victim.txt").read_text() == "someone's file"
 
@@ -508,10 +545,12 @@ MALFORMED = ["truncated weights", "text as weights", "index without weight_map"]
 @pytest.mark.parametrize("verb", ["generate", "plot-positions", "convert --to gpt2", "push"])
 def test_a_malformed_tinygpt_folder_is_named_by_every_verb(tiny_folder, tmp_path, capsys, how, verb):
     folder = malformed(tiny_folder, how)
-    args = {"generate": ["generate", "hello", "--model", folder],
-            "plot-positions": ["plot-positions", folder, "--out", tmp_path / "plots"],
-            "convert --to gpt2": ["convert", folder, "--to", "gpt2", "--out", tmp_path / "out"],
-            "push": ["push", folder, "me/tiny", "--dry-run", "--out", tmp_path / "out", "--tokenizer", "gpt2"]}[verb]  # fmt: skip
+    args = {
+        "generate": ["generate", "hello", "--model", folder],
+        "plot-positions": ["plot-positions", folder, "--out", tmp_path / "plots"],
+        "convert --to gpt2": ["convert", folder, "--to", "gpt2", "--out", tmp_path / "out"],
+        "push": ["push", folder, "me/tiny", "--dry-run", "--out", tmp_path / "out", "--tokenizer", "gpt2"],
+    }[verb]
     code, err = run_cli(capsys, *args)
     assert code == 2 and err.strip().splitlines()[-1].startswith(f"hf-tinygpt {verb.split()[0]}: error: ")
     assert str(folder) in err
@@ -540,7 +579,7 @@ def weights_file(tmp_path, tensors) -> Path:
         (lambda p: nanogpt_file(p, model={7: torch.zeros(2)}), "'model' must map tensor names to tensors"),
         (lambda p: nanogpt_file(p, vocab_size=None), "model_args\\['vocab_size'\\] is None, not an integer"),
     ],
-)  # fmt: skip
+)
 def test_malformed_weights_files_are_named(tmp_path, capsys, make, message):
     code, err = run_cli(capsys, "convert", make(tmp_path), "--out", tmp_path / "out", "--tokenizer", "gpt2")
     assert code == 2 and re.search(message, err), err
@@ -548,8 +587,10 @@ def test_malformed_weights_files_are_named(tmp_path, capsys, make, message):
 
 def nanogpt_file(tmp_path, model=None, **args) -> Path:
     model_args = {"vocab_size": 64, "block_size": 16, "n_embd": 8, "n_layer": 1, "n_head": 2, **args}
-    torch.save({"model": model or {"transformer.wte.weight": torch.zeros(64, 8)}, "model_args": model_args},
-               tmp_path / "ckpt.pt")  # fmt: skip
+    torch.save(
+        {"model": model or {"transformer.wte.weight": torch.zeros(64, 8)}, "model_args": model_args},
+        tmp_path / "ckpt.pt",
+    )
     return tmp_path / "ckpt.pt"
 
 
@@ -600,15 +641,17 @@ def test_train_names_what_would_exhaust_memory_crash_or_save_garbage(corpus, tmp
 
 def test_train_config_typos_are_named(corpus, tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"n_postions": 64}))
-    code, err = run_cli(capsys, "train", "--train", corpus, "--config", tmp_path / "config.json",
-                        "--out", tmp_path / "run")  # fmt: skip
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, "--config", tmp_path / "config.json", "--out", tmp_path / "run"
+    )
     assert code == 2 and "n_postions is not a TinyGPTConfig field" in err
 
 
 def test_resume_refuses_a_folder_that_is_not_a_run(corpus, tmp_path, capsys):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "myfile.txt").write_text("mine")
-    code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--out", tmp_path / "mine",
-                        "--resume")  # fmt: skip
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--out", tmp_path / "mine", "--resume"
+    )
     assert code == 2 and "myfile.txt" in err and "is not a training run of hf-tinygpt" in err
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["myfile.txt"]

@@ -16,8 +16,22 @@ from safetensors.torch import load_file
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.tools.training import batch_indices, pack, perplexity, text_files
 
-TINY = ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "32", "--batch-size", "4",
-        "--warmup-steps", "2", "--eval-every", "5"]  # fmt: skip
+TINY = [
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--block-size",
+    "32",
+    "--batch-size",
+    "4",
+    "--warmup-steps",
+    "2",
+    "--eval-every",
+    "5",
+]
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +87,33 @@ def test_pack_and_perplexity_agree_with_the_models_own_loss():
 
 def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_path, cli):
     out = tmp_path / "run"
-    run = cli("train", "--train", corpus, "--validation", corpus / "held_out.txt", *TINY, "--steps", 10, "--out", out,
-                    "--position", "rope", "--save-dtype", "bfloat16", "--bf16")  # fmt: skip
+    run = cli(
+        "train",
+        "--train",
+        corpus,
+        "--validation",
+        corpus / "held_out.txt",
+        *TINY,
+        "--steps",
+        10,
+        "--out",
+        out,
+        "--position",
+        "rope",
+        "--save-dtype",
+        "bfloat16",
+        "--bf16",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     model_dir = out / "model"
-    assert {"config.json", "model.safetensors", "generation_config.json", "modeling_tinygpt.py", "tokenizer.json",
-            "README.md"} <= {p.name for p in model_dir.iterdir()}  # fmt: skip
+    assert {
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "modeling_tinygpt.py",
+        "tokenizer.json",
+        "README.md",
+    } <= {p.name for p in model_dir.iterdir()}
     assert all(t.dtype == torch.bfloat16 for t in load_file(model_dir / "model.safetensors").values())
 
     card = ModelCard.load(model_dir / "README.md")
@@ -105,8 +140,21 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(corpu
     is on, so resuming must restore the RNG state too, not only weights, optimizer and schedule."""
     from hf_tinygpt.tools import training
 
-    args = ["--train", corpus, "--validation", corpus / "held_out.txt", *TINY, "--dropout", "0.1", "--steps", 20,
-            "--save-every", 1000, "--eval-every", 1000]  # fmt: skip
+    args = [
+        "--train",
+        corpus,
+        "--validation",
+        corpus / "held_out.txt",
+        *TINY,
+        "--dropout",
+        "0.1",
+        "--steps",
+        20,
+        "--save-every",
+        1000,
+        "--eval-every",
+        1000,
+    ]
     straight = cli("train", *args, "--out", tmp_path / "straight")
     assert straight.returncode == 0, straight.stderr[-3000:]
 
@@ -152,17 +200,31 @@ def test_two_process_data_parallel_run_matches_one_process(corpus, tmp_path):
     """torchrun, 2 CPU processes (gloo): the ranks end identical, and match a 1-process run on the same global batch
     (to float rounding: all-reduced gradients are summed in another order). The learning-rate schedule must advance
     once per step, not once per process as a schedule prepared by accelerate would."""
-    settings = {"train": [str(corpus)], "validation": [str(corpus / "held_out.txt")], "block_size": 32,
-                "batch_size": 4, "steps": 6, "warmup_steps": 2, "eval_every": 3, "save_every": 3,
-                "config": {"n_layer": 1, "n_embd": 16, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
-                           "attn_pdrop": 0.0}}  # fmt: skip
+    settings = {
+        "train": [str(corpus)],
+        "validation": [str(corpus / "held_out.txt")],
+        "block_size": 32,
+        "batch_size": 4,
+        "steps": 6,
+        "warmup_steps": 2,
+        "eval_every": 3,
+        "save_every": 3,
+        "config": {"n_layer": 1, "n_embd": 16, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+    }
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for name, launcher in [("one", [sys.executable]), ("two", [sys.executable, "-m", "torch.distributed.run",
-                                                                "--standalone", "--nproc_per_node", "2"])]:  # fmt: skip
-        run = subprocess.run([*launcher, str(driver), json.dumps({**settings, "out": str(tmp_path / name)})],
-                             capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    for name, launcher in [
+        ("one", [sys.executable]),
+        ("two", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]),
+    ]:
+        run = subprocess.run(
+            [*launcher, str(driver), json.dumps({**settings, "out": str(tmp_path / name)})],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
         assert run.returncode == 0, run.stderr[-4000:]
 
     rank0, rank1 = torch.load(tmp_path / "two-rank0.pt"), torch.load(tmp_path / "two-rank1.pt")

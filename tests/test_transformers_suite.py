@@ -33,6 +33,7 @@ if not (SUITE / "tests" / "causal_lm_tester.py").is_file():
         allow_module_level=True,
     )
 
+
 def suite_view() -> Path:
     """A folder of links that looks like transformers' source tree: the suite's `tests/` and `utils/` beside
     `src/transformers` (the installed package, which the pipeline mixin imports from there). The suite itself is

@@ -14,8 +14,18 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "default_model"
 # builds a tokenizer with an empty vocabulary and says nothing.
 VOCABULARY_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",), ("vocab.txt",))
 # Every file transformers may read from a tokenizer folder.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
-                   "added_tokens.json", "chat_template.jinja", "chat_template.json", "tokenizer.model", "vocab.txt")  # fmt: skip
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "tokenizer.model",
+    "vocab.txt",
+)
 
 
 def gpt2_tokenizer() -> GPT2TokenizerFast:
@@ -36,11 +46,15 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
         folder = Path(tokenizer)
         if folder.is_dir():
             if odd := [name for name in TOKENIZER_FILES if (folder / name).exists() and not (folder / name).is_file()]:
-                raise ValueError(f"{folder}: {', '.join(odd)} is not a regular file (a FIFO or device would hang or "
-                                 "feed the reader anything)")  # fmt: skip
+                raise ValueError(
+                    f"{folder}: {', '.join(odd)} is not a regular file (a FIFO or device would hang or "
+                    "feed the reader anything)"
+                )
             if not any(all((folder / name).is_file() for name in names) for names in VOCABULARY_FILES):
-                raise ValueError(f"{folder}: no tokenizer files (tokenizer.json, or vocab.json + merges.txt): it is "
-                                 "not a tokenizer folder; pass 'gpt2' for the bundled GPT-2 tokenizer")  # fmt: skip
+                raise ValueError(
+                    f"{folder}: no tokenizer files (tokenizer.json, or vocab.json + merges.txt): it is "
+                    "not a tokenizer folder; pass 'gpt2' for the bundled GPT-2 tokenizer"
+                )
             if (folder / "tokenizer_config.json").is_file():
                 config = read_json_object(folder / "tokenizer_config.json")
                 refuse_foreign_code(config, f"{folder}/tokenizer_config.json", tokenizer=True)
@@ -48,12 +62,14 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             loaded = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False, **hub_kwargs)
         except (OSError, ImportError):
             raise
-        except Exception as error:  # noqa: BLE001 - tokenizers raises plain Exception for a malformed tokenizer.json
+        except Exception as error:
             raise ValueError(f"{tokenizer}: transformers cannot read this tokenizer ({describe(error)})") from error
     words = len(loaded.get_vocab()) - len(loaded.all_special_tokens)
     if words <= 0:
         raise ValueError(f"{tokenizer}: the tokenizer's vocabulary is empty (no tokens but special ones)")
     if vocab_size is not None and len(loaded) > vocab_size:
-        raise ValueError(f"{tokenizer}: the tokenizer has {len(loaded):,} tokens, more than the model's vocabulary "
-                         f"({vocab_size:,} rows): some token ids would have no embedding")  # fmt: skip
+        raise ValueError(
+            f"{tokenizer}: the tokenizer has {len(loaded):,} tokens, more than the model's vocabulary "
+            f"({vocab_size:,} rows): some token ids would have no embedding"
+        )
     return loaded

@@ -99,15 +99,21 @@ def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
         wte, wpe = state_dict.get(PREFIX + "wte.weight"), state_dict.get(PREFIX + "wpe.weight")
         fc = state_dict.get(PREFIX + "h.0.mlp.c_fc.weight")
         if wte is None or wpe is None or fc is None or not wte.dim() == wpe.dim() == fc.dim() == 2:
-            raise ValueError(f"{path}: no 2-D wte.weight, wpe.weight and h.0.mlp.c_fc.weight: not a GPT-2 checkpoint "
-                             "(a config.json beside it would say what it is)")  # fmt: skip
+            raise ValueError(
+                f"{path}: no 2-D wte.weight, wpe.weight and h.0.mlp.c_fc.weight: not a GPT-2 checkpoint "
+                "(a config.json beside it would say what it is)"
+            )
         n_layer = 1 + max(int(key.split(".")[2]) for key in state_dict if key.startswith(PREFIX + "h."))
         n_inner = state_dict[PREFIX + "h.0.mlp.c_fc.weight"].shape[0]
         n_embd = wte.shape[1]
         config = TinyGPTConfig(
-            vocab_size=wte.shape[0], n_positions=wpe.shape[0], n_embd=n_embd, n_layer=n_layer,
-            n_head=n_head or max(1, n_embd // 64), n_inner=None if n_inner == 4 * n_embd else n_inner,
-        )  # fmt: skip
+            vocab_size=wte.shape[0],
+            n_positions=wpe.shape[0],
+            n_embd=n_embd,
+            n_layer=n_layer,
+            n_head=n_head or max(1, n_embd // 64),
+            n_inner=None if n_inner == 4 * n_embd else n_inner,
+        )
     check_state_dict(config, state_dict, source=str(path))
     return Source(config, state_dict, "gpt2-weights-file", None)
 
@@ -137,9 +143,15 @@ def _read_nanogpt(path: Path, trim_vocab: int | None) -> Source:
     if vocab_size > args["vocab_size"]:
         raise ValueError(f"--trim-vocab {vocab_size} is larger than the checkpoint's vocab_size {args['vocab_size']}")
     config = TinyGPTConfig(
-        vocab_size=vocab_size, n_positions=args["block_size"], n_embd=args["n_embd"], n_layer=args["n_layer"],
-        n_head=args["n_head"], activation_function="gelu", bos_token_id=50256, eos_token_id=50256,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        n_positions=args["block_size"],
+        n_embd=args["n_embd"],
+        n_layer=args["n_layer"],
+        n_head=args["n_head"],
+        activation_function="gelu",
+        bos_token_id=50256,
+        eos_token_id=50256,
+    )
     state_dict = {}
     for key, tensor in checkpoint["model"].items():
         key = key.removeprefix("_orig_mod.")
@@ -200,8 +212,10 @@ def _checked_delta(model_a, model_b, folder, tolerance: float) -> float:
 
     delta, scale = max_logit_delta(model_a, model_b, sample_ids(folder, model_a.config.vocab_size))
     if not delta <= tolerance * scale:
-        raise ValueError(f"verification failed: max |Δlogits| {delta:.3g} > {tolerance:g} × {scale:.3g} (the logits' "
-                         f"scale); nothing written")  # fmt: skip
+        raise ValueError(
+            f"verification failed: max |Δlogits| {delta:.3g} > {tolerance:g} × {scale:.3g} (the logits' "
+            f"scale); nothing written"
+        )
     return delta
 
 
@@ -213,10 +227,20 @@ def _source_description(src: str, source: Source) -> str:
     return f"the GPT-2 checkpoint `{src}`" if not Path(src).exists() else f"the GPT-2 folder `{Path(src).name}`"
 
 
-def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: str | None = None,
-                    force: bool = False, n_head: int | None = None, trim_vocab: int | None = None,
-                    verify_tolerance: float | None = None, base_model: str | None = None, license: str = "mit",
-                    **hub_kwargs) -> tuple[Path, Source, float | None]:  # fmt: skip
+def gpt2_to_tinygpt(
+    src: str,
+    out: str,
+    *,
+    tokenizer: str | None = None,
+    dtype: str | None = None,
+    force: bool = False,
+    n_head: int | None = None,
+    trim_vocab: int | None = None,
+    verify_tolerance: float | None = None,
+    base_model: str | None = None,
+    license: str = "mit",
+    **hub_kwargs,
+) -> tuple[Path, Source, float | None]:
     """Convert any GPT-2-family source into a complete tinygpt folder with a model card; `tokenizer="gpt2"` uses
     the bundled BPE. With `verify_tolerance`, the written folder is read back and compared with transformers'
     `GPT2LMHeadModel` on the source's tensors before it is renamed into place. Returns (folder, source, Δ)."""
@@ -237,10 +261,14 @@ def gpt2_to_tinygpt(src: str, out: str, *, tokenizer: str | None = None, dtype: 
         if verify_tolerance is not None:
             converted = load_strictly(staging, dtype=torch.float32).eval()
             delta = _checked_delta(converted, reference_gpt2(source), staging, verify_tolerance)
-        provenance = {"made_by": "conversion", "source_description": _source_description(src, source),
-                      "max_abs_logit_delta": delta}  # fmt: skip
-        card = render_model_card(model.config, model_id=str(out), provenance=provenance, license=license,
-                                 base_model=base_model)  # fmt: skip
+        provenance = {
+            "made_by": "conversion",
+            "source_description": _source_description(src, source),
+            "max_abs_logit_delta": delta,
+        }
+        card = render_model_card(
+            model.config, model_id=str(out), provenance=provenance, license=license, base_model=base_model
+        )
         card.save(staging / "README.md")
     return Path(out), source, delta
 
@@ -267,8 +295,9 @@ def export_gpt_neox(model) -> GPTNeoXForCausalLM:
     config = GPTNeoXConfig(**gpt_neox_fields_of_tinygpt(model.config))
     for name, value in gpt_neox_legacy_fields(model.config).items():
         setattr(config, name, value)
-    return _filled(GPTNeoXForCausalLM, config,
-                   lambda head: tinygpt_state_dict_to_gpt_neox(model.state_dict(), model.config, head))  # fmt: skip
+    return _filled(
+        GPTNeoXForCausalLM, config, lambda head: tinygpt_state_dict_to_gpt_neox(model.state_dict(), model.config, head)
+    )
 
 
 def _filled(model_class, config, state_dict_for):
@@ -287,14 +316,22 @@ EXPORTS = {"gpt2": (export_gpt2, GPT2LMHeadModel), "gpt_neox": (export_gpt_neox,
 # Schemes no architecture in transformers reproduces exactly, and why (read off transformers 5.24's modeling files).
 NO_TWIN = {
     "alibi": "BLOOM normalises the token embeddings with an extra LayerNorm; Falcon divides the bias by √head_dim and "
-             "builds it in bfloat16; MPT has no biases and uses the exact (erf) GELU. ALiBi TinyGPTs run as they are: "
-             "transformers (eager or sdpa attention) or ONNX Runtime",
-}  # fmt: skip
+    "builds it in bfloat16; MPT has no biases and uses the exact (erf) GELU. ALiBi TinyGPTs run as they are: "
+    "transformers (eager or sdpa attention) or ONNX Runtime",
+}
 
 
-def export_tinygpt(src: str, out: str, *, to: str = "gpt2", tokenizer: str | None = None, dtype: str | None = None,
-                   force: bool = False, verify_tolerance: float | None = None,
-                   **hub_kwargs) -> tuple[Path, float | None]:  # fmt: skip
+def export_tinygpt(
+    src: str,
+    out: str,
+    *,
+    to: str = "gpt2",
+    tokenizer: str | None = None,
+    dtype: str | None = None,
+    force: bool = False,
+    verify_tolerance: float | None = None,
+    **hub_kwargs,
+) -> tuple[Path, float | None]:
     """A tinygpt → its exact twin among transformers' own architectures, in a folder that class loads: GPT-2 for
     learned, sinusoidal or no positions, GPT-NeoX for rope (`to`; anything else is refused with the reason). The
     folder is complete for engines: GPT-2's legacy `n_ctx`, and a tokenizer (`tokenizer`, else SRC's, else the
@@ -311,8 +348,10 @@ def export_tinygpt(src: str, out: str, *, to: str = "gpt2", tokenizer: str | Non
             model = load_strictly(src, **hub_kwargs)
         scheme = model.config.position_embedding_type
         if scheme in NO_TWIN:
-            raise ValueError(f"position_embedding_type={scheme!r} has no exact twin among transformers' "
-                             f"architectures: {NO_TWIN[scheme]}")  # fmt: skip
+            raise ValueError(
+                f"position_embedding_type={scheme!r} has no exact twin among transformers' "
+                f"architectures: {NO_TWIN[scheme]}"
+            )
         check_finite(model.state_dict(), str(src))
         target = export(model)  # a ValueError naming what the target cannot express
         tokenizer_from = tokenizer or (src if has_tokenizer(src, **hub_kwargs) else None)

@@ -27,21 +27,36 @@ NEOX_NAMES = {  # TinyGPT name (after `transformer.`) → GPT-NeoX name (after `
 def gpt_neox_fields_of_tinygpt(config) -> dict:
     """GPTNeoXConfig fields with the same math as a rope TinyGPTConfig, or a ValueError naming why there is none."""
     if config.position_embedding_type != "rope":
-        raise ValueError(f"GPT-NeoX rotates q and k (RoPE); position_embedding_type="
-                         f"{config.position_embedding_type!r} has no GPT-NeoX twin")  # fmt: skip
+        raise ValueError(
+            f"GPT-NeoX rotates q and k (RoPE); position_embedding_type="
+            f"{config.position_embedding_type!r} has no GPT-NeoX twin"
+        )
     if config.embd_pdrop != config.resid_pdrop:
-        raise ValueError(f"GPT-NeoX has one hidden dropout; embd_pdrop ({config.embd_pdrop}) and resid_pdrop "
-                         f"({config.resid_pdrop}) differ")  # fmt: skip
+        raise ValueError(
+            f"GPT-NeoX has one hidden dropout; embd_pdrop ({config.embd_pdrop}) and resid_pdrop "
+            f"({config.resid_pdrop}) differ"
+        )
     return dict(
-        vocab_size=config.vocab_size, hidden_size=config.n_embd, num_hidden_layers=config.n_layer,
-        num_attention_heads=config.n_head, intermediate_size=config.n_inner or 4 * config.n_embd,
-        hidden_act=config.activation_function, attention_dropout=config.attn_pdrop, hidden_dropout=config.resid_pdrop,
-        max_position_embeddings=config.n_positions, initializer_range=config.initializer_range,
-        layer_norm_eps=config.layer_norm_epsilon, use_cache=config.use_cache, bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
-        tie_word_embeddings=False, use_parallel_residual=False, attention_bias=True,
+        vocab_size=config.vocab_size,
+        hidden_size=config.n_embd,
+        num_hidden_layers=config.n_layer,
+        num_attention_heads=config.n_head,
+        intermediate_size=config.n_inner or 4 * config.n_embd,
+        hidden_act=config.activation_function,
+        attention_dropout=config.attn_pdrop,
+        hidden_dropout=config.resid_pdrop,
+        max_position_embeddings=config.n_positions,
+        initializer_range=config.initializer_range,
+        layer_norm_eps=config.layer_norm_epsilon,
+        use_cache=config.use_cache,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        tie_word_embeddings=False,
+        use_parallel_residual=False,
+        attention_bias=True,
         rope_parameters=dict(config.rope_parameters),
-    )  # fmt: skip
+    )
 
 
 def gpt_neox_legacy_fields(config) -> dict:
@@ -58,8 +73,9 @@ def _per_head_qkv(tensor: torch.Tensor, n_head: int) -> torch.Tensor:
     return tensor.reshape(3, n_head, -1, *rest).transpose(0, 1).reshape(tensor.shape).contiguous()
 
 
-def tinygpt_state_dict_to_gpt_neox(state_dict: dict[str, torch.Tensor], config,
-                                   head: str = "lm_head.weight") -> dict[str, torch.Tensor]:  # fmt: skip
+def tinygpt_state_dict_to_gpt_neox(
+    state_dict: dict[str, torch.Tensor], config, head: str = "lm_head.weight"
+) -> dict[str, torch.Tensor]:
     """TinyGPT tensors → `GPTNeoXForCausalLM` names and layout; `head` is its output matrix's name (`lm_head` in
     transformers 5, `embed_out` in the original checkpoints)."""
     neox = {}

@@ -33,8 +33,12 @@ from .reading import (
 # Every file of a model folder that staging reads (and so could publish, in some form): each must be a regular file.
 READ_FILES = ("config.json", "generation_config.json", "README.md", *TOKENIZER_FILES)
 # The weights layouts transformers reads; a folder to publish must hold exactly one.
-WEIGHTS_LAYOUTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                   "pytorch_model.bin.index.json")  # fmt: skip
+WEIGHTS_LAYOUTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 def check_repo_id(repo_id: str) -> str:
@@ -64,8 +68,10 @@ def refuse_links(folder: Path, names, *, inside: Path | None = None):
         elif not stat.S_ISREG(path.lstat().st_mode):
             bad.append(f"{name} (not a regular file)")
     if bad:
-        raise ValueError(f"{folder}: {', '.join(bad)}: only regular files are read for publishing; replace each with "
-                         "a copy of the file it should be")  # fmt: skip
+        raise ValueError(
+            f"{folder}: {', '.join(bad)}: only regular files are read for publishing; replace each with "
+            "a copy of the file it should be"
+        )
 
 
 def _weights_layout(folder: Path, inside: Path | None) -> str:
@@ -74,8 +80,10 @@ def _weights_layout(folder: Path, inside: Path | None) -> str:
     if not present:
         raise FileNotFoundError(f"{folder}: cannot publish, missing: model.safetensors")
     if len(present) > 1:
-        raise ValueError(f"{folder} holds {' and '.join(present)}: two sets of weights, and only one would be "
-                         "verified; remove the stale one")  # fmt: skip
+        raise ValueError(
+            f"{folder} holds {' and '.join(present)}: two sets of weights, and only one would be "
+            "verified; remove the stale one"
+        )
     refuse_links(folder, present, inside=inside)
     if present[0].endswith(".index.json"):
         shards = check_weights_index(folder)
@@ -107,8 +115,15 @@ def _same_weights(a, b) -> bool:
     )
 
 
-def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: str | None = None, *,
-                         inside: Path | None = None, keep_local_paths: bool = False):  # fmt: skip
+def stage_tinygpt_folder(
+    folder: Path,
+    staging: Path,
+    repo_id: str,
+    tokenizer: str | None = None,
+    *,
+    inside: Path | None = None,
+    keep_local_paths: bool = False,
+):
     """Write into `staging` what a tinygpt repo needs from `folder`, every file written by the library that read
     and checked it, never copied: the model (config, weights, and the model code *of the installed package*, not
     whatever `.py` files lie in the folder) as loaded strictly by this package, its tokenizer as transformers read
@@ -121,8 +136,10 @@ def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: s
     refuse_links(folder, READ_FILES, inside=inside)
     _weights_layout(folder, inside)
     if tokenizer is None and not has_tokenizer(folder):
-        raise FileNotFoundError(f"{folder}: cannot publish, missing: tokenizer files (tokenizer.json or vocab.json + "
-                                "merges.txt; or pass --tokenizer gpt2)")  # fmt: skip
+        raise FileNotFoundError(
+            f"{folder}: cannot publish, missing: tokenizer files (tokenizer.json or vocab.json + "
+            "merges.txt; or pass --tokenizer gpt2)"
+        )
     with reading_checkpoint(folder):
         model = load_strictly(folder)  # raises, naming tensors, if the weights do not fit
     tokens = load_tokenizer(tokenizer or folder, vocab_size=model.config.vocab_size)
@@ -142,9 +159,19 @@ def stage_tinygpt_folder(folder: Path, staging: Path, repo_id: str, tokenizer: s
         raise RuntimeError(f"staging {folder} for {repo_id}: the staged weights differ from the verified ones")
 
 
-def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str | None = None,
-                  base_model: str | None = None, license: str = "mit", verify_tolerance: float = 1e-5,
-                  force: bool = False, keep_local_paths: bool = False, **hub_kwargs) -> dict[str, int]:  # fmt: skip
+def stage_for_hub(
+    src: str,
+    staging: str | Path,
+    repo_id: str,
+    *,
+    tokenizer: str | None = None,
+    base_model: str | None = None,
+    license: str = "mit",
+    verify_tolerance: float = 1e-5,
+    force: bool = False,
+    keep_local_paths: bool = False,
+    **hub_kwargs,
+) -> dict[str, int]:
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
     any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
     from .convert import gpt2_to_tinygpt
@@ -156,14 +183,22 @@ def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str
     with output_folder(staging, force=force, protect=[src, tokenizer], kind="staged") as work:
         found = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
         if found is not None:
-            stage_tinygpt_folder(found[0], work, repo_id, tokenizer=tokenizer, inside=found[1],
-                                 keep_local_paths=keep_local_paths)  # fmt: skip
+            stage_tinygpt_folder(
+                found[0], work, repo_id, tokenizer=tokenizer, inside=found[1], keep_local_paths=keep_local_paths
+            )
         else:  # GPT-2, nanoGPT or a lone weights file: convert (verified), then re-render the card for repo_id
             if Path(src).is_dir():
                 refuse_links(Path(src), READ_FILES)
             converted = work / "converted"
-            _, source, _ = gpt2_to_tinygpt(src, converted, tokenizer=tokenizer, base_model=base_model,
-                                           license=license, verify_tolerance=verify_tolerance, **hub_kwargs)  # fmt: skip
+            _, source, _ = gpt2_to_tinygpt(
+                src,
+                converted,
+                tokenizer=tokenizer,
+                base_model=base_model,
+                license=license,
+                verify_tolerance=verify_tolerance,
+                **hub_kwargs,
+            )
             rerender_for(converted, source.config, repo_id).save(converted / "README.md")
             for file in converted.iterdir():
                 if file.name != MANIFEST:
@@ -174,8 +209,11 @@ def stage_for_hub(src: str, staging: str | Path, repo_id: str, *, tokenizer: str
 
 def staged_files(staging: Path) -> dict[str, int]:
     """{relative path: bytes} of what a push uploads from `staging` (its manifest stays here)."""
-    return {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*"))
-            if p.is_file() and p.name != MANIFEST}  # fmt: skip
+    return {
+        str(p.relative_to(staging)): p.stat().st_size
+        for p in sorted(staging.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
 
 
 def _transport_error() -> type[Exception]:
@@ -196,11 +234,24 @@ def network_timeout(seconds: float):
         session.timeout = previous
 
 
-def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str | None = None,
-                commit_message: str | None = None, create_pr: bool = False, token: str | None = None,
-                endpoint: str | None = None, tokenizer: str | None = None, base_model: str | None = None,
-                license: str = "mit", verify_tolerance: float = 1e-5, timeout: float = 60.0,
-                keep_local_paths: bool = False, on_staged=None):  # fmt: skip
+def push_to_hub(
+    src: str,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    create_pr: bool = False,
+    token: str | None = None,
+    endpoint: str | None = None,
+    tokenizer: str | None = None,
+    base_model: str | None = None,
+    license: str = "mit",
+    verify_tolerance: float = 1e-5,
+    timeout: float = 60.0,
+    keep_local_paths: bool = False,
+    on_staged=None,
+):
     """Stage SRC for `repo_id`, create the repo (and branch `revision`) if needed, and upload everything in one
     commit (or pull request). `token=None` uses the token huggingface_hub already knows. Returns its CommitInfo.
     `on_staged(files)` is called with {path: bytes} once staging succeeded, before any network call.
@@ -214,9 +265,17 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
     with tempfile.TemporaryDirectory() as scratch:
         staged = Path(scratch) / "staged"
         hub_kwargs = {} if token is None else {"token": token}  # also for reading a private Hub SRC
-        files = stage_for_hub(src, staged, repo_id, tokenizer=tokenizer, base_model=base_model, license=license,
-                              verify_tolerance=verify_tolerance, keep_local_paths=keep_local_paths,
-                              **hub_kwargs)  # fmt: skip
+        files = stage_for_hub(
+            src,
+            staged,
+            repo_id,
+            tokenizer=tokenizer,
+            base_model=base_model,
+            license=license,
+            verify_tolerance=verify_tolerance,
+            keep_local_paths=keep_local_paths,
+            **hub_kwargs,
+        )
         if on_staged is not None:
             on_staged(files)
         api = HfApi(endpoint=endpoint, token=token)
@@ -226,10 +285,13 @@ def push_to_hub(src: str, repo_id: str, *, private: bool = False, revision: str 
                 if revision not in (None, "main"):
                     api.create_branch(repo_id, branch=revision, exist_ok=True)
                 return api.upload_folder(
-                    repo_id=repo_id, folder_path=staged, revision=revision, create_pr=create_pr,
+                    repo_id=repo_id,
+                    folder_path=staged,
+                    revision=revision,
+                    create_pr=create_pr,
                     ignore_patterns=[MANIFEST],  # our record of what was staged, not part of the model
                     commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
-                )  # fmt: skip
+                )
         except _transport_error() as error:
             raise ConnectionError(
                 f"pushing to {api.endpoint} failed: {type(error).__name__}: {error or 'no answer'} (timeout "

@@ -54,9 +54,16 @@ def usage_snippet(model_id: str) -> str:
     )
 
 
-def render_model_card(config: TinyGPTConfig, *, model_id: str, provenance: dict, license: str = "mit",
-                      base_model: str | None = None, usage: str | None = None,
-                      usage_note: str = REMOTE_CODE_NOTE) -> ModelCard:  # fmt: skip
+def render_model_card(
+    config: TinyGPTConfig,
+    *,
+    model_id: str,
+    provenance: dict,
+    license: str = "mit",
+    base_model: str | None = None,
+    usage: str | None = None,
+    usage_note: str = REMOTE_CODE_NOTE,
+) -> ModelCard:
     """A card for the model `config` describes, published as `model_id` (a Hub repo id or a local path).
 
     `provenance["made_by"]` is "conversion" (with `source_description`, optional `max_abs_logit_delta`) or
@@ -68,17 +75,27 @@ def render_model_card(config: TinyGPTConfig, *, model_id: str, provenance: dict,
     training = provenance.get("training")
     eval_results = None
     if training and training.get("validation_perplexity") is not None:
-        eval_results = [EvalResult(
-            task_type="text-generation", dataset_type="text", dataset_name=training["validation_description"],
-            metric_type="perplexity", metric_value=round(training["validation_perplexity"], 2),
-        )]  # fmt: skip
+        eval_results = [
+            EvalResult(
+                task_type="text-generation",
+                dataset_type="text",
+                dataset_name=training["validation_description"],
+                metric_type="perplexity",
+                metric_value=round(training["validation_perplexity"], 2),
+            )
+        ]
     scheme = config.position_embedding_type
     tags = ["tinygpt", "gpt2" if scheme == "learned" else "gpt", f"{scheme}-positions", "text-generation"]
     card_data = ModelCardData(
-        library_name="transformers", pipeline_tag="text-generation", license=license, tags=tags,
-        base_model=base_model, model_name=model_id.rstrip("/").split("/")[-1], eval_results=eval_results,
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        license=license,
+        tags=tags,
+        base_model=base_model,
+        model_name=model_id.rstrip("/").split("/")[-1],
+        eval_results=eval_results,
         tinygpt=provenance,
-    )  # fmt: skip
+    )
     return ModelCard.from_template(
         card_data,
         template_path=str(template_path(TEMPLATES[made_by])),
@@ -102,20 +119,32 @@ def read_card(folder: str | Path) -> ModelCard | None:
         return None
     try:
         return ModelCard.load(path)
-    except Exception as error:  # noqa: BLE001 - yaml, huggingface_hub and decoding errors alike: name the file
-        raise ValueError(f"{path}: cannot read the model card's metadata ({describe(error)}); fix its YAML header "
-                         "or remove the file (a new card is written)") from None  # fmt: skip
+    except Exception as error:
+        raise ValueError(
+            f"{path}: cannot read the model card's metadata ({describe(error)}); fix its YAML header "
+            "or remove the file (a new card is written)"
+        ) from None
 
 
 # What a card's `tinygpt:` provenance may hold, and of which type: it is rendered again (and published) from the card.
 _TEXT, _COUNT, _NUMBER = (str,), (int,), (int, float)
 PROVENANCE_FIELDS = {"made_by": _TEXT, "source_description": _TEXT, "max_abs_logit_delta": _NUMBER, "training": (dict,)}
 TRAINING_FIELDS = {
-    "train_description": _TEXT, "train_tokens": _COUNT, "steps": _COUNT, "tokens_per_step": _COUNT,
-    "hardware": _TEXT, "wall_time": _TEXT, "validation_perplexity": _NUMBER, "validation_description": _TEXT,
-    "validation_tokens": _COUNT, "block_size": _COUNT, "command": _TEXT, "seed": _COUNT, "learning_rate": _NUMBER,
+    "train_description": _TEXT,
+    "train_tokens": _COUNT,
+    "steps": _COUNT,
+    "tokens_per_step": _COUNT,
+    "hardware": _TEXT,
+    "wall_time": _TEXT,
+    "validation_perplexity": _NUMBER,
+    "validation_description": _TEXT,
+    "validation_tokens": _COUNT,
+    "block_size": _COUNT,
+    "command": _TEXT,
+    "seed": _COUNT,
+    "learning_rate": _NUMBER,
     "train_paths": (list,),
-}  # fmt: skip
+}
 
 
 def checked_provenance(provenance, where: str) -> dict:
@@ -125,8 +154,10 @@ def checked_provenance(provenance, where: str) -> dict:
     if not isinstance(provenance, dict):
         raise ValueError(f"{where}: tinygpt: must be a mapping of how the model was made, got {provenance!r:.60}")
     training = provenance.get("training") or {}
-    for fields, values, prefix in ((PROVENANCE_FIELDS, provenance, "tinygpt."),
-                                   (TRAINING_FIELDS, training, "tinygpt.training.")):  # fmt: skip
+    for fields, values, prefix in (
+        (PROVENANCE_FIELDS, provenance, "tinygpt."),
+        (TRAINING_FIELDS, training, "tinygpt.training."),
+    ):
         for name, value in values.items():
             types = fields.get(name)
             if types is None:
@@ -160,8 +191,9 @@ def command_without_folders(command: str) -> str:
     return shlex.join(cut(word) for word in words)
 
 
-def rerender_for(folder: str | Path, config: TinyGPTConfig, model_id: str, *,
-                 keep_local_paths: bool = False) -> ModelCard:  # fmt: skip
+def rerender_for(
+    folder: str | Path, config: TinyGPTConfig, model_id: str, *, keep_local_paths: bool = False
+) -> ModelCard:
     """The folder's card rendered again for `model_id`, keeping its provenance, licence and base model; the local
     paths in how it was trained (its data, its command line) are cut to file names unless `keep_local_paths`.
     A folder without a card (a bare `save_pretrained`) gets a training card that says nothing was recorded."""
@@ -183,5 +215,10 @@ def rerender_for(folder: str | Path, config: TinyGPTConfig, model_id: str, *,
     for name in ("license", "base_model"):
         if data.get(name) is not None and not isinstance(data[name], str):
             raise ValueError(f"{where}: {name} must be text, got {data[name]!r:.60}")
-    return render_model_card(config, model_id=model_id, provenance=provenance, license=data.get("license") or "mit",
-                             base_model=data.get("base_model"))  # fmt: skip
+    return render_model_card(
+        config,
+        model_id=model_id,
+        provenance=provenance,
+        license=data.get("license") or "mit",
+        base_model=data.get("base_model"),
+    )

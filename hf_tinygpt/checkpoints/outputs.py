@@ -104,7 +104,9 @@ def read_manifest_file(path: Path) -> dict | None:
     files, folders, outputs = manifest.get("files"), manifest.get("folders"), manifest.get("outputs")
     if not (isinstance(files, dict) and all(isinstance(versions, list) for versions in files.values())):
         return None
-    if not all(isinstance(names, list) and all(isinstance(name, str) for name in names) for names in (folders, outputs)):
+    if not all(
+        isinstance(names, list) and all(isinstance(name, str) for name in names) for names in (folders, outputs)
+    ):
         return None
     return manifest
 
@@ -117,8 +119,14 @@ def _write_manifest(folder: Path, manifest: dict):
 
 
 def _empty_manifest(kind: str) -> dict:
-    return {"written_by": WRITTEN_BY, "version": importlib.metadata.version("hf-tinygpt"), "kind": kind,
-            "files": {}, "folders": [], "outputs": []}  # fmt: skip
+    return {
+        "written_by": WRITTEN_BY,
+        "version": importlib.metadata.version("hf-tinygpt"),
+        "kind": kind,
+        "files": {},
+        "folders": [],
+        "outputs": [],
+    }
 
 
 def seal(folder: Path, kind: str):
@@ -145,8 +153,14 @@ def seal(folder: Path, kind: str):
     _write_manifest(folder, manifest)
 
 
-def record(folder: Path, *, files: dict[str, list[dict]] | None = None, folders: Iterable[str] = (),
-           outputs: Iterable[str] = (), forget: Iterable[str] = ()):  # fmt: skip
+def record(
+    folder: Path,
+    *,
+    files: dict[str, list[dict]] | None = None,
+    folders: Iterable[str] = (),
+    outputs: Iterable[str] = (),
+    forget: Iterable[str] = (),
+):
     """Add entries to the manifest of a folder of ours that is written while a command runs (a training run), or
     `forget` some. An entry is recorded before it appears and forgotten after it is gone, so what a kill leaves is
     always listed."""
@@ -254,8 +268,10 @@ def check_output(out, *, force: bool = False, protect: Iterable = (), reuse: boo
         return out
     if reuse:
         if problems := unproven(out):
-            raise FileExistsError(f"{out} is not a training run of hf-tinygpt that can be continued, as written: "
-                                  f"{_listed(problems)}. Move those away to continue")  # fmt: skip
+            raise FileExistsError(
+                f"{out} is not a training run of hf-tinygpt that can be continued, as written: "
+                f"{_listed(problems)}. Move those away to continue"
+            )
         if (read_manifest(out) or {}).get("kind") != "run":
             raise FileExistsError(f"{out} was written by hf-tinygpt, but it is not a training run")
         return out
@@ -285,16 +301,19 @@ def _locked(out: Path) -> Iterator[None]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as error:
             if error.errno != errno.ELOOP:
-                raise OSError(error.errno, f"cannot write {out}: creating its lock {path} failed "
-                                           f"({error.strerror})") from None  # fmt: skip
-            raise FileExistsError(f"{path} is a symbolic link: hf-tinygpt locks {out} with that file; remove the "
-                                  "link") from None  # fmt: skip
+                raise OSError(
+                    error.errno, f"cannot write {out}: creating its lock {path} failed ({error.strerror})"
+                ) from None
+            raise FileExistsError(
+                f"{path} is a symbolic link: hf-tinygpt locks {out} with that file; remove the link"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise FileExistsError(f"{out} is being written by another hf-tinygpt process (lock {path}); "
-                                  "wait for it to finish") from None  # fmt: skip
+            raise FileExistsError(
+                f"{out} is being written by another hf-tinygpt process (lock {path}); wait for it to finish"
+            ) from None
         try:  # the previous holder may have unlinked the file between our open and our lock: lock the live one
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 break
@@ -419,8 +438,10 @@ def output_folder(out, *, force: bool = False, protect: Iterable = (), kind: str
         except (OSError, SafetensorError) as error:
             shutil.rmtree(staging, ignore_errors=True)
             if (code := _write_errno(error)) in WRITE_ERRORS:  # say which output failed: a full disk names no file
-                raise OSError(code, f"writing {out} failed ({os.strerror(code)}); {out} was left as it was and "
-                                    "nothing partial remains") from error  # fmt: skip
+                raise OSError(
+                    code,
+                    f"writing {out} failed ({os.strerror(code)}); {out} was left as it was and nothing partial remains",
+                ) from error
             raise
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)

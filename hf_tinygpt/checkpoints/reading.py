@@ -7,8 +7,8 @@ import pickle
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 from huggingface_hub import file_exists
+from safetensors import SafetensorError
 from transformers import PreTrainedConfig
 
 from ..model.configuration_tinygpt import TinyGPTConfig
@@ -17,13 +17,25 @@ from ..model.modeling_tinygpt import TinyGPTForCausalLM
 
 HUB_OPTIONS = ("revision", "token")  # what the command line passes on for a Hub id
 # The code files a tinygpt folder's `auto_map` may name: this package's own, which is what runs here (never the copy).
-OWN_CLASSES = {"AutoConfig": "configuration_tinygpt.TinyGPTConfig", "AutoModel": "modeling_tinygpt.TinyGPTModel",
-               "AutoModelForCausalLM": "modeling_tinygpt.TinyGPTForCausalLM"}  # fmt: skip
+OWN_CLASSES = {
+    "AutoConfig": "configuration_tinygpt.TinyGPTConfig",
+    "AutoModel": "modeling_tinygpt.TinyGPTModel",
+    "AutoModelForCausalLM": "modeling_tinygpt.TinyGPTForCausalLM",
+}
 
 # What a malformed checkpoint (a truncated safetensors file, an index without weight_map, a config.json where a
 # weights file belongs, a garbage tokenizer.json) raises from deep inside transformers, safetensors or torch.
-MALFORMED = (KeyError, AttributeError, TypeError, IndexError, RuntimeError, SafetensorError, pickle.UnpicklingError,
-             UnicodeDecodeError, RecursionError)  # fmt: skip
+MALFORMED = (
+    KeyError,
+    AttributeError,
+    TypeError,
+    IndexError,
+    RuntimeError,
+    SafetensorError,
+    pickle.UnpicklingError,
+    UnicodeDecodeError,
+    RecursionError,
+)
 
 
 def first_line(error: BaseException) -> str:
@@ -87,9 +99,11 @@ def refuse_foreign_code(config: dict, where: str, *, tokenizer: bool = False):
         return
     own = config.get("model_type") == TinyGPTConfig.model_type and not tokenizer
     if not (own and isinstance(auto_map, dict) and all(OWN_CLASSES.get(k) == v for k, v in auto_map.items())):
-        raise ValueError(f"{where}: its auto_map ({json.dumps(auto_map)[:200]}) names code that came with the model; "
-                         "hf-tinygpt never runs a folder's code. Remove auto_map if the model is a tinygpt, GPT-2 or "
-                         "an architecture transformers has")  # fmt: skip
+        raise ValueError(
+            f"{where}: its auto_map ({json.dumps(auto_map)[:200]}) names code that came with the model; "
+            "hf-tinygpt never runs a folder's code. Remove auto_map if the model is a tinygpt, GPT-2 or "
+            "an architecture transformers has"
+        )
 
 
 def check_weights_index(folder) -> list[str]:
@@ -161,14 +175,17 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
         read_config_dict(source)  # refuses an auto_map of foreign code, naming it
         check_weights_index(source)
     try:
-        model, info = model_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True,
-                                                  trust_remote_code=False, **kwargs)  # fmt: skip
+        model, info = model_class.from_pretrained(
+            source, output_loading_info=True, ignore_mismatched_sizes=True, trust_remote_code=False, **kwargs
+        )
     except ValueError as error:  # a config field the config class refuses names the field, not the folder
         if str(source) in str(error):
             raise
         raise ValueError(f"{source}: {error}") from error
-    mismatched = [f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
-                  for key, theirs, ours in info["mismatched_keys"]]  # fmt: skip
+    mismatched = [
+        f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
+        for key, theirs, ours in info["mismatched_keys"]
+    ]
     if info["missing_keys"] or info["unexpected_keys"] or mismatched:
         shape = f"{model.config.num_hidden_layers} layers"
         if scheme := getattr(model.config, "position_embedding_type", None):
@@ -204,13 +221,18 @@ def check_state_dict(config: TinyGPTConfig, state_dict: dict[str, torch.Tensor],
     if not_float := sorted(f"{key} ({t.dtype})" for key, t in state_dict.items() if not t.is_floating_point()):
         problems.append(f"not floating-point weights: {', '.join(not_float)}")
     if problems:
-        raise ValueError(f"{source} does not match the config ({config.n_layer} layers, n_embd {config.n_embd}): "
-                         + " | ".join(problems))  # fmt: skip
+        raise ValueError(
+            f"{source} does not match the config ({config.n_layer} layers, n_embd {config.n_embd}): "
+            + " | ".join(problems)
+        )
 
 
 def check_finite(state_dict: dict[str, torch.Tensor], source: str = "checkpoint"):
     """Raise a ValueError naming every tensor that holds inf or NaN: such weights only ever give NaN logits."""
-    bad = [key for key, tensor in state_dict.items()  # a quantized tensor's values are what it dequantizes to
-           if tensor.is_floating_point() and not torch.isfinite(tensor.dequantize()).all()]  # fmt: skip
+    bad = [
+        key
+        for key, tensor in state_dict.items()  # a quantized tensor's values are what it dequantizes to
+        if tensor.is_floating_point() and not torch.isfinite(tensor.dequantize()).all()
+    ]
     if bad:
         raise ValueError(f"{source}: tensors with inf or NaN values: {', '.join(sorted(bad))}")

@@ -131,8 +131,9 @@ class TinyGPTConfig(PreTrainedConfig):
         dtype = kwargs.get("dtype", kwargs.get("torch_dtype", getattr(self, "dtype", None)))
         resolved = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
         if dtype is not None and not (isinstance(resolved, torch.dtype) and resolved.is_floating_point):
-            raise ValueError(f"dtype must name a floating-point torch dtype such as 'float32' or 'bfloat16', got "
-                             f"{dtype!r}")  # fmt: skip
+            raise ValueError(
+                f"dtype must name a floating-point torch dtype such as 'float32' or 'bfloat16', got {dtype!r}"
+            )
         if self.position_embedding_type not in POSITION_SCHEMES:
             raise ValueError(
                 f"position_embedding_type={self.position_embedding_type!r} is not one of {POSITION_SCHEMES}"
@@ -150,8 +151,10 @@ class TinyGPTConfig(PreTrainedConfig):
             self.rope_parameters = rope_parameters or (None if kwargs.get("rope_scaling") else {"rope_type": "default"})
             kwargs.setdefault("partial_rotary_factor", 1.0)  # stated, even when whole heads rotate
         if self.sinusoidal_scale is not None and self.position_embedding_type != "sinusoidal":
-            raise ValueError(f"sinusoidal_scale only applies to position_embedding_type='sinusoidal', not "
-                             f"{self.position_embedding_type!r}")  # fmt: skip
+            raise ValueError(
+                f"sinusoidal_scale only applies to position_embedding_type='sinusoidal', not "
+                f"{self.position_embedding_type!r}"
+            )
         if self.position_embedding_type == "sinusoidal" and self.sinusoidal_scale is None:
             # The per-dimension rms of an initial token embedding (sin/cos pairs have rms 1/√2); unit rows without one.
             scaled = self.scale_embeddings is True and _is_int(self.n_embd) and self.n_embd > 0
@@ -189,14 +192,17 @@ class TinyGPTConfig(PreTrainedConfig):
         for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner"):
             value = getattr(self, name)
             if (name != "n_inner" or value is not None) and not (_is_int(value) and 1 <= value < 2**31):
-                raise ValueError(f"{name} must be a positive integer{' or None' * (name == 'n_inner')} below 2^31, "
-                                 f"got {value!r}")  # fmt: skip
+                raise ValueError(
+                    f"{name} must be a positive integer{' or None' * (name == 'n_inner')} below 2^31, got {value!r}"
+                )
         inner = self.n_inner or 4 * self.n_embd
         weights = (self.vocab_size + self.n_positions + self.n_layer * (4 * self.n_embd + 2 * inner)) * self.n_embd
         if weights >= 2**40:
-            raise ValueError(f"this shape has about {weights:.3g} weights, more than any machine holds (vocab_size "
-                             f"{self.vocab_size}, n_positions {self.n_positions}, n_embd {self.n_embd}, n_layer "
-                             f"{self.n_layer})")  # fmt: skip
+            raise ValueError(
+                f"this shape has about {weights:.3g} weights, more than any machine holds (vocab_size "
+                f"{self.vocab_size}, n_positions {self.n_positions}, n_embd {self.n_embd}, n_layer "
+                f"{self.n_layer})"
+            )
         if not isinstance(self.activation_function, str) or self.activation_function not in ACT2FN:
             raise ValueError(f"activation_function={self.activation_function!r} is not one of {sorted(ACT2FN)}")
         for name in ("bos_token_id", "pad_token_id", "eos_token_id"):
@@ -223,8 +229,9 @@ class TinyGPTConfig(PreTrainedConfig):
             raise ValueError(f"position_embedding_type='sinusoidal' needs an even n_embd, got {self.n_embd}")
         if self.position_embedding_type == "rope":
             if not isinstance(self.rope_parameters, dict):
-                raise ValueError(f"rope_parameters must be a dict (rope_type, rope_theta, ...), got "
-                                 f"{self.rope_parameters!r}")  # fmt: skip
+                raise ValueError(
+                    f"rope_parameters must be a dict (rope_type, rope_theta, ...), got {self.rope_parameters!r}"
+                )
             rope_type = self.rope_parameters.get("rope_type", "default")
             if rope_type not in ROPE_TYPES:
                 raise ValueError(f"rope_parameters['rope_type']={rope_type!r} is not one of {ROPE_TYPES}")
@@ -233,8 +240,9 @@ class TinyGPTConfig(PreTrainedConfig):
                 raise ValueError(f"rope_theta must be a finite number > 0, got {theta!r}")
             factor = self.rope_parameters.get("factor")
             if factor is not None and not (_is_number(factor) and 1 <= factor < math.inf):
-                raise ValueError(f"rope_parameters['factor'] must be a finite number >= 1 (it stretches the context), "
-                                 f"got {factor!r}")  # fmt: skip
+                raise ValueError(
+                    f"rope_parameters['factor'] must be a finite number >= 1 (it stretches the context), got {factor!r}"
+                )
             fraction = self.rope_parameters.get("partial_rotary_factor", 1.0)
             if not (_is_number(fraction) and 0 < fraction <= 1):
                 raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction}")

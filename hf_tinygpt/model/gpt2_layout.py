@@ -26,10 +26,24 @@ TIED_TO = PREFIX + "wte.weight"
 
 # GPT2Config fields that TinyGPTConfig shares, with the same name and meaning.
 SHARED_CONFIG_FIELDS = (
-    "vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function", "resid_pdrop",
-    "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "initializer_range", "bos_token_id", "eos_token_id",
-    "pad_token_id", "tie_word_embeddings", "use_cache",
-)  # fmt: skip
+    "vocab_size",
+    "n_positions",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_inner",
+    "activation_function",
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "layer_norm_epsilon",
+    "initializer_range",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "tie_word_embeddings",
+    "use_cache",
+)
 # GPT2Config options that change the math, with the value TinyGPT reproduces.
 GPT2_ONLY_OPTIONS = {
     "scale_attn_weights": True,
@@ -69,8 +83,10 @@ NOT_GPT2 = {
 def gpt2_fields_of_tinygpt(config) -> dict:
     """GPT2Config fields for a TinyGPTConfig that GPT-2 can express, or a ValueError naming what it cannot."""
     if config.position_embedding_type not in GPT2_POSITIONS:
-        raise ValueError(f"This TinyGPT cannot be expressed as GPT-2: position_embedding_type="
-                         f"{config.position_embedding_type!r} ({NOT_GPT2[config.position_embedding_type]})")  # fmt: skip
+        raise ValueError(
+            f"This TinyGPT cannot be expressed as GPT-2: position_embedding_type="
+            f"{config.position_embedding_type!r} ({NOT_GPT2[config.position_embedding_type]})"
+        )
     fields = {name: getattr(config, name) for name in SHARED_CONFIG_FIELDS}
     # Scaled embeddings are stored pre-scaled in GPT-2's wte; the head then keeps the unscaled matrix, untied.
     fields["tie_word_embeddings"] = config.tie_word_embeddings and not config.scale_embeddings
@@ -92,8 +108,9 @@ def gpt2_state_dict_to_tinygpt(state_dict: dict[str, torch.Tensor]) -> dict[str,
     return converted
 
 
-def tinygpt_state_dict_to_gpt2(state_dict: dict[str, torch.Tensor], config,
-                               position_rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
+def tinygpt_state_dict_to_gpt2(
+    state_dict: dict[str, torch.Tensor], config, position_rows: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
     """TinyGPT tensors → `GPT2LMHeadModel` names and Conv1D layout, for a config `gpt2_fields_of_tinygpt` accepts.
     `position_rows` (n_positions, n_embd) is what the scheme adds at positions 0..n_positions-1, GPT-2's `wpe`
     (needed unless the positions are learned). A tied head is written once, as wte."""

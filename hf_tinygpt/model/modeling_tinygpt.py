@@ -45,6 +45,7 @@ CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__
 if CACHE_FIELD == "cache":
     renamed_cache_argument = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
 else:
+
     def renamed_cache_argument(forward):
         return forward
 
@@ -100,12 +101,17 @@ def int8_rows(weight: torch.Tensor) -> bool:
     on other rows when the row count is not a multiple of 4, as GPT-2's 50257 is not)."""
     int8_tensor = getattr(sys.modules.get("torchao.quantization"), "Int8Tensor", None)  # none unless torchao is in use
     return (
-        int8_tensor is not None and isinstance(weight, int8_tensor) and weight.dim() == 2 and _HAS_INT8_KERNEL
+        int8_tensor is not None
+        and isinstance(weight, int8_tensor)
+        and weight.dim() == 2
+        and _HAS_INT8_KERNEL
         and list(weight.block_size) == [1, weight.shape[1]]  # torchao's own int8 linear ignores zero_point too
-        and weight.act_quant_kwargs is None and weight.act_pre_scale is None and weight.qdata.is_contiguous()
+        and weight.act_quant_kwargs is None
+        and weight.act_pre_scale is None
+        and weight.qdata.is_contiguous()
         and weight.shape[1] % INT8_ROW_ALIGNMENT == 0
         and (torch.compiler.is_compiling() or weight.qdata.data_ptr() % INT8_ROW_ALIGNMENT == 0)
-    )  # fmt: skip  (a traced step cannot read pointers; it compiles from weights `settle_quantized_weights` aligned)
+    )  # a traced step cannot read pointers; it compiles from weights `settle_quantized_weights` aligned
 
 
 # The int8 kernel's time grows with every row of activations it multiplies, a converted weight's GEMM hardly does:
@@ -120,9 +126,12 @@ class Linear(nn.Linear):
     dtype first (torchao's own product, which the other cases keep)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (type(self.weight) is nn.Parameter  # a float weight, decided first: this runs 49 times a GPT-2 step
-                or x.device.type != "cpu" or x.numel() > INT8_KERNEL_MAX_ROWS * x.shape[-1]
-                or not int8_rows(self.weight)):  # fmt: skip
+        if (
+            type(self.weight) is nn.Parameter  # a float weight, decided first: this runs 49 times a GPT-2 step
+            or x.device.type != "cpu"
+            or x.numel() > INT8_KERNEL_MAX_ROWS * x.shape[-1]
+            or not int8_rows(self.weight)
+        ):
             return super().forward(x)
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         y = torch.ops.aten._weight_int8pack_mm(rows, self.weight.qdata, self.weight.scale.reshape(-1).to(x.dtype))
@@ -192,9 +201,11 @@ class LearnedPositions(nn.Embedding, PositionScheme):
     def beyond_the_table(self, position_ids: torch.Tensor) -> str | None:
         last = int(position_ids.max())
         if last >= self.num_embeddings:
-            return (f"Learned position embeddings cover positions 0..{self.num_embeddings - 1} (n_positions="
-                    f"{self.num_embeddings}), but position {last} was requested. Shorten the input (prompt + new "
-                    "tokens) or use a scheme that extrapolates (sinusoidal, rope, alibi, none).")  # fmt: skip
+            return (
+                f"Learned position embeddings cover positions 0..{self.num_embeddings - 1} (n_positions="
+                f"{self.num_embeddings}), but position {last} was requested. Shorten the input (prompt + new "
+                "tokens) or use a scheme that extrapolates (sinusoidal, rope, alibi, none)."
+            )
         return None
 
 
@@ -263,7 +274,9 @@ class RotaryPositions(PositionScheme):
         if self.rope_type != "default":
             return ROPE_INIT_FUNCTIONS[self.rope_type](self.config)
         dim = self.config.rotary_dim
-        return 1.0 / self.config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim), 1.0
+        return 1.0 / self.config.rope_parameters["rope_theta"] ** (
+            torch.arange(0, dim, 2, dtype=torch.float) / dim
+        ), 1.0
 
     def fixed_buffers(self):
         inv_freq, self.attention_scaling = self.frequencies()
@@ -313,9 +326,11 @@ class AlibiPositions(PositionScheme):
 
     @classmethod
     def needs_a_kernel_with_bias(cls, kernel: str) -> str:
-        return (f"position_embedding_type='alibi' adds a per-head bias to the attention scores, which {kernel} "
-                f"cannot take: use attn_implementation in {cls.KERNELS_WITH_BIAS} (an engine that brings its own "
-                "attention kernel, such as vLLM's, cannot run ALiBi TinyGPTs)")  # fmt: skip
+        return (
+            f"position_embedding_type='alibi' adds a per-head bias to the attention scores, which {kernel} "
+            f"cannot take: use attn_implementation in {cls.KERNELS_WITH_BIAS} (an engine that brings its own "
+            "attention kernel, such as vLLM's, cannot run ALiBi TinyGPTs)"
+        )
 
     def fixed_buffers(self):
         return {"slopes": alibi_slopes(self.num_heads)}
@@ -371,8 +386,10 @@ class TinyGPTAttention(nn.Module):
         # [q | k | v] for every head; under tensor parallelism, for this rank's heads only (hence thirds, and -1).
         qkv = self.c_attn(hidden_states)
         if qkv.shape[-1] % (3 * self.head_dim):
-            raise ValueError(f"tensor parallelism splits attention by head: n_head ({self.num_heads}) must be "
-                             "divisible by the tensor-parallel size")  # fmt: skip
+            raise ValueError(
+                f"tensor parallelism splits attention by head: n_head ({self.num_heads}) must be "
+                "divisible by the tensor-parallel size"
+            )
         heads = (batch, length, -1, self.head_dim)
         query, key, value = (t.view(heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
         if isinstance(attention_mask, torch.Tensor) and attention_mask.shape[1] not in (1, query.shape[1]):
@@ -502,8 +519,11 @@ class TinyGPTPreTrainedModel(PreTrainedModel):
         if cls._auto_class is None:
             return
         module = cls.__module__.rsplit(".", 1)[-1]  # the file's name, as the copy next to the weights is imported
-        config.auto_map = {**(getattr(config, "auto_map", None) or {}), "AutoModel": f"{module}.TinyGPTModel",
-                           "AutoModelForCausalLM": f"{module}.TinyGPTForCausalLM"}  # fmt: skip
+        config.auto_map = {
+            **(getattr(config, "auto_map", None) or {}),
+            "AutoModel": f"{module}.TinyGPTModel",
+            "AutoModelForCausalLM": f"{module}.TinyGPTForCausalLM",
+        }
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -546,8 +566,10 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= self.config.vocab_size:
             bad = high if high >= self.config.vocab_size else low
-            return (f"Token id {bad} is outside the vocabulary (vocab_size={self.config.vocab_size}): ids must be in "
-                    f"[0, {self.config.vocab_size - 1}]. Was the input made by this model's tokenizer?")  # fmt: skip
+            return (
+                f"Token id {bad} is outside the vocabulary (vocab_size={self.config.vocab_size}): ids must be in "
+                f"[0, {self.config.vocab_size - 1}]. Was the input made by this model's tokenizer?"
+            )
         return None
 
     @renamed_cache_argument
@@ -591,7 +613,9 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
             self.config, inputs_embeds, attention_mask, cache, position_ids, allow_is_causal_skip=not needs_bias
         )
         if needs_bias:
-            attention_mask = self.positions.bias_attention(attention_mask, query_length, past_length, inputs_embeds.dtype)
+            attention_mask = self.positions.bias_attention(
+                attention_mask, query_length, past_length, inputs_embeds.dtype
+            )
         rotary = self.positions.rotary_cos_sin(hidden_states, position_ids)
 
         for block in self.h:
@@ -685,9 +709,12 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             setattr(config, field, kwargs.pop(field))  # config overrides, as transformers applies them
         hub_kwargs = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
         gpt2, info = GPT2LMHeadModel.from_pretrained(
-            pretrained_model_name_or_path, config=GPT2Config.from_dict(gpt2_config), output_loading_info=True,
-            ignore_mismatched_sizes=kwargs.get("ignore_mismatched_sizes", False), **hub_kwargs,
-        )  # fmt: skip
+            pretrained_model_name_or_path,
+            config=GPT2Config.from_dict(gpt2_config),
+            output_loading_info=True,
+            ignore_mismatched_sizes=kwargs.get("ignore_mismatched_sizes", False),
+            **hub_kwargs,
+        )
         info["unexpected_keys"] = [key for key in info["unexpected_keys"] if not key.endswith(LEGACY_BUFFERS)]
         state_dict = gpt2_state_dict_to_tinygpt(gpt2.state_dict())
         del gpt2
@@ -695,8 +722,9 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             state_dict.pop(HEAD, None)
         if kwargs.get("quantization_config") is not None:  # quantized from GPT-2's transposed views, kernels want rows
             state_dict = {key: tensor.contiguous() for key, tensor in state_dict.items()}
-        model, ours = super().from_pretrained(None, *model_args, config=config, state_dict=state_dict,
-                                              output_loading_info=True, **kwargs)  # fmt: skip
+        model, ours = super().from_pretrained(
+            None, *model_args, config=config, state_dict=state_dict, output_loading_info=True, **kwargs
+        )
         info = {key: [*info[key], *ours[key]] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}
         return (model, info) if wants_info else model
 

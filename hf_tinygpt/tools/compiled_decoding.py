@@ -143,14 +143,17 @@ class CompiledDecoder:
         # the compiled step, so it is made here, once (GPT-2's config has no position_embedding_type: learned).
         learned = getattr(model.config, "position_embedding_type", "learned") == "learned"
         if learned and self.max_length > model.config.n_positions:
-            raise ValueError(f"max_length={self.max_length} exceeds n_positions={model.config.n_positions}, the "
-                             "last position this model's learned position embeddings cover.")  # fmt: skip
+            raise ValueError(
+                f"max_length={self.max_length} exceeds n_positions={model.config.n_positions}, the "
+                "last position this model's learned position embeddings cover."
+            )
         self.model = private_copy(model).eval()
         self.model.set_attn_implementation("eager")
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_length)
         self.backend = StepBackend()
-        self.compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=None, backend=self.backend,
-                                            options=dict(GUARD_SETTINGS))  # fmt: skip
+        self.compile_config = CompileConfig(
+            fullgraph=True, dynamic=False, mode=None, backend=self.backend, options=dict(GUARD_SETTINGS)
+        )
         # transformers auto-compiles the decoding step only on accelerators unless the config says all devices.
         self.compile_config._compile_all_devices = True
         self._one_at_a_time = threading.Lock()
@@ -168,23 +171,36 @@ class CompiledDecoder:
         """`model.generate(input_ids, max_new_tokens=..., **generate_kwargs)` through the compiled step."""
         batch, length = input_ids.shape
         if batch != self.batch_size:
-            raise ValueError(f"This decoder was built for batch size {self.batch_size}, got {batch}: build one "
-                             "CompiledDecoder per batch size (a compiled step is bound to its cache).")  # fmt: skip
+            raise ValueError(
+                f"This decoder was built for batch size {self.batch_size}, got {batch}: build one "
+                "CompiledDecoder per batch size (a compiled step is bound to its cache)."
+            )
         if length + max_new_tokens > self.max_length:
-            raise ValueError(f"Prompt ({length} tokens) + max_new_tokens ({max_new_tokens}) exceeds this decoder's "
-                             f"max_length={self.max_length}: build it with a larger max_length.")  # fmt: skip
+            raise ValueError(
+                f"Prompt ({length} tokens) + max_new_tokens ({max_new_tokens}) exceeds this decoder's "
+                f"max_length={self.max_length}: build it with a larger max_length."
+            )
         if weights_fingerprint(self.source) != self.weights:
-            raise ValueError("The model's weights changed after this decoder was built, and its compiled step has "
-                             "the old ones frozen in: build a new CompiledDecoder (it compiles again).")  # fmt: skip
+            raise ValueError(
+                "The model's weights changed after this decoder was built, and its compiled step has "
+                "the old ones frozen in: build a new CompiledDecoder (it compiles again)."
+            )
         with self._one_at_a_time:
             self.cache.reset()
             try:
-                return self.model.generate(input_ids, max_new_tokens=max_new_tokens, compile_config=self.compile_config,
-                                           **{CACHE_FIELD: self.cache}, **generate_kwargs)  # fmt: skip
+                return self.model.generate(
+                    input_ids,
+                    max_new_tokens=max_new_tokens,
+                    compile_config=self.compile_config,
+                    **{CACHE_FIELD: self.cache},
+                    **generate_kwargs,
+                )
             except Exception as error:
                 if self.backend.building or not _raised_by(error, _STEP_WOULD_COMPILE):
                     raise
-                raise ValueError(f"An argument of this call ({', '.join(sorted(generate_kwargs))}) changes what "
-                                 "this decoder's compiled step computes (output_hidden_states or output_attentions, "
-                                 "say), and the step compiles only when the decoder is built, with the weights frozen "
-                                 "in: call the model's own generate for it.") from None  # fmt: skip
+                raise ValueError(
+                    f"An argument of this call ({', '.join(sorted(generate_kwargs))}) changes what "
+                    "this decoder's compiled step computes (output_hidden_states or output_attentions, "
+                    "say), and the step compiles only when the decoder is built, with the weights frozen "
+                    "in: call the model's own generate for it."
+                ) from None

@@ -7,9 +7,9 @@ import torch
 from transformers import AutoModelForCausalLM, TextStreamer, TorchAoConfig, set_seed
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from . import needs_extra
 from ..checkpoints.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer, load_tokenizer
 from ..checkpoints.reading import check_finite, has_tokenizer, load_strictly, read_config_dict, reading_checkpoint
+from . import needs_extra
 
 
 def int8_weight_only():
@@ -30,9 +30,11 @@ def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_k
     source = str(model or DEFAULT_MODEL_DIR)
     model_type = read_config_dict(source, **hub_kwargs).get("model_type")
     if model_type not in CONFIG_MAPPING:  # tinygpt is registered there when hf_tinygpt is imported
-        raise ValueError(f"{source}: model_type {model_type!r} is not an architecture transformers knows; "
-                         "hf-tinygpt generate runs tinygpt and GPT-2 checkpoints, and transformers' own "
-                         "architectures")  # fmt: skip
+        raise ValueError(
+            f"{source}: model_type {model_type!r} is not an architecture transformers knows; "
+            "hf-tinygpt generate runs tinygpt and GPT-2 checkpoints, and transformers' own "
+            "architectures"
+        )
     quantized = {"dtype": torch.bfloat16, "quantization_config": int8_weight_only()} if int8 else {}
     with reading_checkpoint(source):
         loaded = load_strictly(source, AutoModelForCausalLM, **quantized, **hub_kwargs).eval()
@@ -43,15 +45,27 @@ def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_k
     if tokenizer is None:
         tokenizer = gpt2_tokenizer()
         if len(tokenizer) > loaded.config.vocab_size:
-            raise ValueError(f"{source} has no tokenizer files, and its vocabulary ({loaded.config.vocab_size} tokens) "
-                             "is smaller than the bundled GPT-2 tokenizer's: it needs its own tokenizer")  # fmt: skip
+            raise ValueError(
+                f"{source} has no tokenizer files, and its vocabulary ({loaded.config.vocab_size} tokens) "
+                "is smaller than the bundled GPT-2 tokenizer's: it needs its own tokenizer"
+            )
     return loaded, tokenizer
 
 
 @torch.no_grad()
-def generate_text(prompt: str, model=None, tokenizer=None, *, max_new_tokens: int = 60, temperature: float = 0.8,
-                  top_k: int | None = 40, top_p: float | None = None, seed: int | None = None,
-                  stream=None, quiet: bool = False) -> str:  # fmt: skip
+def generate_text(
+    prompt: str,
+    model=None,
+    tokenizer=None,
+    *,
+    max_new_tokens: int = 60,
+    temperature: float = 0.8,
+    top_k: int | None = 40,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stream=None,
+    quiet: bool = False,
+) -> str:
     """Continue `prompt`, writing tokens to `stream` (default: stdout) as they are produced, unless `quiet`; returns
     the whole text. temperature 0 means greedy decoding."""
     check_generation_options(prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -63,14 +77,17 @@ def generate_text(prompt: str, model=None, tokenizer=None, *, max_new_tokens: in
     total = inputs.input_ids.shape[1] + max_new_tokens
     learned = model.config.model_type == "gpt2" or getattr(model.config, "position_embedding_type", None) == "learned"
     if learned and total > model.config.n_positions:
-        raise ValueError(f"the prompt ({inputs.input_ids.shape[1]} tokens) + --max-new-tokens ({max_new_tokens}) is "
-                         f"{total} tokens, past this model's context of {model.config.n_positions} (learned positions "
-                         "stop there): shorten the prompt or ask for fewer tokens")  # fmt: skip
+        raise ValueError(
+            f"the prompt ({inputs.input_ids.shape[1]} tokens) + --max-new-tokens ({max_new_tokens}) is "
+            f"{total} tokens, past this model's context of {model.config.n_positions} (learned positions "
+            "stop there): shorten the prompt or ask for fewer tokens"
+        )
     sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
     options = sampling if temperature > 0 else {"do_sample": False}
     streamer = None if quiet else _Streamer(tokenizer, stream or sys.stdout)
-    output = model.generate(**inputs, max_new_tokens=max_new_tokens, streamer=streamer,
-                            pad_token_id=tokenizer.eos_token_id, **options)  # fmt: skip
+    output = model.generate(
+        **inputs, max_new_tokens=max_new_tokens, streamer=streamer, pad_token_id=tokenizer.eos_token_id, **options
+    )
     return tokenizer.decode(output[0], skip_special_tokens=True)
 
 
@@ -78,8 +95,9 @@ def generate_text(prompt: str, model=None, tokenizer=None, *, max_new_tokens: in
 MIN_TEMPERATURE = 1e-3
 
 
-def check_generation_options(prompt: str, *, max_new_tokens: int, temperature: float, top_k: int | None,
-                             top_p: float | None):  # fmt: skip
+def check_generation_options(
+    prompt: str, *, max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None
+):
     """A ValueError naming the flag for anything `generate` would silently ignore, misread or crash on."""
     if not isinstance(prompt, str) or not prompt:
         raise ValueError('the prompt is empty: give the text to continue, e.g. hf-tinygpt generate "ROMEO:"')
@@ -90,8 +108,9 @@ def check_generation_options(prompt: str, *, max_new_tokens: int, temperature: f
     if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
         raise ValueError(f"--max-new-tokens must be an integer >= 1, got {max_new_tokens!r}")
     if not (isinstance(temperature, (int, float)) and (temperature == 0 or MIN_TEMPERATURE <= temperature < math.inf)):
-        raise ValueError(f"--temperature must be 0 (greedy decoding) or a finite number >= {MIN_TEMPERATURE:g}, got "
-                         f"{temperature!r}")  # fmt: skip
+        raise ValueError(
+            f"--temperature must be 0 (greedy decoding) or a finite number >= {MIN_TEMPERATURE:g}, got {temperature!r}"
+        )
     if top_k is not None and not (isinstance(top_k, int) and top_k >= 0):
         raise ValueError(f"--top-k must be an integer >= 0 (0: no limit), got {top_k!r}")
     if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):

@@ -58,8 +58,14 @@ WHERE_POSITIONS_ACT = {
 # ---- loading ---------------------------------------------------------------------------------------------------
 
 
-def load_for_plots(model_or_config: str, scheme: str | None = None, *, seed: int = 0, hub_kwargs: dict | None = None,
-                   **config_overrides):  # fmt: skip
+def load_for_plots(
+    model_or_config: str,
+    scheme: str | None = None,
+    *,
+    seed: int = 0,
+    hub_kwargs: dict | None = None,
+    **config_overrides,
+):
     """(model in eval mode and float32, label for titles) from any of:
 
     - a bare scheme name ("learned", "sinusoidal", "rope", "alibi", "none"): an untrained TinyGPT of `BARE_CONFIG`
@@ -219,8 +225,9 @@ def trace_dimensions(n_embd: int, n_dims: int = 8, seed: int = 0) -> np.ndarray:
 
 
 @torch.no_grad()
-def plot_dimension_traces(model, out_dir, *, label=None, svg=False, n_dims=8, seed=0,
-                          max_positions=None) -> dict[str, np.ndarray]:  # fmt: skip
+def plot_dimension_traces(
+    model, out_dir, *, label=None, svg=False, n_dims=8, seed=0, max_positions=None
+) -> dict[str, np.ndarray]:
     """`dimension_traces`: one small plot per chosen dimension (see `trace_dimensions`), its value across positions.
     Returns {"dims": (n_dims,), "traces": (positions, n_dims)}."""
     _requires(model, "dimension_traces")
@@ -242,8 +249,12 @@ def plot_dimension_traces(model, out_dir, *, label=None, svg=False, n_dims=8, se
             ax.set_ylabel("value")
         if i // cols == grid_rows - 1 or i + cols >= len(dims):
             ax.set_xlabel("position")
-    _title(fig, f"Single dimensions of the position rows across positions ({len(dims)} chosen with seed {seed})",
-           model, label)  # fmt: skip
+    _title(
+        fig,
+        f"Single dimensions of the position rows across positions ({len(dims)} chosen with seed {seed})",
+        model,
+        label,
+    )
     _save(fig, out_dir, "dimension_traces", svg)
     return {"dims": dims, "traces": traces}
 
@@ -263,8 +274,11 @@ def plot_cosine_similarity(model, out_dir, *, label=None, svg=False, max_positio
     _heatmap(fig, left, positions, limit=1.0, label="cosine similarity")
     left.set(xlabel="position", ylabel="position", title="between positions (rows)")
     _heatmap(fig, right, dimensions, limit=1.0, label="cosine similarity")
-    right.set(xlabel="embedding dimension", ylabel="embedding dimension",
-              title=f"between dimensions (columns over {len(rows)} positions)")  # fmt: skip
+    right.set(
+        xlabel="embedding dimension",
+        ylabel="embedding dimension",
+        title=f"between dimensions (columns over {len(rows)} positions)",
+    )
     _title(fig, "Cosine similarity of the position rows", model, label)
     _save(fig, out_dir, "cosine_similarity", svg)
     return {"positions": positions, "dimensions": dimensions}
@@ -285,16 +299,21 @@ def plot_rope_frequencies(model, out_dir, *, label=None, svg=False) -> dict[str,
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     left, right = fig.subplots(1, 2)
     left.semilogy(pairs, theta, "o-", ms=3)
-    left.set(xlabel="rotated pair i (dims i and i + rotary_dim/2 of each head)", ylabel="θ_i (radians per position)",
-             title="rotation frequency")  # fmt: skip
+    left.set(
+        xlabel="rotated pair i (dims i and i + rotary_dim/2 of each head)",
+        ylabel="θ_i (radians per position)",
+        title="rotation frequency",
+    )
     right.semilogy(pairs, wavelength, "o-", ms=3, color="C1")
-    right.axhline(model.config.n_positions, color="0.4", ls="--", lw=1,
-                  label=f"n_positions = {model.config.n_positions}")  # fmt: skip
+    right.axhline(
+        model.config.n_positions, color="0.4", ls="--", lw=1, label=f"n_positions = {model.config.n_positions}"
+    )
     right.set(xlabel="rotated pair i", ylabel="2π / θ_i (positions per full turn)", title="wavelength")
     right.legend(loc="upper left")
     rope_type = model.config.rope_parameters.get("rope_type", "default")
-    _title(fig, f"RoPE frequencies (rope_type {rope_type}, rotary_dim {model.config.rotary_dim} per head)", model,
-           label)  # fmt: skip
+    _title(
+        fig, f"RoPE frequencies (rope_type {rope_type}, rotary_dim {model.config.rotary_dim} per head)", model, label
+    )
     _save(fig, out_dir, "rope_frequencies", svg)
     return {"theta": theta, "wavelength": wavelength}
 
@@ -330,10 +349,21 @@ def plot_rope_similarity(model, out_dir, *, label=None, svg=False, max_positions
     if offsets[-1] >= model.config.n_positions:
         ax.axvline(model.config.n_positions, color="0.4", ls="--", lw=1, label="n_positions")
         ax.legend()
-    ax.set(xlabel="relative offset m = query position − key position", ylim=(min(-0.2, similarity.min() - 0.05), 1.05),
-           ylabel="q·k at offset m / q·k at offset 0")  # fmt: skip
-    ax.text(0.98, 0.95, "q = k = all-ones over the rotated dims\n= mean over pairs i of cos(m·θ_i)",
-            transform=ax.transAxes, ha="right", va="top", fontsize=9, bbox=dict(fc="white", ec="0.8"))  # fmt: skip
+    ax.set(
+        xlabel="relative offset m = query position − key position",
+        ylim=(min(-0.2, similarity.min() - 0.05), 1.05),
+        ylabel="q·k at offset m / q·k at offset 0",
+    )
+    ax.text(
+        0.98,
+        0.95,
+        "q = k = all-ones over the rotated dims\n= mean over pairs i of cos(m·θ_i)",
+        transform=ax.transAxes,
+        ha="right",
+        va="top",
+        fontsize=9,
+        bbox=dict(fc="white", ec="0.8"),
+    )
     _title(fig, "RoPE: similarity of identical q and k as their offset grows", model, label)
     _save(fig, out_dir, "rope_similarity", svg)
     return {"offsets": offsets, "similarity": similarity}
@@ -355,7 +385,7 @@ def plot_alibi_bias(model, out_dir, *, label=None, svg=False, max_positions=None
     fig = Figure(figsize=(10, 5.5), layout="constrained")
     ax = fig.add_subplot()
     colours = _colour_cycle(len(slopes))
-    for head, (row, slope) in enumerate(zip(bias, slopes)):
+    for head, (row, slope) in enumerate(zip(bias, slopes, strict=True)):
         ax.plot(distances, row, color=colours[head], lw=1.2, label=f"head {head}: slope {slope:.3g}")
     ax.set(xlabel="distance i − j (query position − key position)", ylabel="bias added to the attention score")
     ax.legend(fontsize=8, ncol=2 if len(slopes) > 8 else 1, loc="lower left")
@@ -440,8 +470,7 @@ def token_vs_position(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> di
 
 
 @torch.no_grad()
-def plot_token_vs_position(model, out_dir, *, label=None, svg=False, prompt=DEFAULT_PROMPT,
-                           tokenizer=None) -> dict:  # fmt: skip
+def plot_token_vs_position(model, out_dir, *, label=None, svg=False, prompt=DEFAULT_PROMPT, tokenizer=None) -> dict:
     """`token_vs_position`: token embedding, position contribution and their sum for `prompt` (tokens × dimensions),
     the cosine similarity between the prompt's tokens before and after adding positions, and the repeated token's two
     occurrences. Returns `token_vs_position()`'s dict."""
@@ -450,19 +479,32 @@ def plot_token_vs_position(model, out_dir, *, label=None, svg=False, prompt=DEFA
     names = [f"{i}: {text!r}" for i, text in enumerate(result["tokens"])]
     fig = Figure(figsize=(16, 9.5), layout="constrained")
     axes = fig.subplots(2, 3)
-    panels = [("token", "token embedding" + (" × √n_embd" if model.config.scale_embeddings else "")),
-              ("position", "position contribution"), ("sum", "sum: what the first block sees")]  # fmt: skip
-    for ax, (key, title) in zip(axes[0], panels):
+    panels = [
+        ("token", "token embedding" + (" × √n_embd" if model.config.scale_embeddings else "")),
+        ("position", "position contribution"),
+        ("sum", "sum: what the first block sees"),
+    ]
+    for ax, (key, title) in zip(axes[0], panels, strict=True):
         _heatmap(fig, ax, result[key], label="value")
         ax.set(title=title, xlabel="embedding dimension", yticks=range(len(names)))
         ax.set_yticklabels(names, fontsize=8)
     if scheme not in ROWS_SCHEMES:
-        axes[0, 1].text(0.5, 0.5, WHERE_POSITIONS_ACT[scheme].replace(": ", ":\n"), transform=axes[0, 1].transAxes,
-                        ha="center", va="center", fontsize=9, bbox=dict(fc="white", ec="0.6"))  # fmt: skip
+        axes[0, 1].text(
+            0.5,
+            0.5,
+            WHERE_POSITIONS_ACT[scheme].replace(": ", ":\n"),
+            transform=axes[0, 1].transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            bbox=dict(fc="white", ec="0.6"),
+        )
     axes[0, 0].set_ylabel("prompt token (position: text)")
     pair = result["pair"]
-    for ax, key, title in ((axes[1, 0], "token_similarity", "before positions (token embeddings)"),
-                           (axes[1, 1], "sum_similarity", "after positions (the sum)")):  # fmt: skip
+    for ax, key, title in (
+        (axes[1, 0], "token_similarity", "before positions (token embeddings)"),
+        (axes[1, 1], "sum_similarity", "after positions (the sum)"),
+    ):
         matrix = result[key]
         _heatmap(fig, ax, matrix, limit=1.0, label="cosine similarity")
         ax.set(title=f"token–token cosine similarity\n{title}", xticks=range(len(names)), yticks=range(len(names)))
@@ -471,8 +513,15 @@ def plot_token_vs_position(model, out_dir, *, label=None, svg=False, prompt=DEFA
         if len(names) <= 16:
             for i in range(len(names)):
                 for j in range(len(names)):
-                    ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6,
-                            color="white" if abs(matrix[i, j]) > 0.6 else "black")  # fmt: skip
+                    ax.text(
+                        j,
+                        i,
+                        f"{matrix[i, j]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="white" if abs(matrix[i, j]) > 0.6 else "black",
+                    )
         if pair:
             for i, j in (pair, pair[::-1]):
                 ax.add_patch(_box(j, i))
@@ -505,8 +554,18 @@ def _box(x, y):
 # ---- everything ------------------------------------------------------------------------------------------------
 
 
-def plot_positions(model, out_dir, *, svg=False, seed=0, n_dims=8, max_positions=None, prompt=DEFAULT_PROMPT,
-                   label=None, tokenizer=None) -> dict[str, dict]:  # fmt: skip
+def plot_positions(
+    model,
+    out_dir,
+    *,
+    svg=False,
+    seed=0,
+    n_dims=8,
+    max_positions=None,
+    prompt=DEFAULT_PROMPT,
+    label=None,
+    tokenizer=None,
+) -> dict[str, dict]:
     """Write every picture that applies to the model's scheme (`PICTURES`) into `out_dir` as NAME.png (and NAME.svg
     with `svg`); return {NAME: the arrays that picture plotted}. `seed` picks the traced dimensions, `max_positions`
     (default n_positions) how many positions/offsets/distances to plot."""
@@ -520,14 +579,14 @@ def plot_positions(model, out_dir, *, svg=False, seed=0, n_dims=8, max_positions
         "position_matrix": lambda: plot_position_matrix(model, out_dir, max_positions=max_positions, **common),
         "dimension_traces": lambda: plot_dimension_traces(
             model, out_dir, n_dims=n_dims, seed=seed, max_positions=max_positions, **common
-        ),  # fmt: skip
+        ),
         "cosine_similarity": lambda: plot_cosine_similarity(model, out_dir, max_positions=max_positions, **common),
         "rope_frequencies": lambda: plot_rope_frequencies(model, out_dir, **common),
         "rope_similarity": lambda: plot_rope_similarity(model, out_dir, max_positions=max_positions, **common),
         "alibi_bias": lambda: plot_alibi_bias(model, out_dir, max_positions=max_positions, **common),
         "token_vs_position": lambda: plot_token_vs_position(
             model, out_dir, prompt=prompt, tokenizer=tokenizer, **common
-        ),  # fmt: skip
+        ),
     }
     return {name: pictures[name]() for name in names}
 

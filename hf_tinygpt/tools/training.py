@@ -84,30 +84,57 @@ class TrainingSettings:
         def flag(name):
             return "--" + {"learning_rate": "lr"}.get(name, name).replace("_", "-")
 
-        at_least = {"block_size": 2, "batch_size": 1, "steps": 1, "eval_every": 1, "eval_batch_size": 1,
-                    "save_every": 1, "keep_checkpoints": 1, "warmup_steps": 0, "seed": 0}  # fmt: skip
+        at_least = {
+            "block_size": 2,
+            "batch_size": 1,
+            "steps": 1,
+            "eval_every": 1,
+            "eval_batch_size": 1,
+            "save_every": 1,
+            "keep_checkpoints": 1,
+            "warmup_steps": 0,
+            "seed": 0,
+        }
         for name, low in at_least.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{flag(name)} must be an integer >= {low}, got {value!r}")
-        for name, (low, high) in {"learning_rate": (0, math.inf), "min_lr_ratio": (0, 1), "weight_decay": (0, math.inf),
-                                  "grad_clip": (0, math.inf)}.items():  # fmt: skip
+        for name, (low, high) in {
+            "learning_rate": (0, math.inf),
+            "min_lr_ratio": (0, 1),
+            "weight_decay": (0, math.inf),
+            "grad_clip": (0, math.inf),
+        }.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high \
-                    or not math.isfinite(value) or (name == "learning_rate" and value == 0):  # fmt: skip
-                raise ValueError(f"{flag(name)} must be a finite number in [{low}, {high}]"
-                                 f"{' and not 0' if name == 'learning_rate' else ''}, got {value!r}")  # fmt: skip
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not low <= value <= high
+                or not math.isfinite(value)
+                or (name == "learning_rate" and value == 0)
+            ):
+                raise ValueError(
+                    f"{flag(name)} must be a finite number in [{low}, {high}]"
+                    f"{' and not 0' if name == 'learning_rate' else ''}, got {value!r}"
+                )
         from ..checkpoints.convert import DTYPES
 
         if self.save_dtype is not None and self.save_dtype not in DTYPES:
             raise ValueError(f"--save-dtype {self.save_dtype!r} is not one of {sorted(DTYPES)}")
         if not self.train:
             raise ValueError("--train needs at least one text file or folder")
-        known = {*TinyGPTConfig.__dataclass_fields__, *TinyGPTConfig.attribute_map, "rope_theta",
-                 "partial_rotary_factor", "rope_scaling"}  # fmt: skip
+        known = {
+            *TinyGPTConfig.__dataclass_fields__,
+            *TinyGPTConfig.attribute_map,
+            "rope_theta",
+            "partial_rotary_factor",
+            "rope_scaling",
+        }
         if unknown := sorted(set(self.config) - known):
-            raise ValueError(f"--config: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
-                             "TinyGPTConfig field(s) (a typo would otherwise be ignored)")  # fmt: skip
+            raise ValueError(
+                f"--config: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
+                "TinyGPTConfig field(s) (a typo would otherwise be ignored)"
+            )
 
 
 # ---- data ----------------------------------------------------------------------------------------------------
@@ -139,8 +166,10 @@ def tokenize_files(files: list[Path], tokenizer) -> torch.Tensor:
         try:
             text = file.read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(f"{file} is not UTF-8 text (byte {error.start}: {error.reason}); convert it, e.g. with "
-                             f"`iconv -f latin1 -t utf-8`, or leave it out") from None  # fmt: skip
+            raise ValueError(
+                f"{file} is not UTF-8 text (byte {error.start}: {error.reason}); convert it, e.g. with "
+                f"`iconv -f latin1 -t utf-8`, or leave it out"
+            ) from None
         ids += tokenizer(text).input_ids + [tokenizer.eos_token_id]
     return torch.tensor(ids, dtype=torch.long)
 
@@ -157,9 +186,11 @@ def batch_indices(step: int, batch_size: int, n_blocks: int, seed: int) -> torch
     """The block indices of global batch `step`: consecutive slices of a fresh permutation for each epoch."""
     positions = torch.arange(step * batch_size, (step + 1) * batch_size)
     epochs, offsets = positions // n_blocks, positions % n_blocks
-    permutations = {int(e): torch.randperm(n_blocks, generator=torch.Generator().manual_seed(seed * 100_003 + int(e)))
-                    for e in epochs.unique()}  # fmt: skip
-    return torch.stack([permutations[int(e)][o] for e, o in zip(epochs, offsets)])
+    permutations = {
+        int(e): torch.randperm(n_blocks, generator=torch.Generator().manual_seed(seed * 100_003 + int(e)))
+        for e in epochs.unique()
+    }
+    return torch.stack([permutations[int(e)][o] for e, o in zip(epochs, offsets, strict=True)])
 
 
 @torch.no_grad()
@@ -299,8 +330,14 @@ def _comparable(settings: TrainingSettings) -> dict:
 
 
 def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
-    fields = {**SMALL_MODEL, "n_positions": settings.block_size, "vocab_size": vocab_size,
-              "bos_token_id": eos_token_id, "eos_token_id": eos_token_id, **settings.config}  # fmt: skip
+    fields = {
+        **SMALL_MODEL,
+        "n_positions": settings.block_size,
+        "vocab_size": vocab_size,
+        "bos_token_id": eos_token_id,
+        "eos_token_id": eos_token_id,
+        **settings.config,
+    }
     config = TinyGPTConfig(**fields)
     if config.position_embedding_type == "learned" and config.n_positions < settings.block_size:
         raise ValueError(f"block_size {settings.block_size} > n_positions {config.n_positions} (learned positions)")
@@ -327,8 +364,10 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     tokenizer_from = settings.tokenizer or "gpt2"
     tokenizer = load_tokenizer(tokenizer_from)
     if tokenizer.eos_token_id is None:
-        raise ValueError(f"--tokenizer {tokenizer_from} has no end-of-text (eos) token, which training puts after each "
-                         "file: give its tokenizer_config.json an eos_token")  # fmt: skip
+        raise ValueError(
+            f"--tokenizer {tokenizer_from} has no end-of-text (eos) token, which training puts after each "
+            "file: give its tokenizer_config.json an eos_token"
+        )
     train_files = text_files(settings.train, settings.glob, exclude=settings.validation)
     train_blocks = pack(tokenize_files(train_files, tokenizer), settings.block_size, what=", ".join(settings.train))
     if settings.batch_size > len(train_blocks):
@@ -340,13 +379,17 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     if settings.validation:
         validation = tokenize_files([Path(p) for p in settings.validation], tokenizer)
         if len(validation) <= len(settings.validation):  # nothing but the end-of-text token after each file
-            raise ValueError(f"validation data {', '.join(settings.validation)} is empty: nothing to measure "
-                             "perplexity on")  # fmt: skip
+            raise ValueError(
+                f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on"
+            )
     config = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
 
     # The main process holds OUT's lock for the whole run; with --force an earlier run is swapped out here.
-    with run_folder(out, force=settings.force, resume=settings.resume, protect=protect) if accelerator.is_main_process \
-            else contextlib.nullcontext():  # fmt: skip
+    with (
+        run_folder(out, force=settings.force, resume=settings.resume, protect=protect)
+        if accelerator.is_main_process
+        else contextlib.nullcontext()
+    ):
         accelerator.wait_for_everyone()
         return _train(settings, accelerator, out, config, tokenizer_from, train_files, train_blocks, validation)
 
@@ -396,8 +439,9 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=settings.learning_rate, betas=(0.9, 0.95),
-    )  # fmt: skip
+        lr=settings.learning_rate,
+        betas=(0.9, 0.95),
+    )
     schedule = get_cosine_with_min_lr_schedule_with_warmup(
         optimizer, settings.warmup_steps, settings.steps, min_lr_rate=settings.min_lr_ratio
     )
@@ -426,7 +470,9 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
     per_process = settings.batch_size // accelerator.num_processes
     tokens_per_step = settings.batch_size * settings.block_size
     history, started, losses = [], time.perf_counter(), []
-    progress = tqdm(total=settings.steps, initial=step, disable=not main, desc="training", unit="step", dynamic_ncols=True)
+    progress = tqdm(
+        total=settings.steps, initial=step, disable=not main, desc="training", unit="step", dynamic_ncols=True
+    )
     model.train()
     with _StopRequest() as stop:
         while step < settings.steps:
@@ -447,15 +493,19 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
             mean_loss = accelerator.reduce(loss.detach(), "mean").item()
             losses.append(mean_loss)
             progress.update(1)
-            progress.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens_per_step / (time.perf_counter() - tick):,.0f}")
+            progress.set_postfix(
+                loss=f"{mean_loss:.3f}", tok_s=f"{tokens_per_step / (time.perf_counter() - tick):,.0f}"
+            )
             logged = {"step": step, "train_loss": mean_loss, "lr": lr}
             if validation is not None and (step % settings.eval_every == 0 or step == settings.steps):
                 logged["validation_perplexity"] = perplexity(
                     model, validation, settings.block_size, settings.eval_batch_size, accelerator
                 )
                 if main:
-                    tqdm.write(f"step {step}: train loss {mean_loss:.4f}, validation perplexity "
-                               f"{logged['validation_perplexity']:.2f}")  # fmt: skip
+                    tqdm.write(
+                        f"step {step}: train loss {mean_loss:.4f}, validation perplexity "
+                        f"{logged['validation_perplexity']:.2f}"
+                    )
             history.append(logged)
             stop_now = accelerator.reduce(torch.tensor(float(stop.requested), device=accelerator.device), "sum") > 0
             if step % settings.save_every == 0 or stop_now:
@@ -473,24 +523,34 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
     if main:
         record(out, outputs=[FINAL])
         summary["validation_perplexity"] = _write_final_model(
-            model, out / FINAL, settings, tokenizer_from, len(train_files), train_blocks.numel(), validation, wall,
+            model,
+            out / FINAL,
+            settings,
+            tokenizer_from,
+            len(train_files),
+            train_blocks.numel(),
+            validation,
+            wall,
             accelerator,
-        )  # fmt: skip
+        )
         write_recorded_file(out, "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
     accelerator.wait_for_everyone()
     return model, summary
 
 
-def _write_final_model(model, folder: Path, settings, tokenizer_from, n_files, train_tokens, validation, wall,
-                       accelerator) -> float | None:  # fmt: skip
+def _write_final_model(
+    model, folder: Path, settings, tokenizer_from, n_files, train_tokens, validation, wall, accelerator
+) -> float | None:
     """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, and a card whose validation
     perplexity is measured on the weights exactly as written."""
     from ..checkpoints.convert import DTYPES, save_model_folder
     from ..checkpoints.model_card import render_model_card
 
     if bad := [key for key, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]:
-        raise ValueError(f"training diverged: {len(bad)} tensors hold inf or NaN ({', '.join(bad[:3])}, ...); nothing "
-                         f"written to {folder}; lower --lr")  # fmt: skip
+        raise ValueError(
+            f"training diverged: {len(bad)} tensors hold inf or NaN ({', '.join(bad[:3])}, ...); nothing "
+            f"written to {folder}; lower --lr"
+        )
     dtype = DTYPES.get(settings.save_dtype) if settings.save_dtype else None
     to_save = model if dtype is None else copy.deepcopy(model).to(dtype)
     with output_folder(folder, force=True) as staging:  # OUT/model is ours: the run folder is locked
@@ -502,20 +562,28 @@ def _write_final_model(model, folder: Path, settings, tokenizer_from, n_files, t
         device = accelerator.device.type
         if device == "cpu":
             device = f"CPU ({torch.get_num_threads()} threads)"
-        hardware = (f"{accelerator.num_processes} process{'es' if accelerator.num_processes > 1 else ''} × {device}"
-                    f"{', bf16 autocast' if settings.bf16 else ''}")  # fmt: skip
+        hardware = (
+            f"{accelerator.num_processes} process{'es' if accelerator.num_processes > 1 else ''} × {device}"
+            f"{', bf16 autocast' if settings.bf16 else ''}"
+        )
         training = {
             "train_description": f"{n_files} text files ({', '.join(settings.train)}, `{settings.glob}`)",
             "train_paths": list(settings.train),  # so that a published card can name them without their folders
-            "train_tokens": int(train_tokens), "steps": settings.steps,
-            "tokens_per_step": settings.batch_size * settings.block_size, "hardware": hardware,
-            "wall_time": f"{wall / 60:.1f} min", "validation_perplexity": ppl,
+            "train_tokens": int(train_tokens),
+            "steps": settings.steps,
+            "tokens_per_step": settings.batch_size * settings.block_size,
+            "hardware": hardware,
+            "wall_time": f"{wall / 60:.1f} min",
+            "validation_perplexity": ppl,
             "validation_description": ", ".join(Path(p).name for p in settings.validation) or None,
             "validation_tokens": int(len(validation)) if validation is not None else 0,
-            "block_size": settings.block_size, "command": settings.command,
-            "seed": settings.seed, "learning_rate": settings.learning_rate,
-        }  # fmt: skip
-        card = render_model_card(model.config, model_id=str(folder), provenance={"made_by": "training",
-                                                                               "training": training})  # fmt: skip
+            "block_size": settings.block_size,
+            "command": settings.command,
+            "seed": settings.seed,
+            "learning_rate": settings.learning_rate,
+        }
+        card = render_model_card(
+            model.config, model_id=str(folder), provenance={"made_by": "training", "training": training}
+        )
         card.save(staging / "README.md")
     return ppl
