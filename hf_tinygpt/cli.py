@@ -7,10 +7,12 @@ max(1, max |logit|); default 1e-5).
 """
 
 import argparse
+import ast
 import contextlib
 import importlib.metadata
 import math
 import os
+import re
 import shlex
 import signal
 import sys
@@ -20,6 +22,8 @@ from huggingface_hub.errors import HfHubHTTPError
 from .checkpoints.reading import describe, read_json_object, read_tinygpt_config
 from .model.configuration_tinygpt import POSITION_SCHEMES
 from .model.params import parameter_breakdown
+
+# ---- shared by the verbs -----------------------------------------------------------------------------------------
 
 
 def finite_at_least(low: float):
@@ -60,9 +64,20 @@ def add_hub_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
 
 
+def hub_options(args) -> dict:
+    """--revision / --token as huggingface_hub keyword arguments (absent ones left to its defaults)."""
+    return {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
+
+
 def add_output_arguments(parser: argparse.ArgumentParser, what: str):
     parser.add_argument("--out", required=True, metavar="DIR", help=f"{what} (written atomically)")
     parser.add_argument("--force", action="store_true", help="replace an earlier output of hf-tinygpt at --out")
+
+
+def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
+    parser.add_argument(
+        "--tokenizer", metavar="gpt2|PATH", help=f"{what}: 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id"
+    )
 
 
 def add_tolerance_argument(parser: argparse.ArgumentParser, what: str):
@@ -89,12 +104,54 @@ def no_progress_bars():
             logging.enable_progress_bar()
 
 
-def hub_options(args) -> dict:
-    """--revision / --token as huggingface_hub keyword arguments (absent ones left to its defaults)."""
-    return {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
+# ---- generate ----------------------------------------------------------------------------------------------------
 
 
-def params_command(args) -> int:
+def add_generate_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("prompt", help="text to continue")
+    parser.add_argument("--model", help="tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)")
+    parser.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate")
+    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy decoding")
+    parser.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest tokens (0: all)")
+    parser.add_argument("--top-p", type=float, help="nucleus sampling: the smallest set with this probability")
+    parser.add_argument("--seed", type=int, help="for reproducible sampling")
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="int8 weights, bfloat16 activations: quantized with "
+        "torchao as the model loads (the [int8] extra); on a CPU, decodes faster than bfloat16",
+    )
+    add_hub_arguments(parser)
+
+
+def run_generate(args) -> int:
+    from .tools.generate import generate_text, load_for_generation
+
+    hub = hub_options(args)
+    with no_progress_bars():  # the continuation is the output: no "Loading weights" bar around it
+        model, tokenizer = load_for_generation(args.model, int8=args.int8, **hub)
+    generate_text(
+        args.prompt,
+        model,
+        tokenizer,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k or None,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    return 0
+
+
+# ---- params ------------------------------------------------------------------------------------------------------
+
+
+def add_params_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("model", help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
+    add_hub_arguments(parser)
+
+
+def run_params(args) -> int:
     config = read_tinygpt_config(args.model, **hub_options(args))
     parts = parameter_breakdown(config)
     width = max(map(len, parts))
@@ -108,7 +165,72 @@ def params_command(args) -> int:
     return 0
 
 
-def verify_gpt2_command(args) -> int:
+# ---- plot-positions ----------------------------------------------------------------------------------------------
+
+
+def add_plot_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument(
+        "model",
+        help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name "
+        "(learned, sinusoidal, rope, alibi, none: an untrained small model)",
+    )
+    add_output_arguments(parser, "folder for the pictures")
+    parser.add_argument("--svg", action="store_true", help="write NAME.svg next to each NAME.png")
+    parser.add_argument("--seed", type=int, default=0, help="picks the traced dimensions and any random init")
+    parser.add_argument("--dims", type=int, default=8, help="how many single dimensions to trace")
+    parser.add_argument("--max-positions", type=int, help="positions/offsets/distances to plot (default: n_positions)")
+    parser.add_argument(
+        "--prompt",
+        help="text for the token-vs-position picture; repeat a word to see it diverge "
+        "(default: 'The cat sat on the mat by the door')",
+    )
+    add_hub_arguments(parser)
+
+
+def run_plot_positions(args) -> int:
+    from .checkpoints.outputs import output_folder
+    from .tools.plots import load_for_plots, plot_positions, written_files
+
+    with no_progress_bars():
+        model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
+    prompt = {} if args.prompt is None else {"prompt": args.prompt}
+    with output_folder(args.out, force=args.force, protect=[args.model], kind="pictures") as staging:
+        arrays = plot_positions(
+            model,
+            staging,
+            svg=args.svg,
+            seed=args.seed,
+            n_dims=args.dims,
+            max_positions=args.max_positions,
+            label=label,
+            **prompt,
+        )
+    files = written_files(args.out, arrays, svg=args.svg)
+    count = f"{len(files)} file" + "s" * (len(files) != 1)
+    print(f"{label}: {model.config.position_embedding_type} positions; wrote {count}:")
+    for path in files:
+        print(f"  {path}")
+    tokens = arrays["token_vs_position"]
+    if tokens["pair"]:
+        first, second = tokens["pair"]
+        print(
+            f"repeated token {tokens['tokens'][first]!r} at positions {first} and {second}: cosine similarity "
+            f"{tokens['before']:.4f} before positions, {tokens['after']:.4f} after"
+        )
+    return 0
+
+
+# ---- verify-gpt2 -------------------------------------------------------------------------------------------------
+
+
+def add_verify_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("model", nargs="?", help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)")
+    parser.add_argument("--text", default="To be, or not to be, that is the question:", help="the prompt compared")
+    add_tolerance_argument(parser, "accepted")
+    add_hub_arguments(parser)
+
+
+def run_verify_gpt2(args) -> int:
     from .checkpoints.verify import verify_gpt2_checkpoint
 
     source = args.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
@@ -128,7 +250,41 @@ def verify_gpt2_command(args) -> int:
     return 0 if ok else 1
 
 
-def convert_command(args) -> int:
+# ---- convert -----------------------------------------------------------------------------------------------------
+
+
+def add_convert_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument(
+        "src",
+        help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
+        "(with --to gpt2: a tinygpt folder or Hub id)",
+    )
+    add_output_arguments(parser, "the converted model folder")
+    parser.add_argument(
+        "--to",
+        choices=["tinygpt", "gpt2", "gpt_neox"],
+        default="tinygpt",
+        help="output format: tinygpt, or the exact twin among transformers' architectures (gpt2 for "
+        "learned, sinusoidal or no positions; gpt_neox for rope)",
+    )
+    add_tokenizer_argument(parser)
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="store the weights in this dtype")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="compare with GPT2LMHeadModel before writing (always done with --to gpt2 | gpt_neox)",
+    )
+    add_tolerance_argument(parser, "that --verify accepts")
+    parser.add_argument("--n-head", type=int_at_least(1), help="heads, for a lone weights file without config.json")
+    parser.add_argument(
+        "--trim-vocab", type=int_at_least(1), help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)"
+    )
+    parser.add_argument("--base-model", help="Hub id of the source, for the model card (default: SRC if a Hub id)")
+    parser.add_argument("--license", help="licence for the model card (default: mit, as GPT-2's weights)")
+    add_hub_arguments(parser)
+
+
+def run_convert(args) -> int:
     from .checkpoints import convert
 
     def report(delta):
@@ -178,7 +334,143 @@ def convert_command(args) -> int:
     return 0
 
 
-def push_command(args) -> int:
+# ---- train -------------------------------------------------------------------------------------------------------
+
+
+def add_train_arguments(parser: argparse.ArgumentParser):
+    from .tools import SMALL_MODEL
+
+    data = parser.add_argument_group("data")
+    data.add_argument(
+        "--train", nargs="+", required=True, help="text files or folders (folders: files matching --glob)"
+    )
+    data.add_argument("--validation", nargs="+", help="held-out text files (left out of --train folders)")
+    data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use")
+    add_tokenizer_argument(data, "the tokenizer to train with (default: gpt2)")
+    model = parser.add_argument_group(
+        "model",
+        "Default: a small model that trains on a CPU in minutes "
+        f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
+        "learned positions). --config and these flags change it; flags win.",
+    )
+    model.add_argument("--config", help="JSON file of TinyGPTConfig fields")
+    model.add_argument("--position", choices=POSITION_SCHEMES, help="position scheme (default: learned)")
+    model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
+    model.add_argument("--n-embd", type=int, help=f"width (default: {SMALL_MODEL['n_embd']})")
+    model.add_argument("--n-head", type=int, help=f"attention heads (default: {SMALL_MODEL['n_head']})")
+    model.add_argument("--n-positions", type=int, help="context the model allows (default: --block-size)")
+    model.add_argument("--dropout", type=float, help="resid/embd/attn dropout (default: 0.1)")
+    run = parser.add_argument_group("optimisation")
+    run.add_argument("--block-size", type=int, default=128, help="tokens per training sequence")
+    run.add_argument("--batch-size", type=int, default=16, help="sequences per step, over all processes")
+    run.add_argument("--steps", type=int, default=500, help="optimizer steps")
+    run.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
+    run.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decay ends at lr × this")
+    run.add_argument("--warmup-steps", type=int, default=100, help="linear warmup steps")
+    run.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of the matrices")
+    run.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: no clipping)")
+    run.add_argument("--bf16", action="store_true", help="bf16 autocast (CPU or GPU)")
+    run.add_argument("--seed", type=int, default=0, help="weights, data order and dropout")
+    out = parser.add_argument_group("output")
+    add_output_arguments(out, "run folder: checkpoints/ and the final model/")
+    out.add_argument("--eval-every", type=int, default=200, help="steps between validation perplexities")
+    out.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
+    out.add_argument("--save-dtype", choices=["float32", "bfloat16", "float16"], help="dtype of the final weights")
+    out.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint in --out")
+
+
+def run_train(args) -> int:
+    from .tools.training import TrainingInterrupted, TrainingSettings, train
+
+    config = read_json_object(args.config) if args.config else {}
+    shape = {
+        "position_embedding_type": args.position,
+        "n_layer": args.n_layer,
+        "n_embd": args.n_embd,
+        "n_head": args.n_head,
+        "n_positions": args.n_positions,
+        "resid_pdrop": args.dropout,
+        "embd_pdrop": args.dropout,
+        "attn_pdrop": args.dropout,
+    }
+    config |= {key: value for key, value in shape.items() if value is not None}  # flags override the JSON
+    settings = TrainingSettings(
+        out=args.out,
+        train=args.train,
+        validation=args.validation or [],
+        glob=args.glob,
+        tokenizer=args.tokenizer,
+        config=config,
+        block_size=args.block_size,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        learning_rate=args.lr,
+        min_lr_ratio=args.min_lr_ratio,
+        warmup_steps=args.warmup_steps,
+        weight_decay=args.weight_decay,
+        grad_clip=args.grad_clip,
+        bf16=args.bf16,
+        seed=args.seed,
+        eval_every=args.eval_every,
+        save_every=args.save_every,
+        save_dtype=args.save_dtype,
+        resume=args.resume,
+        force=args.force,
+        command=args.command,
+    )
+    try:
+        _, summary = train(settings)
+    except TrainingInterrupted as stopped:  # a checkpoint was saved; the main process says which and how to go on
+        if str(stopped):
+            print(f"hf-tinygpt train: interrupted: {in_flags(str(stopped), args.flags)}", file=sys.stderr)
+        return 130
+    ppl, loss, wall = (summary.get(key) for key in ("validation_perplexity", "final_train_loss", "wall_s"))
+    print(
+        f"trained {summary.get('steps')} steps"
+        + (f" in {wall / 60:.1f} min" if isinstance(wall, float) else "")
+        + (f"; final train loss {loss:.4f}" if isinstance(loss, float) else "")
+        + (f"; validation perplexity {ppl:.2f}" if isinstance(ppl, float) else "")
+    )
+    print(f"model: {os.path.join(args.out, 'model')}")
+    return 0
+
+
+# ---- push --------------------------------------------------------------------------------------------------------
+
+
+def add_push_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument("src", help="tinygpt folder or Hub id, or any GPT-2 source (converted and verified first)")
+    parser.add_argument("repo_id", help="owner/name on the Hub")
+    parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
+    parser.add_argument("--revision", "--branch", dest="revision", help="branch to commit to (created if needed)")
+    parser.add_argument("--commit-message", help="commit message (default: says what was uploaded)")
+    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
+    parser.add_argument(
+        "--token",
+        help="Hub token, also for reading a private SRC (default: the one huggingface_hub "
+        "already knows; never printed)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=finite_at_least(0.001),
+        default=60.0,
+        help="seconds a network request may make no progress before the push fails",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="only stage the files into --out and list them")
+    parser.add_argument("--out", metavar="DIR", help="with --dry-run: the folder to stage into (written atomically)")
+    parser.add_argument("--force", action="store_true", help="with --dry-run: replace an earlier output at --out")
+    add_tokenizer_argument(parser)
+    add_tolerance_argument(parser, "when a GPT-2 SRC is converted first")
+    parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card")
+    parser.add_argument("--license", help="licence for the model card (default: mit)")
+    parser.add_argument(
+        "--keep-local-paths",
+        action="store_true",
+        help="publish the card's training data paths and command line as they are (default: cut to file names)",
+    )
+
+
+def run_push(args) -> int:
     from .checkpoints.hub import push_to_hub, stage_for_hub
 
     def show(files):
@@ -226,258 +518,36 @@ def push_command(args) -> int:
     return 0
 
 
-def add_push_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("src", help="tinygpt folder or Hub id, or any GPT-2 source (converted and verified first)")
-    parser.add_argument("repo_id", help="owner/name on the Hub")
-    parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
-    parser.add_argument("--revision", "--branch", dest="revision", help="branch to commit to (created if needed)")
-    parser.add_argument("--commit-message", help="commit message (default: says what was uploaded)")
-    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument(
-        "--token",
-        help="Hub token, also for reading a private SRC (default: the one huggingface_hub "
-        "already knows; never printed)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=finite_at_least(0.001),
-        default=60.0,
-        help="seconds a network request may make no progress before the push fails",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="only stage the files into --out and list them")
-    parser.add_argument("--out", metavar="DIR", help="with --dry-run: the folder to stage into (written atomically)")
-    parser.add_argument("--force", action="store_true", help="with --dry-run: replace an earlier output at --out")
-    add_tokenizer_argument(parser)
-    add_tolerance_argument(parser, "when a GPT-2 SRC is converted first")
-    parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card")
-    parser.add_argument("--license", help="licence for the model card (default: mit)")
-    parser.add_argument(
-        "--keep-local-paths",
-        action="store_true",
-        help="publish the card's training data paths and command line as they are (default: cut to file names)",
-    )
+# ---- library errors, in flags ------------------------------------------------------------------------------------
+
+# The library's errors name what a Python caller passed, in backticks (`max_new_tokens`, `force=True`,
+# `TrainingSettings.steps`); a user of the command line passed flags, so each such name becomes the flag that sets
+# it. Backticks make the match exact: no word in running text (nor `enforce`) is ever taken for a name.
+FLAG_DESTS = {"learning_rate": "lr", "n_dims": "dims"}  # library names whose flag has another name
+_PYTHON_NAME = re.compile(r"`(?:TrainingSettings\.)?(\w+)(?:=([^`]*))?`")
 
 
-def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
-    parser.add_argument(
-        "--tokenizer", metavar="gpt2|PATH", help=f"{what}: 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id"
-    )
+def in_flags(message: str, flags: dict[str, str]) -> str:
+    """`message` with each backticked Python name that the verb has a flag for (`flags`: {dest: --flag}) written
+    as that flag: `max_new_tokens` → --max-new-tokens, `force=True` → --force, `tokenizer='gpt2'` → --tokenizer
+    gpt2. Any other backticked text is left as it is."""
+
+    def flag(match: re.Match) -> str:
+        name, value = match.groups()
+        option = flags.get(FLAG_DESTS.get(name, name))
+        if option is None:
+            return match[0]
+        if value is None or value == "True":  # the argument itself, or a switch turned on
+            return option
+        with contextlib.suppress(ValueError, SyntaxError):  # a Python literal, as a shell word
+            literal = ast.literal_eval(value)
+            value = shlex.quote(literal) if isinstance(literal, str) else value
+        return f"{option} {value}"
+
+    return _PYTHON_NAME.sub(flag, message)
 
 
-def train_command(args) -> int:
-    from .tools.training import TrainingInterrupted, TrainingSettings, train
-
-    config = read_json_object(args.config) if args.config else {}
-    shape = {
-        "position_embedding_type": args.position,
-        "n_layer": args.n_layer,
-        "n_embd": args.n_embd,
-        "n_head": args.n_head,
-        "n_positions": args.n_positions,
-        "resid_pdrop": args.dropout,
-        "embd_pdrop": args.dropout,
-        "attn_pdrop": args.dropout,
-    }
-    config |= {key: value for key, value in shape.items() if value is not None}  # flags override the JSON
-    settings = TrainingSettings(
-        out=args.out,
-        train=args.train,
-        validation=args.validation or [],
-        glob=args.glob,
-        tokenizer=args.tokenizer,
-        config=config,
-        block_size=args.block_size,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        learning_rate=args.lr,
-        min_lr_ratio=args.min_lr_ratio,
-        warmup_steps=args.warmup_steps,
-        weight_decay=args.weight_decay,
-        grad_clip=args.grad_clip,
-        bf16=args.bf16,
-        seed=args.seed,
-        eval_every=args.eval_every,
-        save_every=args.save_every,
-        save_dtype=args.save_dtype,
-        resume=args.resume,
-        force=args.force,
-        command=args.command,
-    )
-    try:
-        _, summary = train(settings)
-    except TrainingInterrupted:  # it said where it stopped and how to go on
-        return 130
-    ppl, loss, wall = (summary.get(key) for key in ("validation_perplexity", "final_train_loss", "wall_s"))
-    print(
-        f"trained {summary.get('steps')} steps"
-        + (f" in {wall / 60:.1f} min" if isinstance(wall, float) else "")
-        + (f"; final train loss {loss:.4f}" if isinstance(loss, float) else "")
-        + (f"; validation perplexity {ppl:.2f}" if isinstance(ppl, float) else "")
-    )
-    print(f"model: {os.path.join(args.out, 'model')}")
-    return 0
-
-
-def add_train_arguments(parser: argparse.ArgumentParser):
-    from .tools import SMALL_MODEL
-
-    data = parser.add_argument_group("data")
-    data.add_argument(
-        "--train", nargs="+", required=True, help="text files or folders (folders: files matching --glob)"
-    )
-    data.add_argument("--validation", nargs="+", help="held-out text files (left out of --train folders)")
-    data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use")
-    add_tokenizer_argument(data, "the tokenizer to train with (default: gpt2)")
-    model = parser.add_argument_group(
-        "model",
-        "Default: a small model that trains on a CPU in minutes "
-        f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
-        "learned positions). --config and these flags change it; flags win.",
-    )
-    model.add_argument("--config", help="JSON file of TinyGPTConfig fields")
-    model.add_argument("--position", choices=POSITION_SCHEMES, help="position scheme (default: learned)")
-    model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
-    model.add_argument("--n-embd", type=int, help=f"width (default: {SMALL_MODEL['n_embd']})")
-    model.add_argument("--n-head", type=int, help=f"attention heads (default: {SMALL_MODEL['n_head']})")
-    model.add_argument("--n-positions", type=int, help="context the model allows (default: --block-size)")
-    model.add_argument("--dropout", type=float, help="resid/embd/attn dropout (default: 0.1)")
-    run = parser.add_argument_group("optimisation")
-    run.add_argument("--block-size", type=int, default=128, help="tokens per training sequence")
-    run.add_argument("--batch-size", type=int, default=16, help="sequences per step, over all processes")
-    run.add_argument("--steps", type=int, default=500, help="optimizer steps")
-    run.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
-    run.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decay ends at lr × this")
-    run.add_argument("--warmup-steps", type=int, default=100, help="linear warmup steps")
-    run.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of the matrices")
-    run.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: no clipping)")
-    run.add_argument("--bf16", action="store_true", help="bf16 autocast (CPU or GPU)")
-    run.add_argument("--seed", type=int, default=0, help="weights, data order and dropout")
-    out = parser.add_argument_group("output")
-    add_output_arguments(out, "run folder: checkpoints/ and the final model/")
-    out.add_argument("--eval-every", type=int, default=200, help="steps between validation perplexities")
-    out.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
-    out.add_argument("--save-dtype", choices=["float32", "bfloat16", "float16"], help="dtype of the final weights")
-    out.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint in --out")
-
-
-def generate_command(args) -> int:
-    from .tools.generate import generate_text, load_for_generation
-
-    hub = hub_options(args)
-    with no_progress_bars():  # the continuation is the output: no "Loading weights" bar around it
-        model, tokenizer = load_for_generation(args.model, int8=args.int8, **hub)
-    generate_text(
-        args.prompt,
-        model,
-        tokenizer,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k or None,
-        top_p=args.top_p,
-        seed=args.seed,
-    )
-    return 0
-
-
-def add_generate_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("prompt", help="text to continue")
-    parser.add_argument("--model", help="tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)")
-    parser.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate")
-    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy decoding")
-    parser.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest tokens (0: all)")
-    parser.add_argument("--top-p", type=float, help="nucleus sampling: the smallest set with this probability")
-    parser.add_argument("--seed", type=int, help="for reproducible sampling")
-    parser.add_argument(
-        "--int8",
-        action="store_true",
-        help="int8 weights, bfloat16 activations: quantized with "
-        "torchao as the model loads (the [int8] extra); on a CPU, decodes faster than bfloat16",
-    )
-    add_hub_arguments(parser)
-
-
-def plot_positions_command(args) -> int:
-    from .checkpoints.outputs import output_folder
-    from .tools.plots import load_for_plots, plot_positions, written_files
-
-    with no_progress_bars():
-        model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
-    prompt = {} if args.prompt is None else {"prompt": args.prompt}
-    with output_folder(args.out, force=args.force, protect=[args.model], kind="pictures") as staging:
-        arrays = plot_positions(
-            model,
-            staging,
-            svg=args.svg,
-            seed=args.seed,
-            n_dims=args.dims,
-            max_positions=args.max_positions,
-            label=label,
-            **prompt,
-        )
-    files = written_files(args.out, arrays, svg=args.svg)
-    count = f"{len(files)} file" + "s" * (len(files) != 1)
-    print(f"{label}: {model.config.position_embedding_type} positions; wrote {count}:")
-    for path in files:
-        print(f"  {path}")
-    tokens = arrays["token_vs_position"]
-    if tokens["pair"]:
-        first, second = tokens["pair"]
-        print(
-            f"repeated token {tokens['tokens'][first]!r} at positions {first} and {second}: cosine similarity "
-            f"{tokens['before']:.4f} before positions, {tokens['after']:.4f} after"
-        )
-    return 0
-
-
-def add_plot_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument(
-        "model",
-        help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name "
-        "(learned, sinusoidal, rope, alibi, none: an untrained small model)",
-    )
-    add_output_arguments(parser, "folder for the pictures")
-    parser.add_argument("--svg", action="store_true", help="write NAME.svg next to each NAME.png")
-    parser.add_argument("--seed", type=int, default=0, help="picks the traced dimensions and any random init")
-    parser.add_argument("--dims", type=int, default=8, help="how many single dimensions to trace")
-    parser.add_argument("--max-positions", type=int, help="positions/offsets/distances to plot (default: n_positions)")
-    parser.add_argument(
-        "--prompt",
-        help="text for the token-vs-position picture; repeat a word to see it diverge "
-        "(default: 'The cat sat on the mat by the door')",
-    )
-    add_hub_arguments(parser)
-
-
-def add_convert_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument(
-        "src",
-        help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
-        "(with --to gpt2: a tinygpt folder or Hub id)",
-    )
-    add_output_arguments(parser, "the converted model folder")
-    parser.add_argument(
-        "--to",
-        choices=["tinygpt", "gpt2", "gpt_neox"],
-        default="tinygpt",
-        help="output format: tinygpt, or the exact twin among transformers' architectures (gpt2 for "
-        "learned, sinusoidal or no positions; gpt_neox for rope)",
-    )
-    add_tokenizer_argument(parser)
-    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="store the weights in this dtype")
-    parser.add_argument(
-        "--verify",
-        action="store_true",
-        help="compare with GPT2LMHeadModel before writing (always done with --to gpt2 | gpt_neox)",
-    )
-    add_tolerance_argument(parser, "that --verify accepts")
-    parser.add_argument("--n-head", type=int_at_least(1), help="heads, for a lone weights file without config.json")
-    parser.add_argument(
-        "--trim-vocab", type=int_at_least(1), help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)"
-    )
-    parser.add_argument("--base-model", help="Hub id of the source, for the model card (default: SRC if a Hub id)")
-    parser.add_argument("--license", help="licence for the model card (default: mit, as GPT-2's weights)")
-    add_hub_arguments(parser)
-
+# ---- the command -------------------------------------------------------------------------------------------------
 
 EXAMPLES = {
     "generate": 'hf-tinygpt generate "ROMEO:" --max-new-tokens 40 --seed 0',
@@ -503,53 +573,38 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=help, description=help, epilog=f"example:\n  {EXAMPLES[name]}", formatter_class=HelpFormatter
         )
         add_arguments(sub)
-        sub.set_defaults(run=run)
+        # The verb's own flags, {dest: --flag}, for `in_flags` (argparse lists a parser's actions only in _actions).
+        flags = {action.dest: max(action.option_strings, key=len) for action in sub._actions if action.option_strings}
+        sub.set_defaults(run=run, flags=flags)
 
-    verb("generate", "continue a prompt, streaming tokens (the main job)", add_generate_arguments, generate_command)
-    verb("params", "parameter breakdown of a model folder, Hub id or config.json", add_params_arguments, params_command)
+    verb("generate", "continue a prompt, streaming tokens (the main job)", add_generate_arguments, run_generate)
+    verb("params", "parameter breakdown of a model folder, Hub id or config.json", add_params_arguments, run_params)
     verb(
         "plot-positions",
         "pictures of a model's position scheme (PNG, SVG on request)",
         add_plot_arguments,
-        plot_positions_command,
+        run_plot_positions,
     )
     verb(
         "verify-gpt2",
         "compare TinyGPT with transformers' GPT-2 on the same weights",
         add_verify_arguments,
-        verify_gpt2_command,
+        run_verify_gpt2,
     )
     verb(
         "convert",
         "GPT-2 / nanoGPT checkpoint → tinygpt folder (or out with --to gpt2 | gpt_neox)",
         add_convert_arguments,
-        convert_command,
+        run_convert,
     )
     verb(
         "train",
         "train a TinyGPT from scratch on text files ([train] extra: accelerate)",
         add_train_arguments,
-        train_command,
+        run_train,
     )
-    verb(
-        "push",
-        "publish a tinygpt (or converted GPT-2) model to the Hub, with its card",
-        add_push_arguments,
-        push_command,
-    )
+    verb("push", "publish a tinygpt (or converted GPT-2) model to the Hub, with its card", add_push_arguments, run_push)
     return parser
-
-
-def add_params_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("model", help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
-    add_hub_arguments(parser)
-
-
-def add_verify_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("model", nargs="?", help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)")
-    parser.add_argument("--text", default="To be, or not to be, that is the question:", help="the prompt compared")
-    add_tolerance_argument(parser, "accepted")
-    add_hub_arguments(parser)
 
 
 def main(argv=None) -> int:
@@ -560,20 +615,22 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.command = shlex.join(["hf-tinygpt", *argv])  # for the card of a trained model
+
+    def failed(message: str) -> int:
+        print(f"hf-tinygpt {args.verb}: error: {in_flags(message, args.flags)}", file=sys.stderr)
+        return 2
+
     try:
         return args.run(args)
     except (ValueError, OSError, ImportError, HfHubHTTPError) as error:
-        print(f"hf-tinygpt {args.verb}: error: {error}", file=sys.stderr)
-        return 2
+        return failed(str(error))
     except (TypeError, KeyError, IndexError, AttributeError) as error:  # a value of the wrong type in some file
         if os.environ.get("HF_TINYGPT_TRACEBACK"):
             raise
-        print(
-            f"hf-tinygpt {args.verb}: error: {describe(error)} (a file of the model or tokenizer may hold a value "
-            "of the wrong type; HF_TINYGPT_TRACEBACK=1 shows where)",
-            file=sys.stderr,
+        return failed(
+            f"{describe(error)} (a file of the model or tokenizer may hold a value of the wrong type; "
+            "HF_TINYGPT_TRACEBACK=1 shows where)"
         )
-        return 2
     except KeyboardInterrupt:  # every output is written whole or not at all (checkpoints/outputs.py)
         print(f"\nhf-tinygpt {args.verb}: interrupted; nothing was left half-written", file=sys.stderr)
         return 130

@@ -8,7 +8,7 @@ import torch
 from conftest import VOCAB, random_gpt2
 
 from hf_tinygpt import TinyGPTForCausalLM
-from hf_tinygpt.model.modeling_tinygpt import CACHE_FIELD
+from hf_tinygpt.model.compat import CACHE_FIELD
 
 SHAPES = [  # (n_embd, n_layer, n_head, n_positions, extra GPT2Config options)
     (32, 2, 4, 64, {}),

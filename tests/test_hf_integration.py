@@ -15,6 +15,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, pipeline
 
 import hf_tinygpt
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel
+from hf_tinygpt.model import BUNDLE
 
 
 def text_model(scheme="learned", seed=0):
@@ -74,7 +75,8 @@ def test_saved_folder_carries_code_and_auto_map(tmp_path):
         "AutoModel": "modeling_tinygpt.TinyGPTModel",
         "AutoModelForCausalLM": "modeling_tinygpt.TinyGPTForCausalLM",
     }
-    for code_file in ("configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py"):
+    assert sorted(path.name for path in tmp_path.glob("*.py")) == sorted(BUNDLE)
+    for code_file in BUNDLE:
         source = (tmp_path / code_file).read_text()
         assert "import hf_tinygpt" not in source and "from hf_tinygpt" not in source
 
@@ -115,17 +117,17 @@ REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
     import cloudpickle, pickle, transformers_modules
     cloudpickle.register_pickle_by_value(transformers_modules)
     sent = pickle.loads(cloudpickle.dumps(config))
+    projections = sorted({type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Linear)})
     print(json.dumps({"class": type(model).__module__, "tokens": tokens, "text": text[0]["generated_text"],
-                      "body": type(body).__name__, "config_sent_by_value": sent.to_dict() == config.to_dict()}))
+                      "body": type(body).__name__, "config_sent_by_value": sent.to_dict() == config.to_dict(),
+                      "projections": projections}))
     """
 )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("scheme_name", ["learned", "rope", "alibi"])
-def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, scheme_name):
-    model, tokenizer = text_model(scheme_name), hf_tinygpt.gpt2_tokenizer()
-    folder = save_with_tokenizer(model, tmp_path / "model")
+def generate_where_hf_tinygpt_is_not_installed(model, folder, tmp_path) -> tuple[dict, list[int]]:
+    """What REMOTE_CODE_SCRIPT reports for `folder` (saved from `model`), and the tokens `model` generates here."""
+    tokenizer = hf_tinygpt.gpt2_tokenizer()
     prompt = "Now is the winter of our discontent"
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     expected = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
@@ -137,7 +139,6 @@ def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, sc
         text=True,
         env=env,
         cwd=tmp_path,
-        timeout=300,
         stdin=subprocess.DEVNULL,
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -146,6 +147,29 @@ def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, sc
     assert result["tokens"] == expected
     assert result["text"] == tokenizer.decode(expected)
     assert result["body"] == "TinyGPTModel" and result["config_sent_by_value"]
+    return result, expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme_name", ["learned", "rope", "alibi"])
+def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, scheme_name):
+    model = text_model(scheme_name)
+    result, _ = generate_where_hf_tinygpt_is_not_installed(model, save_with_tokenizer(model, tmp_path / "m"), tmp_path)
+    assert result["projections"] == ["Linear"]
+
+
+@pytest.mark.slow
+def test_an_int8_remote_code_folder_multiplies_in_int8_where_hf_tinygpt_is_not_installed(tmp_path):
+    pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    from hf_tinygpt.tools.generate import int8_weight_only
+
+    float_folder = save_with_tokenizer(text_model("rope"), tmp_path / "float")
+    model = TinyGPTForCausalLM.from_pretrained(
+        float_folder, dtype=torch.bfloat16, quantization_config=int8_weight_only()
+    )
+    folder = save_with_tokenizer(model.eval(), tmp_path / "int8")
+    result, _ = generate_where_hf_tinygpt_is_not_installed(model, folder, tmp_path)
+    assert result["projections"] == ["Int8Linear"]  # the bundle's int8 module came with the folder
 
 
 # ---- tied head -----------------------------------------------------------------------------------------------
@@ -325,7 +349,7 @@ def test_an_empty_state_dict_initialises_every_weight_as_transformers_does():
 def test_the_old_cache_argument_name_still_works():
     """transformers 5.24 renamed `past_key_values=` to `cache=`; the old name gives the same result (with transformers'
     own deprecation warning on 5.24+, as its in-tree models do)."""
-    from hf_tinygpt.model.modeling_tinygpt import CACHE_FIELD
+    from hf_tinygpt.model.compat import CACHE_FIELD
 
     model, ids = tiny_model("rope"), torch.randint(0, VOCAB, (1, 6))
     renamed = CACHE_FIELD == "cache"

@@ -20,15 +20,14 @@ import hf_tinygpt
 from hf_tinygpt.checkpoints.hub import push_to_hub, stage_for_hub
 from hf_tinygpt.checkpoints.outputs import MANIFEST
 from hf_tinygpt.cli import main
+from hf_tinygpt.model import BUNDLE
 from hf_tinygpt.model.params import parameter_breakdown
 
 REPO = "tester/tinygpt"
 PROMPT = "Now is the winter of our discontent"
 REPO_FILES = {
+    *BUNDLE,
     "config.json",
-    "configuration_tinygpt.py",
-    "modeling_tinygpt.py",
-    "gpt2_layout.py",
     "model.safetensors",
     "generation_config.json",
     "tokenizer.json",
@@ -299,7 +298,9 @@ def test_every_staged_file_is_written_by_the_library_that_read_it(tmp_path):
     assert json.loads((staged / "generation_config.json").read_text())["max_new_tokens"] == 17
     assert "       " not in (staged / "generation_config.json").read_text()  # written anew, not copied
     reloaded = hf_tinygpt.TinyGPTForCausalLM.from_pretrained(staged)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values(), strict=True)
+    )
 
 
 def test_push_refuses_a_generation_config_that_does_not_read(tmp_path, capsys):
@@ -368,7 +369,9 @@ def test_a_hub_repo_stages_from_the_cache_whose_files_link_to_its_blobs(hub, tmp
     snapshot = next((tmp_path / "hf_cache").glob("models--*/snapshots/*"))
     assert (snapshot / "config.json").is_symlink()
     reloaded = hf_tinygpt.TinyGPTForCausalLM.from_pretrained(tmp_path / "staged")
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values(), strict=True)
+    )
 
 
 @pytest.mark.parametrize(

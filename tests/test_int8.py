@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, pipeline
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.cli import main
-from hf_tinygpt.model.modeling_tinygpt import INT8_KERNEL_MAX_ROWS, Linear, embedding_rows, int8_rows
+from hf_tinygpt.model.int8 import INT8_KERNEL_MAX_ROWS, Int8Embedding, Int8Linear, int8_rows
 from hf_tinygpt.tools.generate import int8_weight_only, load_for_generation
 
 torchao = pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
@@ -41,9 +41,9 @@ def folder(tmp_path_factory):
     return path
 
 
-def int8_linear(out_features, in_features, seed=0) -> Linear:
+def int8_linear(out_features, in_features, seed=0) -> Int8Linear:
     torch.manual_seed(seed)
-    linear = Linear(in_features, out_features).to(torch.bfloat16)
+    linear = Int8Linear(in_features, out_features).to(torch.bfloat16)
     quantize_(linear, Int8WeightOnlyConfig())
     return linear
 
@@ -73,14 +73,14 @@ def test_many_rows_of_activations_take_torchaos_product():
 
 
 def test_int8_rows_are_looked_up_without_converting_the_table():
-    table = nn.Embedding(VOCAB, 32).to(torch.bfloat16)
+    table = Int8Embedding(VOCAB, 32).to(torch.bfloat16)
     quantize_(table, Int8WeightOnlyConfig(), filter_fn=lambda module, name: True)
     ids = torch.tensor([[0, 5, VOCAB - 1]])
-    assert torch.equal(embedding_rows(table, ids), table.weight.dequantize()[ids])
+    assert torch.equal(table(ids), table.weight.dequantize()[ids])
     with pytest.raises(IndexError):
-        embedding_rows(table, torch.tensor([[VOCAB]]))
+        table(torch.tensor([[VOCAB]]))
     with pytest.raises(IndexError):  # plain indexing would wrap -1 around to the last row
-        embedding_rows(table, torch.tensor([[-1]]))
+        table(torch.tensor([[-1]]))
 
 
 def test_an_int8_weight_the_kernel_cannot_take_falls_back_to_torchaos_product():
@@ -99,6 +99,8 @@ def test_loading_with_int8_quantizes_every_projection_and_the_tied_table_once(fo
     model = load_int8(folder)
     projections = [module for module in model.modules() if isinstance(module, nn.Linear)]
     assert len(projections) == 2 * 4 + 1 and all(int8_rows(module.weight) for module in projections)
+    assert all(type(module) is Int8Linear for module in projections)  # multiplied in int8 when decoding
+    assert type(model.transformer.wte) is Int8Embedding  # looks up int8 rows
     assert model.lm_head.weight is model.transformer.wte.weight  # one int8 table: the lookup and the head
     # The reference: the float model holding exactly the weights the int8 ones stand for.
     twin = tiny_model("rope")

@@ -11,6 +11,7 @@ from transformers.dynamic_module_utils import get_imports
 
 import hf_tinygpt
 from hf_tinygpt.cli import main
+from hf_tinygpt.model import BUNDLE
 
 PACKAGE = Path(hf_tinygpt.__file__).parent
 # Lower layers first; a module may import its own layer and the ones before it, never a later one.
@@ -57,7 +58,7 @@ def test_the_model_bundle_uses_only_public_transformers_api():
     One exception: torch's `_StridedShard`, which transformers' own packed tensor-parallel style uses, imported in a
     `try` that turns only tensor parallelism off if it ever goes away. (transformers refuses a remote modeling file
     that imports a package not installed, even inside a function.)"""
-    for name in ("configuration_tinygpt.py", "modeling_tinygpt.py", "gpt2_layout.py"):
+    for name in BUNDLE:
         # What transformers itself requires installed before it runs a remote modeling file: every import it finds.
         required = set(get_imports(PACKAGE / "model" / name))
         assert required <= {"torch", "transformers", *sys.stdlib_module_names}, (name, required)

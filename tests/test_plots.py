@@ -242,8 +242,8 @@ def test_cli_writes_every_picture_into_out(tmp_path, capsys):
     [
         (["/nonexistent/model"], "/nonexistent/model: not a scheme name"),
         (["learned", "--max-positions", "999"], "n_positions=256"),
-        (["sinusoidal", "--dims", "0"], "n_dims must be at least 1"),
-        (["rope", "--max-positions", "0"], "max_positions must be at least 1"),
+        (["sinusoidal", "--dims", "0"], "--dims must be at least 1"),
+        (["rope", "--max-positions", "0"], "--max-positions must be at least 1"),
     ],
     ids=["bad-path", "learned-too-long", "no-dims", "no-positions"],
 )

@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 from hf_tinygpt import TinyGPTConfig
 from hf_tinygpt.checkpoints.outputs import MANIFEST, _new_staging
 from hf_tinygpt.checkpoints.reading import load_strictly
+from hf_tinygpt.model import BUNDLE
 
 
 @pytest.fixture
@@ -286,7 +287,7 @@ def test_push_stages_the_installed_code_and_nothing_else(tmp_path):
     assert "my_private_notes.py" not in files
     package = Path(hf_tinygpt.__file__).parent / "model"
     code_files = sorted(name for name in files if name.endswith(".py"))
-    assert code_files == ["configuration_tinygpt.py", "gpt2_layout.py", "modeling_tinygpt.py"]
+    assert code_files == sorted(BUNDLE)
     for name in code_files:
         assert (tmp_path / "staged" / name).read_bytes() == (package / name).read_bytes()
     config = json.loads((tmp_path / "staged" / "config.json").read_text())

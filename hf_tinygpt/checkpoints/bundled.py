@@ -53,7 +53,7 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             if not any(all((folder / name).is_file() for name in names) for names in VOCABULARY_FILES):
                 raise ValueError(
                     f"{folder}: no tokenizer files (tokenizer.json, or vocab.json + merges.txt): it is "
-                    "not a tokenizer folder; pass 'gpt2' for the bundled GPT-2 tokenizer"
+                    "not a tokenizer folder; pass `tokenizer='gpt2'` for the bundled GPT-2 tokenizer"
                 )
             if (folder / "tokenizer_config.json").is_file():
                 config = read_json_object(folder / "tokenizer_config.json")

@@ -141,7 +141,7 @@ def _read_nanogpt(path: Path, trim_vocab: int | None) -> Source:
         raise ValueError(f"{path}: 'model' must map tensor names to tensors; not so for {', '.join(bad[:5])}")
     vocab_size = trim_vocab or args["vocab_size"]
     if vocab_size > args["vocab_size"]:
-        raise ValueError(f"--trim-vocab {vocab_size} is larger than the checkpoint's vocab_size {args['vocab_size']}")
+        raise ValueError(f"`trim_vocab` {vocab_size} is larger than the checkpoint's vocab_size {args['vocab_size']}")
     config = TinyGPTConfig(
         vocab_size=vocab_size,
         n_positions=args["block_size"],
@@ -247,12 +247,12 @@ def gpt2_to_tinygpt(
     from .model_card import render_model_card
 
     if dtype is not None and dtype not in DTYPES:
-        raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
+        raise ValueError(f"`dtype` must be one of {sorted(DTYPES)}, got {dtype!r}")
     with output_folder(out, force=force, protect=[src, tokenizer]) as staging:  # checks OUT before any expensive work
         source = read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
         tokenizer_from = tokenizer or source.tokenizer_from
         if tokenizer_from is None:
-            raise ValueError(f"{src} has no tokenizer files; pass --tokenizer gpt2 to bundle the GPT-2 BPE tokenizer")
+            raise ValueError(f"{src} has no tokenizer files; pass `tokenizer='gpt2'` to bundle the GPT-2 BPE tokenizer")
         if base_model is None and source.kind == "gpt2" and not Path(src).exists():
             base_model = src  # a Hub id
         model = model_from_state_dict(source.config, dict(source.state_dict), DTYPES.get(dtype))
@@ -274,8 +274,8 @@ def gpt2_to_tinygpt(
 
 
 def reference_gpt2(source: Source) -> GPT2LMHeadModel:
-    """transformers' GPT2LMHeadModel on the source's own tensors, in fp32: the reference `--verify` compares
-    against (built from the source, not from the converted model)."""
+    """transformers' GPT2LMHeadModel on the source's own tensors, in fp32: the reference a verified conversion is
+    compared with (built from the source, not from the converted model)."""
     state_dict = tinygpt_state_dict_to_gpt2(source.state_dict, source.config)  # learned positions: no rows needed
     config = GPT2Config(**gpt2_fields_of_tinygpt(source.config))
     return _filled(GPT2LMHeadModel, config, lambda head: state_dict).float()
@@ -339,9 +339,9 @@ def export_tinygpt(
     weights in that dtype. With `verify_tolerance`, the written folder is read back by the target class and compared
     (in fp32, with SRC) before the rename."""
     if to not in EXPORTS:
-        raise ValueError(f"--to {to!r} is not one of {sorted(EXPORTS)} (or tinygpt)")
+        raise ValueError(f"`to` must be one of {sorted(EXPORTS)}, got {to!r}")
     if dtype is not None and dtype not in DTYPES:
-        raise ValueError(f"--dtype {dtype!r} is not one of {sorted(DTYPES)}")
+        raise ValueError(f"`dtype` must be one of {sorted(DTYPES)}, got {dtype!r}")
     export, target_class = EXPORTS[to]
     with output_folder(out, force=force, protect=[src, tokenizer]) as staging:
         with reading_checkpoint(src):

@@ -138,7 +138,7 @@ def stage_tinygpt_folder(
     if tokenizer is None and not has_tokenizer(folder):
         raise FileNotFoundError(
             f"{folder}: cannot publish, missing: tokenizer files (tokenizer.json or vocab.json + "
-            "merges.txt; or pass --tokenizer gpt2)"
+            "merges.txt; or pass `tokenizer='gpt2'`)"
         )
     with reading_checkpoint(folder):
         model = load_strictly(folder)  # raises, naming tensors, if the weights do not fit
@@ -261,7 +261,7 @@ def push_to_hub(
     interrupted push publishes nothing."""
     check_repo_id(repo_id)
     if not timeout > 0:
-        raise ValueError(f"--timeout must be a positive number of seconds, got {timeout}")
+        raise ValueError(f"`timeout` must be a positive number of seconds, got {timeout}")
     with tempfile.TemporaryDirectory() as scratch:
         staged = Path(scratch) / "staged"
         hub_kwargs = {} if token is None else {"token": token}  # also for reading a private Hub SRC

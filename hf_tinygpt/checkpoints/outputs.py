@@ -6,7 +6,7 @@
 
 - Ownership is proven, not guessed: every folder this tool writes holds a manifest (`MANIFEST`) listing each file
   it wrote with its size and sha256, each folder it made, and each nested output (a folder with a manifest of its
-  own). `--force` replaces OUT only when OUT is proven ours: the manifest is there and OUT holds nothing it does
+  own). `force=True` replaces OUT only when OUT is proven ours: the manifest is there and OUT holds nothing it does
   not list, no symbolic link, no file changed since it was written. Anything else is refused, by name.
 - Before any work, OUT is also refused if it is (or contains) an input or the working folder.
 - A lock (`.OUT.lock`, beside OUT) keeps a second writer of the same OUT out for the whole run.
@@ -263,7 +263,9 @@ def check_output(out, *, force: bool = False, protect: Iterable = (), reuse: boo
             relation = "is" if path == resolved else "contains"
             raise ValueError(f"output {out} {relation} {what}: writing there could destroy it; choose another output")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise FileExistsError(f"{out} exists and is not a folder; hf-tinygpt will not replace it, even with --force")
+        raise FileExistsError(
+            f"{out} exists and is not a folder; hf-tinygpt will not replace it, even with `force=True`"
+        )
     if not out.exists():
         return out
     if reuse:
@@ -276,10 +278,10 @@ def check_output(out, *, force: bool = False, protect: Iterable = (), reuse: boo
             raise FileExistsError(f"{out} was written by hf-tinygpt, but it is not a training run")
         return out
     if not force:
-        raise FileExistsError(f"{out} exists; pass --force to replace it")
+        raise FileExistsError(f"{out} exists; pass `force=True` to replace it")
     if problems := unproven(out):
         raise FileExistsError(
-            f"{out} holds {_listed(problems)}: it is not proven to be an earlier output of hf-tinygpt, so --force "
+            f"{out} holds {_listed(problems)}: it is not proven to be an earlier output of hf-tinygpt, so `force=True` "
             "will not delete it. Choose another output, or move those files away yourself."
         )
     return out
@@ -410,7 +412,7 @@ def move_into_place(staging: Path, out: Path, *, replace: bool):
     except FileExistsError:
         pass
     if not replace:
-        raise FileExistsError(f"{out} appeared while this command ran; nothing was replaced (pass --force to)")
+        raise FileExistsError(f"{out} appeared while this command ran; nothing was replaced (pass `force=True` to)")
     if _rename2(staging, out, _RENAME_EXCHANGE):
         shutil.rmtree(staging)  # it holds the old folder now
         return

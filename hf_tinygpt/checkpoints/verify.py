@@ -51,7 +51,7 @@ def verify_gpt2_checkpoint(gpt2_folder: str | None, text: str, seed: int = 0, **
         if model_type != "gpt2":
             raise ValueError(f"{folder}: model_type {model_type!r}: verify-gpt2 compares GPT-2 checkpoints")
         if not text:
-            raise ValueError("--text is empty: give a prompt to compare the two models on")
+            raise ValueError("`text` is empty: give a prompt to compare the two models on")
         with reading_checkpoint(folder):
             gpt2 = load_strictly(folder, GPT2LMHeadModel, **hub_kwargs).eval()
             tiny = load_strictly(folder, **hub_kwargs).eval()

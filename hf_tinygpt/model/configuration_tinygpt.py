@@ -4,7 +4,6 @@ This file is copied next to the weights by `save_pretrained`, so it imports only
 siblings (never `hf_tinygpt`): a saved folder loads with `trust_remote_code=True` anywhere.
 """
 
-import contextvars
 import math
 import numbers
 
@@ -27,33 +26,6 @@ def _is_number(value) -> bool:
 POSITION_SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
 _ROPE_KWARGS = ("rope_theta", "partial_rotary_factor", "rope_scaling")
-
-
-class _ContextFlag:
-    """A context variable that pickles as a fresh, unset one: engines that ship remote-code configs to worker
-    processes pickle this module by value (vLLM uses cloudpickle), and a ContextVar itself cannot be pickled."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self._var = contextvars.ContextVar(name, default=False)
-        self.get, self.set, self.reset = self._var.get, self._var.set, self._var.reset
-
-    def __reduce__(self):
-        return type(self), (self.name,)
-
-
-# True while `TinyGPTForCausalLM.from_pretrained` reads a config: a GPT-2 one then means the weights need converting
-# too, so it is handed back to that method (`GPT2CheckpointFound`) before transformers reads any weight. This way a
-# tinygpt checkpoint costs exactly the requests transformers makes for any model: config.json is read once.
-loading_tinygpt_weights = _ContextFlag("loading_tinygpt_weights")
-
-
-class GPT2CheckpointFound(Exception):
-    """The config.json `TinyGPTForCausalLM.from_pretrained` was given is GPT-2's (`model_type: gpt2`)."""
-
-    def __init__(self, gpt2_config: dict):
-        super().__init__("a GPT-2 checkpoint: its weights need converting")
-        self.gpt2_config = gpt2_config
 
 
 class TinyGPTConfig(PreTrainedConfig):
@@ -165,11 +137,8 @@ class TinyGPTConfig(PreTrainedConfig):
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs) -> tuple[dict, dict]:
-        """transformers' `get_config_dict`; a GPT-2 config.json reads as the TinyGPT with the same math (or, while
-        `TinyGPTForCausalLM.from_pretrained` runs, is handed back to it: its weights need converting too)."""
+        """transformers' `get_config_dict`; a GPT-2 config.json reads as the TinyGPT with the same math."""
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
-        if config_dict.get("model_type") == "gpt2" and loading_tinygpt_weights.get():
-            raise GPT2CheckpointFound(config_dict)
         return cls._tinygpt_fields(config_dict), kwargs
 
     @classmethod

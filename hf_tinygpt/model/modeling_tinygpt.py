@@ -6,18 +6,18 @@
 
 Module names mirror GPT-2 (`transformer.wte`, `.wpe`, `.h.N.{ln_1, attn, ln_2, mlp}`, `.ln_f`, `lm_head`), so a
 GPT-2 checkpoint maps onto it by transposing GPT-2's Conv1D weights into `nn.Linear` ones (see `gpt2_layout.py`).
+Shapes: B batch, T tokens, C = n_embd, H heads of D = C / H dimensions.
 
-Like the config, this file is copied next to saved weights: it imports transformers and its siblings only.
+This file is the model only; its siblings, copied with it next to saved weights, hold the rest: the config, the
+GPT-2 mapping, loading and saving (`pretrained`), int8 kernels, tensor parallelism, transformers versions (`compat`).
 """
 
-import importlib
 import math
-import sys
 from collections.abc import Callable
 
 import torch
 from torch import nn
-from transformers import GenerationMixin, GPT2Config, GPT2LMHeadModel, PreTrainedModel
+from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
@@ -27,126 +27,38 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward
-from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_tinygpt import GPT2CheckpointFound, TinyGPTConfig, loading_tinygpt_weights
-from .gpt2_layout import HEAD, LEGACY_BUFFERS, gpt2_state_dict_to_tinygpt, tinygpt_fields_of_gpt2
+from .compat import CACHE_FIELD, renamed_cache_argument
+from .configuration_tinygpt import TinyGPTConfig
+from .int8 import settle_quantized_weights
+from .pretrained import from_gpt2_checkpoint, read_config, saving_as_tinygpt
+from .tensor_parallel import check_sharded_heads
 
-# What `from_pretrained` passes on to the Hub (for a GPT-2 checkpoint read by GPT2LMHeadModel).
-HUB_KWARGS = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder")
-
-# transformers 5.24 renamed the cache argument and output field from `past_key_values` to `cache`: accept both
-# on the way in, and fill whichever field this version's output classes have on the way out. From 5.24 on, the old
-# name still works with transformers' own deprecation warning, as on its in-tree models; before, generate() passes
-# the old name, so it is plainly accepted.
-CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
-if CACHE_FIELD == "cache":
-    renamed_cache_argument = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-else:
-
-    def renamed_cache_argument(forward):
-        return forward
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Positions. Every scheme answers the same three questions; each one acts in exactly one place:
-#   add_to_embeddings  – rows added to the token embeddings            (learned, sinusoidal)
-#   rotary_cos_sin     – cos/sin that rotate q and k inside attention  (rope)
-#   bias_attention     – an additive bias on the attention scores      (alibi)
-# ---------------------------------------------------------------------------------------------------------------
+# ---- Embeddings -----------------------------------------------------------------------------------------------
 
 
 def checked_lookup(embedding: nn.Embedding, ids: torch.Tensor, explain: Callable[[torch.Tensor], str | None]):
-    """`embedding(ids)`, where an id outside the table is a ValueError saying `explain(ids)`, not torch's "index
-    out of range in self".
-
-    The check reads the ids back to the host only where that is free or rare: a CPU lookup checks its indices
-    anyway, so its IndexError is translated. On an accelerator an out-of-range index is a device-side assert that
-    kills the process, so inputs of several positions (a prompt, a batch) are read back and checked first, but not
-    one-token decoding steps (a wait for the device at every step: in `generate` the ids are the model's own
-    predictions, and transformers' models check none).
-    """
+    """`embedding(ids)`, where an id outside the table is a ValueError saying `explain(ids)`. A CPU lookup checks
+    its ids anyway; on an accelerator a bad id kills the process, so prompts and batches are checked first (not
+    one-token decoding steps: a check there would wait for the device at every step)."""
     if ids.device.type != "cpu" and ids.shape[-1] > 1 and ids.numel() and not torch.compiler.is_compiling():
         if (message := explain(ids)) is not None:
             raise ValueError(message)
     try:
-        return embedding_rows(embedding, ids)
+        return embedding(ids)
     except IndexError:
         if (message := explain(ids)) is not None:
             raise ValueError(message) from None
         raise
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# int8 weights. transformers' TorchAoConfig(Int8WeightOnlyConfig()) turns nn.Linear (and, with
-# include_input_output_embeddings, the tied embedding) weights into torchao Int8Tensors: one int8 row and one scale
-# per output. torchao multiplies them by converting the whole weight to the activations' dtype on every call, and
-# looks rows up by converting the whole table, so a CPU decoding step would read more bytes than in bf16, not half.
-# TinyGPT multiplies them in int8 instead (torch's `_weight_int8pack_mm`, the kernel inductor uses for the same
-# pattern) and looks up only the rows it needs.
-# ---------------------------------------------------------------------------------------------------------------
-
-
-# A private ATen op (torch >= 2.3): should it go, int8 weights go back to torchao's own product.
-_HAS_INT8_KERNEL = hasattr(torch.ops.aten, "_weight_int8pack_mm")
-# Bytes every int8 row must start on for that kernel (see `int8_rows`).
-INT8_ROW_ALIGNMENT = 16
-
-
-def int8_rows(weight: torch.Tensor) -> bool:
-    """Whether `weight` is a torchao int8 weight-only tensor with one scale per row (no activation quantization),
-    stored as the int8 kernel takes it: row-major, every row starting on 16 bytes (torch 2.13's CPU kernel crashes
-    on other rows when the row count is not a multiple of 4, as GPT-2's 50257 is not)."""
-    int8_tensor = getattr(sys.modules.get("torchao.quantization"), "Int8Tensor", None)  # none unless torchao is in use
-    return (
-        int8_tensor is not None
-        and isinstance(weight, int8_tensor)
-        and weight.dim() == 2
-        and _HAS_INT8_KERNEL
-        and list(weight.block_size) == [1, weight.shape[1]]  # torchao's own int8 linear ignores zero_point too
-        and weight.act_quant_kwargs is None
-        and weight.act_pre_scale is None
-        and weight.qdata.is_contiguous()
-        and weight.shape[1] % INT8_ROW_ALIGNMENT == 0
-        and (torch.compiler.is_compiling() or weight.qdata.data_ptr() % INT8_ROW_ALIGNMENT == 0)
-    )  # a traced step cannot read pointers; it compiles from weights `settle_quantized_weights` aligned
-
-
-# The int8 kernel's time grows with every row of activations it multiplies, a converted weight's GEMM hardly does:
-# past about 16 rows (a prompt, a large batch) converting the weight first is faster (measured on GPT-2 small's
-# shapes, scripts/README.md "Speed").
-INT8_KERNEL_MAX_ROWS = 16
-
-
-class Linear(nn.Linear):
-    """`nn.Linear`; an int8 weight (`int8_rows`) on a CPU is multiplied in int8 when there are few rows of
-    activations (decoding), with the scales applied once per output, instead of being converted to the activations'
-    dtype first (torchao's own product, which the other cases keep)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (
-            type(self.weight) is nn.Parameter  # a float weight, decided first: this runs 49 times a GPT-2 step
-            or x.device.type != "cpu"
-            or x.numel() > INT8_KERNEL_MAX_ROWS * x.shape[-1]
-            or not int8_rows(self.weight)
-        ):
-            return super().forward(x)
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
-        y = torch.ops.aten._weight_int8pack_mm(rows, self.weight.qdata, self.weight.scale.reshape(-1).to(x.dtype))
-        y = y.reshape(*x.shape[:-1], y.shape[-1])
-        return y if self.bias is None else y + self.bias
-
-
-def embedding_rows(embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
-    """`embedding(ids)`; from an int8 table, only the rows asked for are converted (ids out of range raise the same
-    IndexError)."""
-    weight = embedding.weight
-    if not int8_rows(weight):
-        return embedding(ids)
-    rows = nn.functional.embedding(ids, weight.qdata) * nn.functional.embedding(ids, weight.scale)
-    return rows.to(weight.dtype)
+# ---- Positions ------------------------------------------------------------------------------------------------
+# Every scheme answers the same three questions; each one acts in exactly one place:
+#   add_to_embeddings  – rows added to the token embeddings            (learned, sinusoidal)
+#   rotary_cos_sin     – cos/sin that rotate q and k inside attention  (rope)
+#   bias_attention     – an additive bias on the attention scores      (alibi)
 
 
 class PositionScheme(nn.Module):
@@ -274,9 +186,8 @@ class RotaryPositions(PositionScheme):
         if self.rope_type != "default":
             return ROPE_INIT_FUNCTIONS[self.rope_type](self.config)
         dim = self.config.rotary_dim
-        return 1.0 / self.config.rope_parameters["rope_theta"] ** (
-            torch.arange(0, dim, 2, dtype=torch.float) / dim
-        ), 1.0
+        theta = self.config.rope_parameters["rope_theta"]
+        return 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim), 1.0
 
     def fixed_buffers(self):
         inv_freq, self.attention_scaling = self.frequencies()
@@ -360,9 +271,7 @@ POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
 }
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Blocks
-# ---------------------------------------------------------------------------------------------------------------
+# ---- Blocks: attention, MLP, pre-LN block ---------------------------------------------------------------------
 
 
 class TinyGPTAttention(nn.Module):
@@ -376,32 +285,21 @@ class TinyGPTAttention(nn.Module):
         self.head_dim = config.head_size
         self.scaling = self.head_dim**-0.5
         self.is_causal = True
-        self.c_attn = Linear(config.n_embd, 3 * config.n_embd)  # q, k, v in one matmul, as in GPT-2
-        self.c_proj = Linear(config.n_embd, config.n_embd)
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)  # q, k, v in one matmul, as in GPT-2
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
         self.attn_dropout = nn.Dropout(config.attn_pdrop)
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, **kwargs):
         batch, length, _ = hidden_states.shape
-        # [q | k | v] for every head; under tensor parallelism, for this rank's heads only (hence thirds, and -1).
-        qkv = self.c_attn(hidden_states)
-        if qkv.shape[-1] % (3 * self.head_dim):
-            raise ValueError(
-                f"tensor parallelism splits attention by head: n_head ({self.num_heads}) must be "
-                "divisible by the tensor-parallel size"
-            )
+        qkv = self.c_attn(hidden_states)  # (B, T, 3C): [q | k | v]; under tensor parallelism, this rank's heads only
+        check_sharded_heads(qkv, attention_mask, self.head_dim, self.num_heads)
         heads = (batch, length, -1, self.head_dim)
-        query, key, value = (t.view(heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
-        if isinstance(attention_mask, torch.Tensor) and attention_mask.shape[1] not in (1, query.shape[1]):
-            raise ValueError(
-                f"the attention bias has {attention_mask.shape[1]} heads but this attention layer computes "
-                f"{query.shape[1]}: position_embedding_type='alibi' biases every head differently, which "
-                "head-sharded tensor parallelism does not support; load this model without tensor parallelism"
-            )
+        query, key, value = (t.view(heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))  # (B, H, T, D) each
         if rotary is not None:
             query, key = apply_rotary(query, key, *rotary)
         if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)
+            key, value = cache.update(key, value, self.layer_idx)  # (B, H, past + T, D)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -415,7 +313,7 @@ class TinyGPTAttention(nn.Module):
             dropout=self.attn_dropout.p if self.training else 0.0,
             scaling=self.scaling,
             **kwargs,
-        )
+        )  # attn_output: (B, T, H, D)
         attn_output = self.c_proj(attn_output.reshape(batch, length, -1).contiguous())
         return self.resid_dropout(attn_output), attn_weights
 
@@ -423,45 +321,15 @@ class TinyGPTAttention(nn.Module):
 _FUSED_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
 
 
-# Tensor parallelism. Guarded: without torch.distributed, or on a transformers whose parallel styles live elsewhere,
-# the model loads and runs as usual; only tensor parallelism is unavailable. The registry is imported from
-# `tensor_parallel`, where every supported transformers has it (5.22 moved its definition to `parallel_utils`).
-try:
-    from torch.distributed.tensor import distribute_tensor
-    from torch.distributed.tensor.placement_types import _StridedShard  # the placement transformers' packed style uses
-    from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES, PackedColwiseParallel
-except ImportError:
-    PackedColwiseParallel = None
-
-if PackedColwiseParallel is not None:
-
-    class PackedQKVColwise(PackedColwiseParallel):
-        """Tensor parallelism for `c_attn`, which packs [q | k | v] along its output: each rank takes its heads'
-        slice of each of the three, in the weight and in the bias (transformers' packed column-wise style, with three
-        blocks where gate/up projections have two, and the bias split the same way)."""
-
-        def __init__(self):
-            super().__init__(split_factor=3)
-
-        def shard_param(self, module, param, mesh):
-            meta = module._parameters.get(param)
-            if meta is not None:
-                placement = _StridedShard(dim=0, split_factor=self.split_factor)
-                sharded = distribute_tensor(meta, mesh, [placement], src_data_rank=None)
-                module._parameters[param] = nn.Parameter(sharded, requires_grad=meta.requires_grad)
-
-    ALL_PARALLEL_STYLES.register("packed_qkv_colwise", PackedQKVColwise())
-
-
 class TinyGPTMLP(nn.Module):
     def __init__(self, config: TinyGPTConfig):
         super().__init__()
         inner = config.n_inner if config.n_inner is not None else 4 * config.n_embd
-        self.c_fc = Linear(config.n_embd, inner)
-        # GPT-2's "gelu_new" runs as torch's fused tanh GELU: the same formula in one pass over the activations
-        # instead of eight (equal up to rounding; README "Speed" has the prefill it saves).
+        self.c_fc = nn.Linear(config.n_embd, inner)
+        # GPT-2's "gelu_new" runs as torch's fused tanh GELU: the same formula (equal up to rounding) in one pass
+        # over the activations instead of several (scripts/README.md "Speed").
         self.act = ACT2FN[_FUSED_ACTIVATIONS.get(config.activation_function, config.activation_function)]
-        self.c_proj = Linear(inner, config.n_embd)
+        self.c_proj = nn.Linear(inner, config.n_embd)
         self.dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(self, hidden_states):
@@ -484,9 +352,7 @@ class TinyGPTBlock(GradientCheckpointingLayer):
         return hidden_states + self.mlp(self.ln_2(hidden_states))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Models
-# ---------------------------------------------------------------------------------------------------------------
+# ---- Models: the body, then the body with the LM head ---------------------------------------------------------
 
 
 class TinyGPTPreTrainedModel(PreTrainedModel):
@@ -506,24 +372,10 @@ class TinyGPTPreTrainedModel(PreTrainedModel):
     }
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """transformers' `save_pretrained`; when the classes are registered for the Auto API (importing hf_tinygpt
-        does it), the folder's `auto_map` names both model classes, whichever one is saved: a client may build the
-        body from a saved LM's config (vLLM's Transformers backend calls `AutoModel.from_config`)."""
-        self.name_every_class_in_auto_map(self.config)
-        return super().save_pretrained(save_directory, *args, **kwargs)
-
-    @classmethod
-    def name_every_class_in_auto_map(cls, config: TinyGPTConfig):
-        """Add `AutoModel` and `AutoModelForCausalLM` to `config.auto_map` (what transformers writes there names only
-        the class being saved). Nothing happens for classes not registered with the Auto API."""
-        if cls._auto_class is None:
-            return
-        module = cls.__module__.rsplit(".", 1)[-1]  # the file's name, as the copy next to the weights is imported
-        config.auto_map = {
-            **(getattr(config, "auto_map", None) or {}),
-            "AutoModel": f"{module}.TinyGPTModel",
-            "AutoModelForCausalLM": f"{module}.TinyGPTForCausalLM",
-        }
+        """transformers' `save_pretrained`, with what `saving_as_tinygpt` adds: an `auto_map` naming both model
+        classes, and a tied head written once."""
+        with saving_as_tinygpt(self):
+            return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -540,6 +392,8 @@ class TinyGPTPreTrainedModel(PreTrainedModel):
 class TinyGPTModel(TinyGPTPreTrainedModel):
     """The transformer body: embeddings, positions, blocks, final LayerNorm. Returns hidden states."""
 
+    _input_embed_layer = "wte"  # what transformers' get_input_embeddings / set_input_embeddings use
+
     def __init__(self, config: TinyGPTConfig):
         super().__init__(config)
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
@@ -555,12 +409,6 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
     def positions(self) -> PositionScheme:
         """The position scheme (`self.wpe`, or `self.rotary_emb` for rope)."""
         return self.rotary_emb if self.config.position_embedding_type == "rope" else self.wpe
-
-    def get_input_embeddings(self):
-        return self.wte
-
-    def set_input_embeddings(self, new_embeddings):
-        self.wte = new_embeddings
 
     def outside_the_vocabulary(self, input_ids: torch.Tensor) -> str | None:
         low, high = int(input_ids.min()), int(input_ids.max())
@@ -602,9 +450,9 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         if position_ids is None:
             position_ids = (torch.arange(query_length, device=inputs_embeds.device) + past_length).unsqueeze(0)
 
-        hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)
+        hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)  # (B, T, C)
         if token_type_ids is not None:  # GPT-2 embeds segment ids with the token embedding matrix
-            hidden_states = hidden_states + embedding_rows(self.wte, token_type_ids)
+            hidden_states = hidden_states + self.wte(token_type_ids)
         hidden_states = self.drop(hidden_states)
 
         needs_bias = self.positions.needs_attention_bias
@@ -637,96 +485,26 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
     def __init__(self, config: TinyGPTConfig):
         super().__init__(config)
         self.transformer = TinyGPTModel(config)
-        self.lm_head = Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """transformers' `from_pretrained` for a tinygpt folder or Hub repo; a GPT-2 one (`model_type: gpt2`) is
-        read by transformers' GPT2LMHeadModel and converted on the fly.
-
-        As for any transformers model, tensors the checkpoint lacks are initialised and reported (a warning, and
-        `output_loading_info=True`), and a tied head is never missing. `hf_tinygpt.checkpoints.reading.load_model`
-        is the strict form the command line uses: any missing, unexpected or misshapen tensor is an error."""
-        reading = loading_tinygpt_weights.set(True)
-        try:  # transformers reads config.json once, as for any model; a GPT-2 one comes back before any weight
-            loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        except GPT2CheckpointFound as found:
-            loaded = cls._from_gpt2_checkpoint(pretrained_model_name_or_path, found.gpt2_config, *model_args, **kwargs)
-        finally:
-            loading_tinygpt_weights.reset(reading)
-        (loaded[0] if isinstance(loaded, tuple) else loaded).settle_quantized_weights()
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
+        """transformers' `from_pretrained` for a tinygpt folder or Hub repo, and for a GPT-2 one (`model_type: gpt2`),
+        which transformers' GPT2LMHeadModel reads and `gpt2_layout` maps onto TinyGPT. Missing tensors are reported,
+        as by any transformers model; `hf_tinygpt.checkpoints.reading.load_model` is the strict form."""
+        gpt2_config = None
+        if not isinstance(config, PreTrainedConfig):  # config.json is read here, once, as transformers would
+            config, gpt2_config, kwargs = read_config(config or pretrained_model_name_or_path, kwargs)
+        load = super().from_pretrained
+        if gpt2_config is None:
+            loaded = load(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+        else:
+            loaded = from_gpt2_checkpoint(
+                load, pretrained_model_name_or_path, gpt2_config, *model_args, config=config, **kwargs
+            )
+        settle_quantized_weights(loaded[0] if isinstance(loaded, tuple) else loaded)
         return loaded
-
-    def settle_quantized_weights(self):
-        """After loading with a TorchAoConfig: nothing happens without one.
-
-        - With `include_input_output_embeddings=True`, the tied token table is quantized once, for the lookup and
-          the head alike (transformers leaves a tied table as it is), and `save_pretrained` writes it once.
-        - int8 rows read from a checkpoint are copied where they do not start on `INT8_ROW_ALIGNMENT` bytes
-          (`int8_rows`), so that the int8 kernel can take them.
-        """
-        settings = getattr(getattr(self, "hf_quantizer", None), "quantization_config", None)
-        if not hasattr(settings, "include_input_output_embeddings"):  # not torchao's
-            return
-        if settings.include_input_output_embeddings and self.config.tie_word_embeddings:
-            if type(self.lm_head.weight) is nn.Parameter:  # not a tensor subclass: not quantized yet
-                # torchao is installed (the model was just quantized with it), but not imported by name: a saved
-                # folder's copy of this file must load with trust_remote_code where torchao is not installed.
-                torchao = importlib.import_module("torchao.quantization")
-                torchao.quantize_(self.lm_head, settings.get_apply_tensor_subclass())
-                self.transformer.wte.weight = self.lm_head.weight
-        for weight in self.parameters():
-            rows = getattr(weight, "qdata", None)
-            if isinstance(rows, torch.Tensor) and rows.data_ptr() % INT8_ROW_ALIGNMENT:
-                weight.qdata = rows.clone()  # torch's allocator aligns to 64 bytes
-
-    def save_pretrained(self, *args, **kwargs):
-        """transformers' `save_pretrained`. A tied head is left out, as transformers leaves it out of plain weights;
-        a quantized one it would write again under its own name, and then fail to load the folder back."""
-        if not self.config.tie_word_embeddings:
-            return super().save_pretrained(*args, **kwargs)
-
-        def without_head(model, state_dict, prefix, metadata):
-            state_dict.pop(prefix + HEAD, None)
-
-        hook = self._register_state_dict_hook(without_head)
-        try:
-            return super().save_pretrained(*args, **kwargs)
-        finally:
-            hook.remove()
-
-    @classmethod
-    def _from_gpt2_checkpoint(cls, pretrained_model_name_or_path, gpt2_config: dict, *model_args, **kwargs):
-        """Read a GPT-2 checkpoint with transformers' own GPT2LMHeadModel (any layout it reads: safetensors or
-        pickles, sharded, local or on the Hub), then map its tensors onto TinyGPT (`gpt2_layout`: transposed views,
-        no copy). The loading info, if asked for, is GPT-2's in TinyGPT's names."""
-        wants_info = kwargs.pop("output_loading_info", False)
-        config = kwargs.pop("config", None)
-        if not isinstance(config, TinyGPTConfig):
-            config = TinyGPTConfig.from_dict(tinygpt_fields_of_gpt2(gpt2_config))
-        for field in [key for key in kwargs if key in TinyGPTConfig.__dataclass_fields__ and key != "dtype"]:
-            setattr(config, field, kwargs.pop(field))  # config overrides, as transformers applies them
-        hub_kwargs = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
-        gpt2, info = GPT2LMHeadModel.from_pretrained(
-            pretrained_model_name_or_path,
-            config=GPT2Config.from_dict(gpt2_config),
-            output_loading_info=True,
-            ignore_mismatched_sizes=kwargs.get("ignore_mismatched_sizes", False),
-            **hub_kwargs,
-        )
-        info["unexpected_keys"] = [key for key in info["unexpected_keys"] if not key.endswith(LEGACY_BUFFERS)]
-        state_dict = gpt2_state_dict_to_tinygpt(gpt2.state_dict())
-        del gpt2
-        if config.tie_word_embeddings:  # the head is wte: a TinyGPT checkpoint does not hold it either
-            state_dict.pop(HEAD, None)
-        if kwargs.get("quantization_config") is not None:  # quantized from GPT-2's transposed views, kernels want rows
-            state_dict = {key: tensor.contiguous() for key, tensor in state_dict.items()}
-        model, ours = super().from_pretrained(
-            None, *model_args, config=config, state_dict=state_dict, output_loading_info=True, **kwargs
-        )
-        info = {key: [*info[key], *ours[key]] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-        return (model, info) if wants_info else model
 
     @renamed_cache_argument
     @can_return_tuple
@@ -743,11 +521,8 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         cache: Cache | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
-        r"""
-        labels: token ids to predict; shifted inside (pass `labels=input_ids`), -100 is ignored.
-        logits_to_keep: if an int > 0, compute logits for the last `logits_to_keep` positions only (generation
-            needs just the last one); a 1D tensor selects positions.
-        """
+        """labels: the ids to predict, shifted inside (pass `labels=input_ids`; -100 is ignored). logits_to_keep: an
+        int n > 0 computes logits for the last n positions only (generation needs one); a 1D tensor selects them."""
         outputs = self.transformer(
             input_ids,
             cache=cache if cache is not None else past_key_values,
@@ -761,9 +536,7 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         logits = self.lm_head(hidden_states[:, keep, :])
 
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        loss = None if labels is None else self.loss_function(logits, labels, self.config.vocab_size, **kwargs)
 
         return CausalLMOutputWithPast(
             loss=loss,

@@ -1,43 +1,27 @@
 """Fast decoding on a CPU: transformers' own compiled generation, set up so that the compiled step pays off.
 
-A decoding step multiplies one token's activations by every weight matrix, so its speed is set by how fast the
-weights stream from memory. In eager mode on a CPU three things keep it far from that limit (measured and
-explained in scripts/README.md "Speed"): the GEMV kernels (MKL's bf16 path reads weights at about 15 GB/s where a
-plain sum reads 35 or more), ~100 small kernels of Python and dispatch per step, and SDPA's CPU kernel costing
-~200 µs a call for one query. `CompiledDecoder` removes all three without writing a kernel of its own:
-
-- a `StaticCache` lets `generate` compile the decoding step (transformers' auto-compile, with `compile_config`);
-- inductor *freezing* folds the weights into that step as constants, which lets inductor pre-pack them and pick
-  its CPP GEMM template by measuring it against ATen (`max_autotune`; at batch 1, the template alone);
-- attention runs as plain matmul + softmax (eager attention), which inductor fuses for one query.
-
-Between steps, dynamo checks only the guards that do not look inside the decoder's modules (torch's own
-`skip_guard_on_all_nn_modules_unsafe` filter), which is safe here because nothing changes them (below).
-
-Nothing outside the decoder changes. It decodes with a private copy of the model's modules and config (the
-parameters and buffers themselves are shared, not copied), switched to eager attention, with a cache of its own,
-so the caller's model keeps its attention kernel. Its step compiles with a backend of its own (inductor, behind a
-callable no other compile shares): dynamo reuses a compiled step only under an equal backend, and two
-`torch.compile(backend="inductor")` are equal. Without that, a second decoder of the same weights and shape would
-run the first one's frozen step, bound to the first one's cache; with it, no decoder ever needs to drop another's
-step (`torch._dynamo.reset()`).
+A decoding step's speed is set by how fast the weights stream from memory. In eager mode on a CPU, slow GEMV
+kernels, many small kernels of Python and dispatch, and SDPA's CPU kernel for one query keep it far from that limit
+(scripts/README.md, "Speed", has the measurements). `CompiledDecoder` removes all three without a kernel of its own:
+a `StaticCache` lets `generate` compile the step (transformers' auto-compile); inductor *freezing* folds the weights
+into it as constants, so that inductor pre-packs them and picks its GEMM by measuring; attention runs as eager
+matmul + softmax, which inductor fuses. Nothing outside the decoder changes: it decodes with a private copy of the
+model's modules and config (sharing the parameters), a cache of its own, and a backend of its own, so that dynamo
+never reuses another decoder's frozen step (it reuses a step under an equal backend, and two "inductor" are equal).
 
 The private APIs it needs, and why:
 - `CompileConfig._compile_all_devices`: transformers auto-compiles the decoding step only on CUDA/XPU unless it is
   set; there is no public switch for a CPU.
 - `torch._inductor.config.patch(freezing=..., max_autotune=...)` while the step compiles, once, when the decoder is
-  built: `torch.compile(options={"freezing": True})` (CompileConfig's `options`) compiles without freezing in torch
-  2.13 (tested: the step then reads the live weights). The patch is process-wide for those seconds, so builds are
-  serialised, and a `torch.compile` in another thread at that moment would be frozen too. The same patch turns
-  off inductor's FX graph cache for that compile: it keys a frozen step on the weights' shapes, not their values.
-- `torch._dynamo.config.patch(recompile_limit=...)` for the same compile: every decoder's step is one more entry
-  on the code object all modules' `__call__` share, and the default limit of 8 would make the ninth decoder in a
-  process fail under fullgraph=True.
-- `torch._dynamo.exc.FailOnRecompileLimitHit`: how dynamo stops, at the limit of compiled entries per code object,
-  a compile it would otherwise start. For a built decoder that means a call with arguments its step cannot take,
-  which the decoder reports as such, as it does a compile that reaches its backend.
-- `Tensor._version`: freezing binds the step to the weights as they were, and dynamo's guards never look at
-  values; the in-place version counters are how a decoder notices that the weights changed since.
+  built: `torch.compile(options={"freezing": True})` compiles without freezing in torch 2.13. The patch is
+  process-wide for those seconds, so builds are serialised. It also turns off inductor's FX graph cache, which keys
+  a frozen step on the weights' shapes, not their values.
+- `torch._dynamo.config.patch(recompile_limit=...)`: every decoder's step is one more entry on the code object all
+  modules' `__call__` share, and the default limit would make the ninth decoder in a process fail.
+- `torch._dynamo.exc.FailOnRecompileLimitHit`: how dynamo stops a compile at that limit; for a built decoder it
+  means a call its step cannot take, which the decoder reports as such.
+- `Tensor._version`: freezing binds the step to the weights as they were, and dynamo's guards never look at values;
+  the in-place version counters are how a decoder notices that the weights changed since.
 """
 
 import copy
@@ -47,7 +31,7 @@ import threading
 import torch
 from transformers import CompileConfig, StaticCache
 
-from ..model.modeling_tinygpt import CACHE_FIELD
+from ..model.compat import CACHE_FIELD
 
 # The last two keep autotuning from printing every candidate kernel's timing to stderr; older torch lacks them.
 _QUIET_AUTOTUNE = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
@@ -57,16 +41,14 @@ INDUCTOR_SETTINGS = {"freezing": True, "fx_graph_cache": False, "fx_graph_remote
 AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"} | {
     key: value for key, value in _QUIET_AUTOTUNE.items() if hasattr(torch._inductor.config, key)
 }
-# Autotuning times each candidate GEMM by calling it again and again on the same weights, which then stay in cache,
-# while a decoding step reads every weight from memory once. For one row of activations (batch 1) that choice
-# often lands on ATen's kernel, and the step is slower for it: with the CPP template alone, bf16 decodes 1.13x
-# faster and fp32 and int8 as fast (GPT-2 small, paired rounds, scripts/README.md "Speed"). From a few rows on,
-# ATen's GEMMs are the ones worth having (CPP alone decoded bf16 batch 8 at 0.46x).
+# Autotuning times each candidate GEMM on weights that stay in cache, while a decoding step reads every weight from
+# memory once: at batch 1 its pick is slower than inductor's CPP template alone; from a few rows on, ATen's GEMMs are
+# worth having (scripts/README.md, "Why CompiledDecoder is set up as it is").
 GEMV_AUTOTUNE_SETTINGS = AUTOTUNE_SETTINGS | {"max_autotune_gemm_backends": "CPP"}
 DYNAMO_SETTINGS = {"recompile_limit": 64}
-# The step's guards leave out the decoder's private modules (2,200 of GPT-2 small's 2,540 guards; bf16 batch-1
-# decoding ran 1.08x faster without them): nothing changes those modules, the decoder checks the weights itself,
-# and no other decoder's step can be taken for this one's, since each compiles under a backend of its own.
+# The step's guards leave out the decoder's private modules (most of a step's guards, and measurably faster decoding):
+# nothing changes those modules, the decoder checks the weights itself, and no other decoder's step can be taken for
+# this one's, since each compiles under a backend of its own.
 _SKIP_MODULE_GUARDS = getattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe", None)  # torch >= 2.7
 GUARD_SETTINGS = {"guard_filter_fn": _SKIP_MODULE_GUARDS} if _SKIP_MODULE_GUARDS else {}
 

@@ -32,8 +32,7 @@ def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_k
     if model_type not in CONFIG_MAPPING:  # tinygpt is registered there when hf_tinygpt is imported
         raise ValueError(
             f"{source}: model_type {model_type!r} is not an architecture transformers knows; "
-            "hf-tinygpt generate runs tinygpt and GPT-2 checkpoints, and transformers' own "
-            "architectures"
+            "generation runs tinygpt and GPT-2 checkpoints, and transformers' own architectures"
         )
     quantized = {"dtype": torch.bfloat16, "quantization_config": int8_weight_only()} if int8 else {}
     with reading_checkpoint(source):
@@ -78,7 +77,7 @@ def generate_text(
     learned = model.config.model_type == "gpt2" or getattr(model.config, "position_embedding_type", None) == "learned"
     if learned and total > model.config.n_positions:
         raise ValueError(
-            f"the prompt ({inputs.input_ids.shape[1]} tokens) + --max-new-tokens ({max_new_tokens}) is "
+            f"the prompt ({inputs.input_ids.shape[1]} tokens) + `max_new_tokens` ({max_new_tokens}) is "
             f"{total} tokens, past this model's context of {model.config.n_positions} (learned positions "
             "stop there): shorten the prompt or ask for fewer tokens"
         )
@@ -98,23 +97,23 @@ MIN_TEMPERATURE = 1e-3
 def check_generation_options(
     prompt: str, *, max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None
 ):
-    """A ValueError naming the flag for anything `generate` would silently ignore, misread or crash on."""
+    """A ValueError naming the argument for anything `generate` would silently ignore, misread or crash on."""
     if not isinstance(prompt, str) or not prompt:
-        raise ValueError('the prompt is empty: give the text to continue, e.g. hf-tinygpt generate "ROMEO:"')
+        raise ValueError("the prompt is empty: give the text to continue")
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError:  # undecodable bytes on the command line arrive as lone surrogates
         raise ValueError("the prompt is not valid UTF-8 text: check the terminal's encoding") from None
     if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
-        raise ValueError(f"--max-new-tokens must be an integer >= 1, got {max_new_tokens!r}")
+        raise ValueError(f"`max_new_tokens` must be an integer >= 1, got {max_new_tokens!r}")
     if not (isinstance(temperature, (int, float)) and (temperature == 0 or MIN_TEMPERATURE <= temperature < math.inf)):
         raise ValueError(
-            f"--temperature must be 0 (greedy decoding) or a finite number >= {MIN_TEMPERATURE:g}, got {temperature!r}"
+            f"`temperature` must be 0 (greedy decoding) or a finite number >= {MIN_TEMPERATURE:g}, got {temperature!r}"
         )
     if top_k is not None and not (isinstance(top_k, int) and top_k >= 0):
-        raise ValueError(f"--top-k must be an integer >= 0 (0: no limit), got {top_k!r}")
+        raise ValueError(f"`top_k` must be an integer >= 0 (0: no limit), got {top_k!r}")
     if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-        raise ValueError(f"--top-p must be in (0, 1], got {top_p!r}")
+        raise ValueError(f"`top_p` must be in (0, 1], got {top_p!r}")
 
 
 class _Streamer(TextStreamer):

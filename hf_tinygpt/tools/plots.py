@@ -158,11 +158,11 @@ def _positions(model, max_positions: int | None) -> int:
     """How many positions to plot: `max_positions`, default n_positions; learned has no rows past n_positions."""
     n = model.config.n_positions if max_positions is None else int(max_positions)
     if n < 1:
-        raise ValueError(f"max_positions must be at least 1, got {n}")
+        raise ValueError(f"`max_positions` must be at least 1, got {n}")
     if _scheme(model) == "learned" and n > model.config.n_positions:
         raise ValueError(f"learned positions have n_positions={model.config.n_positions} rows; cannot plot {n}")
     if n > MAX_PLOTTED_POSITIONS:  # the similarity pictures are positions × positions
-        raise ValueError(f"cannot plot {n} positions: at most {MAX_PLOTTED_POSITIONS} (pass a smaller --max-positions)")
+        raise ValueError(f"cannot plot {n} positions: at most {MAX_PLOTTED_POSITIONS} (pass a smaller `max_positions`)")
     return n
 
 
@@ -219,7 +219,7 @@ def plot_position_matrix(model, out_dir, *, label=None, svg=False, max_positions
 def trace_dimensions(n_embd: int, n_dims: int = 8, seed: int = 0) -> np.ndarray:
     """The dimensions `plot_dimension_traces` shows: `n_dims` of `n_embd` drawn by a seeded permutation, sorted."""
     if n_dims < 1:
-        raise ValueError(f"n_dims must be at least 1, got {n_dims}")
+        raise ValueError(f"`n_dims` must be at least 1, got {n_dims}")
     generator = torch.Generator().manual_seed(seed)
     return np.sort(torch.randperm(n_embd, generator=generator)[: min(n_dims, n_embd)].numpy())
 
@@ -572,7 +572,7 @@ def plot_positions(
     _body(model)
     _positions(model, max_positions)  # refuse bad arguments before writing anything
     if n_dims < 1 and "dimension_traces" in PICTURES[_scheme(model)]:
-        raise ValueError(f"n_dims must be at least 1, got {n_dims}")
+        raise ValueError(f"`n_dims` must be at least 1, got {n_dims}")
     names = PICTURES[_scheme(model)]
     common = dict(label=label, svg=svg)
     pictures = {

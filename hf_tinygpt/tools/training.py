@@ -47,7 +47,7 @@ try:
 except ImportError as error:
     raise needs_extra("train", error) from error
 
-CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what --resume needs
+CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what resuming needs
 FINAL = "model"  # OUT/model: the complete tinygpt folder
 
 
@@ -79,11 +79,7 @@ class TrainingSettings:
     command: str = ""  # what produced this run, for the model card
 
     def __post_init__(self):
-        """Every number checked at the door, the message naming the command-line flag."""
-
-        def flag(name):
-            return "--" + {"learning_rate": "lr"}.get(name, name).replace("_", "-")
-
+        """Every setting checked at the door, the message naming the field (`TrainingSettings.steps`)."""
         at_least = {
             "block_size": 2,
             "batch_size": 1,
@@ -98,7 +94,7 @@ class TrainingSettings:
         for name, low in at_least.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{flag(name)} must be an integer >= {low}, got {value!r}")
+                raise ValueError(f"`TrainingSettings.{name}` must be an integer >= {low}, got {value!r}")
         for name, (low, high) in {
             "learning_rate": (0, math.inf),
             "min_lr_ratio": (0, 1),
@@ -114,15 +110,20 @@ class TrainingSettings:
                 or (name == "learning_rate" and value == 0)
             ):
                 raise ValueError(
-                    f"{flag(name)} must be a finite number in [{low}, {high}]"
+                    f"`TrainingSettings.{name}` must be a finite number in [{low}, {high}]"
                     f"{' and not 0' if name == 'learning_rate' else ''}, got {value!r}"
                 )
         from ..checkpoints.convert import DTYPES
 
         if self.save_dtype is not None and self.save_dtype not in DTYPES:
-            raise ValueError(f"--save-dtype {self.save_dtype!r} is not one of {sorted(DTYPES)}")
+            raise ValueError(f"`TrainingSettings.save_dtype` must be one of {sorted(DTYPES)}, got {self.save_dtype!r}")
         if not self.train:
-            raise ValueError("--train needs at least one text file or folder")
+            raise ValueError("`TrainingSettings.train` needs at least one text file or folder")
+        if not _stays_inside(self.glob):
+            raise ValueError(
+                "`TrainingSettings.glob` must be a pattern inside each `TrainingSettings.train` folder, such as "
+                f"'*.txt', got {self.glob!r}"
+            )
         known = {
             *TinyGPTConfig.__dataclass_fields__,
             *TinyGPTConfig.attribute_map,
@@ -132,7 +133,7 @@ class TrainingSettings:
         }
         if unknown := sorted(set(self.config) - known):
             raise ValueError(
-                f"--config: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
+                f"`TrainingSettings.config`: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
                 "TinyGPTConfig field(s) (a typo would otherwise be ignored)"
             )
 
@@ -140,11 +141,16 @@ class TrainingSettings:
 # ---- data ----------------------------------------------------------------------------------------------------
 
 
+def _stays_inside(glob) -> bool:
+    """Whether `glob` is a pattern that matches only inside the folder it is applied to."""
+    return isinstance(glob, str) and bool(glob) and not Path(glob).is_absolute() and ".." not in Path(glob).parts
+
+
 def text_files(paths: list[str], glob: str = "*.txt", exclude: list[str] = ()) -> list[Path]:
     """Files named directly, plus those matching `glob` in named folders (sorted), minus `exclude` (held out)."""
     held_out = {Path(p).resolve() for p in exclude}
-    if not glob or Path(glob).is_absolute() or ".." in Path(glob).parts:
-        raise ValueError(f"--glob must be a pattern inside each --train folder, such as '*.txt', got {glob!r}")
+    if not _stays_inside(glob):
+        raise ValueError(f"`glob` must be a pattern inside each folder of `paths`, such as '*.txt', got {glob!r}")
     files = []
     for path in map(Path, paths):
         if path.is_dir():
@@ -178,7 +184,7 @@ def pack(tokens: torch.Tensor, block_size: int, what: str = "the training data")
     """(n_blocks, block_size) non-overlapping blocks; the ragged tail is dropped."""
     n_blocks = len(tokens) // block_size
     if n_blocks == 0:
-        raise ValueError(f"{what}: {len(tokens)} tokens do not fill one block of {block_size} (--block-size)")
+        raise ValueError(f"{what}: {len(tokens)} tokens do not fill one block of {block_size} (`block_size`)")
     return tokens[: n_blocks * block_size].view(n_blocks, block_size)
 
 
@@ -230,7 +236,8 @@ def _by_length(blocks):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped the run after a checkpoint was saved (and said so)."""
+    """Ctrl-C stopped the run after a checkpoint was saved; the main process's message says where and how to go on
+    (the other processes' is empty, so that it is said once)."""
 
 
 class _StopRequest:
@@ -287,7 +294,7 @@ def save_checkpoint(folder: Path, accelerator, model, optimizer, schedule, progr
     it appears as `step-N` only when complete, and a checkpoint of the same step from an earlier run is replaced."""
     rng_states = gather_object([_rng_state()])  # one per process, in rank order
     if accelerator.is_main_process:
-        # A checkpoint of ours from an earlier run of the same step (proven unchanged at --resume) is replaced.
+        # A checkpoint of ours from an earlier run of the same step (proven unchanged when resuming) is replaced.
         with output_folder(folder, force=True, kind="checkpoint") as staging:
             for rank, state in enumerate(rng_states):
                 torch.save(state, _rng_file(staging, rank))
@@ -340,7 +347,9 @@ def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int)
     }
     config = TinyGPTConfig(**fields)
     if config.position_embedding_type == "learned" and config.n_positions < settings.block_size:
-        raise ValueError(f"block_size {settings.block_size} > n_positions {config.n_positions} (learned positions)")
+        raise ValueError(
+            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {config.n_positions} (learned positions)"
+        )
     return config
 
 
@@ -359,21 +368,25 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     # bf16 is torch's own autocast in the step, not accelerate's mixed_precision, which is fixed per process.
     accelerator = Accelerator(cpu=not torch.accelerator.is_available())
     if settings.batch_size % accelerator.num_processes:
-        raise ValueError(f"batch size {settings.batch_size} does not split over {accelerator.num_processes} processes")
+        raise ValueError(
+            f"`TrainingSettings.batch_size` {settings.batch_size} does not split over {accelerator.num_processes} "
+            "processes"
+        )
 
     tokenizer_from = settings.tokenizer or "gpt2"
     tokenizer = load_tokenizer(tokenizer_from)
     if tokenizer.eos_token_id is None:
         raise ValueError(
-            f"--tokenizer {tokenizer_from} has no end-of-text (eos) token, which training puts after each "
-            "file: give its tokenizer_config.json an eos_token"
+            f"the tokenizer {tokenizer_from} (`TrainingSettings.tokenizer`) has no end-of-text (eos) token, which "
+            "training puts after each file: give its tokenizer_config.json an eos_token"
         )
     train_files = text_files(settings.train, settings.glob, exclude=settings.validation)
     train_blocks = pack(tokenize_files(train_files, tokenizer), settings.block_size, what=", ".join(settings.train))
     if settings.batch_size > len(train_blocks):
         raise ValueError(
-            f"--batch-size {settings.batch_size} is more than the {len(train_blocks)} blocks of {settings.block_size} "
-            "tokens the training data holds: lower --batch-size or --block-size"
+            f"`TrainingSettings.batch_size` {settings.batch_size} is more than the {len(train_blocks)} blocks of "
+            f"{settings.block_size} tokens the training data holds: lower `TrainingSettings.batch_size` or "
+            "`TrainingSettings.block_size`"
         )
     validation = None
     if settings.validation:
@@ -384,7 +397,7 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
             )
     config = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
 
-    # The main process holds OUT's lock for the whole run; with --force an earlier run is swapped out here.
+    # The main process holds OUT's lock for the whole run; with `force` an earlier run is swapped out here.
     with (
         run_folder(out, force=settings.force, resume=settings.resume, protect=protect)
         if accelerator.is_main_process
@@ -416,9 +429,11 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int
                 tqdm.write(f"skipping {folder}: {error}", file=sys.stderr)
             continue
         if changed := _changed_settings(saved, _comparable(settings)):
-            raise ValueError(f"--resume needs the settings the run started with; changed: {', '.join(changed)}")
+            raise ValueError(
+                f"`TrainingSettings.resume` needs the settings the run started with; changed: {', '.join(changed)}"
+            )
         if step > settings.steps:
-            raise ValueError(f"{folder} is at step {step}, past --steps {settings.steps}")
+            raise ValueError(f"{folder} is at step {step}, past `TrainingSettings.steps` {settings.steps}")
         try:
             load_checkpoint(folder, accelerator, model, optimizer, schedule)
         except ValueError as error:
@@ -512,9 +527,8 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
                 checkpoint()
             if stop_now:
                 progress.close()
-                if main:
-                    print(f"interrupted: checkpoint saved at step {step}; continue with --resume", file=sys.stderr)
-                raise TrainingInterrupted
+                said = f"checkpoint saved at step {step}; continue with `TrainingSettings.resume=True`"
+                raise TrainingInterrupted(said if main else "")
     progress.close()
     wall = time.perf_counter() - started
 
@@ -549,7 +563,7 @@ def _write_final_model(
     if bad := [key for key, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]:
         raise ValueError(
             f"training diverged: {len(bad)} tensors hold inf or NaN ({', '.join(bad[:3])}, ...); nothing "
-            f"written to {folder}; lower --lr"
+            f"written to {folder}; lower `TrainingSettings.learning_rate`"
         )
     dtype = DTYPES.get(settings.save_dtype) if settings.save_dtype else None
     to_save = model if dtype is None else copy.deepcopy(model).to(dtype)
