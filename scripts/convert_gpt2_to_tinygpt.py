@@ -1,8 +1,7 @@
-#!/usr/bin/env python
 """GPT-2 folder / Hub id / weights file / nanoGPT ckpt.pt → tinygpt folder. Same as `hf-tinygpt convert SRC --out OUT`.
 
-python scripts/convert_gpt2_to_tinygpt.py path/to/gpt2 --out out/tinygpt --verify
-python scripts/convert_gpt2_to_tinygpt.py out/ckpt.pt --out out/tinygpt --tokenizer gpt2 --trim-vocab 50257 --verify
+python -m scripts.convert_gpt2_to_tinygpt path/to/gpt2 --out out/tinygpt --verify
+python -m scripts.convert_gpt2_to_tinygpt out/ckpt.pt --out out/tinygpt --tokenizer gpt2 --trim-vocab 50257 --verify
 """
 
 import sys

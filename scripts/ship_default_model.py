@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Copy a trained run's model into the package as the default model, with its card in model_cards/.
 
-    python scripts/ship_default_model.py runs/shakespeare/model
+    python -m scripts.ship_default_model runs/shakespeare/model
 
 The shipped folder holds config.json, generation_config.json and model.safetensors only: it uses the bundled GPT-2
 tokenizer (hf_tinygpt/tokenizer/), which keeps the package small. The card keeps the run's measured validation

@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_config
-from engines import (
+
+from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt.checkpoints.convert import export_tinygpt
+from hf_tinygpt.checkpoints.reading import load_strictly
+from scripts.engines import (
     EngineUnavailable,
     convert_to_gguf,
     llama_cpp_engine,
@@ -20,10 +24,6 @@ from engines import (
     worker_result,
     write_inputs,
 )
-
-from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
-from hf_tinygpt.checkpoints.convert import export_tinygpt
-from hf_tinygpt.checkpoints.reading import load_strictly
 
 pytestmark = pytest.mark.slow
 
@@ -167,15 +167,17 @@ def test_llama_cpp_generates_transformers_greedy_tokens(tmp_path, llama_cpp, fol
 
 
 def test_speed_benchmark_times_llama_cpp_in_the_same_rounds(tmp_path, llama_cpp):
-    """scripts/benchmark.py --llama-cpp on a tiny model: llama.cpp's batch-1 decode (f32 beside fp32, f16 and q8_0
+    """scripts/speed_benchmark.py --llama-cpp on a tiny model: llama.cpp's batch-1 decode (f32 beside fp32, f16 and q8_0
     beside bf16 and int8) joins TinyGPT's rounds, with its own paired ratios and ceiling. No speed is asserted.
 
     Each timed llama.cpp run does what `generate` does, by llama.cpp's own count, or the script fails: the whole
     prompt, then one decoding step per further token. It did not always: llama-cpp-python reused the prompt it still
     had cached from the last run, and a step was spent on one token too many."""
-    from test_gpt2_layouts import run_script
+    from test_speed_smoke import run_module
 
-    out = run_script("benchmark.py", "--tiny", "--caches", "dynamic", "--llama-cpp", "--json", tmp_path / "speed.json")
+    out = run_module(
+        "speed_benchmark", "--tiny", "--caches", "dynamic", "--llama-cpp", "--json", tmp_path / "speed.json"
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads((tmp_path / "speed.json").read_text())
     peers = {(row["dtype"], name) for row in result["rows"] for name in row.get("peers", {})}

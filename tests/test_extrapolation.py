@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "length_extrapolation.py"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
@@ -18,10 +18,11 @@ def test_quick_study_writes_csv_json_plot_and_marks_learned_beyond_its_rows(tmp_
     (data / "one_gut.txt").write_text("".join(line.format(i) for i in range(120)))
     (data / "hamlet_gut.txt").write_text("".join(line.format(i) for i in range(40)))
     run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--data", str(data), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "scripts.extrapolation_study", "--quick", "--data", data, "--out", tmp_path / "out"],
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     with open(tmp_path / "out" / "results.csv") as f:

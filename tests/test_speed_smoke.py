@@ -1,14 +1,31 @@
-"""The measuring tools in scripts/benchmarks.py behave: memory really is measured, ratios are paired, and both
-benchmark scripts run end to end on tiny models. No test asserts a speed or a memory figure: the scripts report them."""
+"""The measuring tools in scripts/measure.py behave: memory really is measured, ratios are paired, and both
+benchmarks (scripts/speed_benchmark.py, scripts/conversion_benchmark.py) run end to end on tiny models. No test
+asserts a speed or a memory figure: the scripts report them."""
 
 import json
 import statistics
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
 
 import pytest
-from benchmarks import measure_in_subprocess, paired_timings
-from test_gpt2_layouts import run_script
+
+from scripts.measure import measure_in_subprocess, paired_timings
 
 MiB = 2**20
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_module(name, *args):
+    """`python -m scripts.NAME ARGS` from the repository root, as scripts/README.md runs them."""
+    return subprocess.run(
+        [sys.executable, "-m", f"scripts.{name}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.slow
@@ -21,8 +38,8 @@ def test_measure_in_subprocess_sees_the_operations_own_allocation():
 
 @pytest.mark.slow
 def test_conversion_benchmark_script_smoke(tmp_path):
-    out = run_script(
-        "benchmark_conversion.py",
+    out = run_module(
+        "conversion_benchmark",
         "--n-layer",
         1,
         "--n-embd",
@@ -46,19 +63,20 @@ def test_conversion_benchmark_script_smoke(tmp_path):
 
 def test_paired_timings_alternate_who_goes_first_and_pair_each_repeats_ratio():
     calls = []
-    timed = paired_timings(
-        lambda name: lambda: calls.append(name), repeats=4, probe=lambda: calls.append("probe") or 1.0
-    )
+    runs = {name: partial(calls.append, name) for name in ("hf", "tinygpt")}
+    timed = paired_timings(runs, repeats=4, probe=lambda: calls.append("probe") or 1.0)
     assert calls == ["probe", "hf", "tinygpt", "probe", "tinygpt", "hf"] * 2
     assert timed["probes"] == [1.0] * 4 and [len(t) for t in timed["times"].values()] == [4, 4]
-    assert timed["paired_ratios"] == [hf / tiny for hf, tiny in zip(timed["times"]["hf"], timed["times"]["tinygpt"], strict=True)]
+    assert timed["paired_ratios"] == [
+        hf / tiny for hf, tiny in zip(timed["times"]["hf"], timed["times"]["tinygpt"], strict=True)
+    ]
     assert timed["ratio"] == statistics.median(timed["paired_ratios"])
 
 
 def test_a_peer_joins_the_rounds_in_turn_with_its_own_paired_ratios():
     calls = []
     names = ("hf", "tinygpt", "llama.cpp f16")
-    timed = paired_timings(lambda name: lambda: calls.append(name), repeats=3, probe=lambda: 1.0, names=names)
+    timed = paired_timings({name: partial(calls.append, name) for name in names}, repeats=3, probe=lambda: 1.0)
     assert calls == [
         "hf",
         "tinygpt",
@@ -82,7 +100,7 @@ def test_speed_benchmark_script_smoke(tmp_path):
     """Runs every measurement on a tiny model (one dtype, int8, the one with a peer: compiling is the slow part); no
     speed is asserted (that is what the script is for)."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
-    out = run_script("benchmark.py", "--tiny", "--dtypes", "int8", "--json", tmp_path / "speed.json")
+    out = run_module("speed_benchmark", "--tiny", "--dtypes", "int8", "--json", tmp_path / "speed.json")
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads((tmp_path / "speed.json").read_text())
     measures = [row["measure"] for row in result["rows"]]

@@ -1,0 +1,113 @@
+"""The measuring tools the benchmarks share: wall time and peak memory of one operation in a fresh interpreter,
+memory read bandwidth, and timings paired round by round (scripts/README.md, "Speed" says why they are paired)."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+# Each operation runs in its own Python process so that one measurement's allocations (and the allocator's cached
+# pages) cannot hide or inflate another's. Peak RSS is Linux's VmHWM, reset once the imports are done: the figure
+# is what the operation itself added, not what importing torch costs.
+_CHILD = r"""
+import json, re, sys, time
+def status(field):
+    with open("/proc/self/status") as f:
+        return int(re.search(field + r":\s+(\d+) kB", f.read()).group(1)) * 1024
+{setup}
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset VmHWM: the peak from here on is the operation's
+rss_before = status("VmRSS")
+start = time.perf_counter()
+{statement}
+wall = time.perf_counter() - start
+print("MEASURED " + json.dumps({{"wall_s": wall, "rss_before": rss_before, "peak_rss": status("VmHWM")}}))
+"""
+
+
+def measure_in_subprocess(setup: str, statement: str) -> dict:
+    """Run `setup` then `statement` in a fresh interpreter and return the statement's wall time (`wall_s`), the
+    RSS just before it (`rss_before`), its peak RSS (`peak_rss`) and the growth `peak_added` (bytes)."""
+    code = _CHILD.format(setup=textwrap.dedent(setup), statement=textwrap.dedent(statement))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("MEASURED ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"measured subprocess failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    result = json.loads(lines[-1].removeprefix("MEASURED "))
+    return result | {"peak_added": result["peak_rss"] - result["rss_before"]}
+
+
+def weights_bytes(folder: str | os.PathLike) -> int:
+    """Bytes of a model folder's weight files (safetensors or pickles, sharded or not)."""
+    names = ("model", "pytorch_model")
+    return sum(p.stat().st_size for p in Path(folder).iterdir() if p.name.startswith(names) and p.suffix != ".json")
+
+
+# What every measured process imports before its operation (so that the operation's peak leaves the imports out).
+MODEL_IMPORTS = """
+import torch
+from transformers import GPT2LMHeadModel
+from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.checkpoints.convert import gpt2_to_tinygpt
+"""
+
+
+def measure_load(model_class: str, folder: str | os.PathLike) -> dict:
+    """`model_class.from_pretrained(folder)` in a fresh process, then one read of every weight (so memory-mapped
+    tensors count in full): its wall time and peak RSS, as `measure_in_subprocess` gives them."""
+    touch = "sum(float(p.float().sum()) for p in model.parameters())"
+    return measure_in_subprocess(MODEL_IMPORTS, f"model = {model_class}.from_pretrained({str(folder)!r})\n{touch}")
+
+
+def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5) -> float:
+    """Bytes/s this machine reads from memory: the best of `repeats` sums over a buffer far larger than the caches
+    (reading, as a decoding step reads its weights; a copy would also count writes). The figure drifts within
+    minutes on a shared machine (scripts/README.md, "Speed"), so the speed benchmark probes it in every round."""
+    import torch
+
+    source = torch.ones(bytes_ // 4)
+    return bytes_ / min(timed(source.sum) for _ in range(repeats))
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds one call of `fn` takes."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def paired_timings(runs: Mapping[str, Callable[[], object]], repeats: int, probe=memory_bandwidth) -> dict:
+    """Time each of `runs` (name → a call to time; "hf" and "tinygpt" among them) back to back, `repeats` times,
+    with `probe()` before each round.
+
+    Who goes first rotates, so that running right after the probe favours no one. The ratio is the median of each
+    round's own HF/TinyGPT time ratio (TinyGPT's speed over HF's): the runs of a round see the same phase of the
+    machine's drifting bandwidth, which a ratio of two medians would not pair up. Any other name (a peer such as
+    llama.cpp) gets its own paired ratios against TinyGPT the same way, under "peers"."""
+    names = tuple(runs)
+    times, probes = {name: [] for name in names}, []
+    for repeat in range(repeats):
+        probes.append(probe())
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(timed(runs[name]))
+    paired = {
+        name: [theirs / ours for theirs, ours in zip(times[name], times["tinygpt"], strict=True)] for name in names
+    }
+    peers = {
+        name: {"paired_ratios": paired[name], "ratio": statistics.median(paired[name])}
+        for name in names
+        if name not in ("hf", "tinygpt")
+    }
+    timed_rounds = {
+        "times": times,
+        "probes": probes,
+        "paired_ratios": paired["hf"],
+        "ratio": statistics.median(paired["hf"]),
+    }
+    return timed_rounds | ({"peers": peers} if peers else {})

@@ -1,0 +1,549 @@
+"""TinyGPT against transformers' GPT2LMHeadModel on the same weights: prefill and decode throughput (dynamic cache,
+static cache, static cache + torch.compile through CompiledDecoder), fp32, bf16 and int8 (weights quantized as they
+load through transformers' TorchAoConfig, bf16 activations, TinyGPT in bf16 beside it; the [int8] extra),
+from_pretrained time and memory, and the decode ceiling set by memory bandwidth; with --llama-cpp, llama.cpp's
+batch-1 decode of the same weights (f32, f16, q8_0 GGUFs made by its own converter) in the same rounds.
+How it measures, and what it measured: scripts/README.md, "Speed".
+
+    python -m scripts.speed_benchmark [--model GPT2_FOLDER] [--json OUT.json]   # default: random GPT-2 small, seed 0
+    python -m scripts.speed_benchmark --llama-cpp                                # and llama.cpp beside it
+    python -m scripts.speed_benchmark --tiny                                     # a smoke run on a tiny model
+"""
+
+import argparse
+import json
+import statistics
+import tempfile
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+import torch
+from transformers import GPT2LMHeadModel
+
+from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.checkpoints.verify import random_gpt2_folder
+from hf_tinygpt.tools.compiled_decoding import (
+    DYNAMO_SETTINGS,
+    GEMV_AUTOTUNE_SETTINGS,
+    INDUCTOR_SETTINGS,
+    CompiledDecoder,
+)
+from hf_tinygpt.tools.generate import int8_weight_only
+from scripts.llama_cpp_timer import LlamaCppTimer
+from scripts.measure import measure_load, memory_bandwidth, paired_timings, timed, weights_bytes
+
+# How decode rows generate: transformers' default (dynamic cache), `cache_implementation="static"`, and a
+# CompiledDecoder (static cache + torch.compile, README "Speed").
+DECODE_CACHES = {"dynamic": "dynamic cache", "static": "static cache", "compiled": "static cache + torch.compile"}
+
+# "int8": weights quantized as they load with `hf_tinygpt.tools.generate.int8_weight_only()` (transformers'
+# TorchAoConfig), activations in bfloat16. transformers' GPT-2 gets the same config (it quantizes none of its Conv1D
+# projections), and TinyGPT in bfloat16 joins the decode rounds under this name: int8's gain over our own bfloat16.
+INT8_PEER = "tinygpt bfloat16"
+
+# Which GGUF a decode row of each dtype is set beside: the same bytes per weight, and llama.cpp's 8-bit type. They
+# join the batch-1 rows of these caches (the timer's worker holds one prompt).
+LLAMA_CPP_PEERS = {"float32": ("f32",), "bfloat16": ("f16", "q8_0"), "int8": ("q8_0", "f16")}
+LLAMA_CPP_CACHES = ("dynamic", "compiled")
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    """What the benchmark runs; the defaults are the full run of scripts/README.md, "Speed"."""
+
+    dtypes: tuple[str, ...] = ("float32", "bfloat16", "int8")
+    caches: tuple[str, ...] = tuple(DECODE_CACHES)
+    repeats: int = 3
+    prefill_shapes: tuple[tuple[int, int], ...] = ((1, 1024), (8, 128))
+    decode_batches: tuple[int, ...] = (1, 8)
+    prompt_length: int = 32
+    new_tokens: int = 128
+    seed: int = 0
+    # The weights `int8_gemv_bandwidth` multiplies, as (rows, columns); None: TinyGPT's own block weights.
+    int8_gemv_products: tuple[tuple[int, int], ...] | None = None
+    int8_gemv_one_product_bytes: int = 128 * 2**20
+
+
+# --tiny: a tiny model and short inputs, to check the script only. The model keeps GPT-2's vocabulary: llama.cpp's
+# converter wants GPT-2's tokenizer with it.
+TINY = SpeedSettings(
+    repeats=1,
+    new_tokens=4,
+    prefill_shapes=((1, 32), (2, 16)),
+    decode_batches=(1, 2),
+    prompt_length=8,
+    int8_gemv_products=((64, 64),) * 4,
+    int8_gemv_one_product_bytes=2**20,
+)
+TINY_GPT2 = dict(n_layer=2, n_embd=32, n_head=2)
+
+
+# ---- the peers: who runs in the rounds -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelPeer:
+    """A transformers model in the rounds, under its name in the results: "hf" (GPT2LMHeadModel), "tinygpt" or
+    INT8_PEER. `step_bytes`: the weight bytes one decoding step reads."""
+
+    name: str
+    model: torch.nn.Module
+    step_bytes: int
+
+    def prefill(self, ids: torch.Tensor) -> Callable[[], object]:
+        return partial(self.model, ids, use_cache=True, logits_to_keep=1)
+
+    def decode(self, cache: str, ids: torch.Tensor, new_tokens: int) -> Callable[[], object]:
+        """A greedy `generate` of exactly `new_tokens` through `cache` (DECODE_CACHES). For "compiled", the
+        CompiledDecoder is built (and its step compiled) here, outside the timings."""
+        # No EOS, so exactly `new_tokens` each; `min_new_tokens` would add a logits processor that is neither
+        # model's (scripts/README.md, "Speed").
+        options = dict(
+            max_new_tokens=new_tokens,
+            eos_token_id=None,
+            do_sample=False,
+            pad_token_id=0,
+            attention_mask=torch.ones_like(ids),
+        )
+        if cache == "compiled":
+            decoder = CompiledDecoder(self.model, batch_size=len(ids), max_length=ids.shape[1] + new_tokens)
+            return partial(decoder.generate, ids, **options)
+        if cache == "static":
+            return partial(self.model.generate, ids, cache_implementation="static", **options)
+        return partial(self.model.generate, ids, **options)
+
+
+@dataclass(frozen=True)
+class LlamaCppPeer:
+    """llama.cpp decoding with its GGUF of `outtype`, in the timer's worker: batch 1, a prompt of its own of the same
+    length, the same number of new tokens."""
+
+    timer: LlamaCppTimer
+    outtype: str
+
+    @property
+    def name(self) -> str:
+        return f"llama.cpp {self.outtype}"
+
+    @property
+    def step_bytes(self) -> int:
+        return self.timer.gguf_bytes[self.outtype]  # its whole GGUF per token (the head is the tied token embedding)
+
+    def decode(self, cache: str, ids: torch.Tensor, new_tokens: int) -> Callable[[], object]:
+        return partial(self.timer.run, self.outtype)
+
+
+def tensor_bytes(tensor) -> int:
+    """Bytes a tensor holds; for a quantized tensor subclass (torchao's), those of the tensors it is made of."""
+    if hasattr(tensor, "__tensor_flatten__"):
+        inner = (getattr(tensor, name) for name in tensor.__tensor_flatten__()[0])
+        return sum(tensor_bytes(t) for t in inner if t is not None)
+    return tensor.numel() * tensor.element_size()
+
+
+def model_peer(name: str, model: torch.nn.Module) -> ModelPeer:
+    # A decoding step reads every parameter once (the tied embedding is read as the head).
+    return ModelPeer(name, model, step_bytes=sum(tensor_bytes(p) for p in model.parameters()))
+
+
+def load_peers(folder: str, dtype: str) -> tuple[ModelPeer, ...]:
+    """GPT-2 ("hf") and TinyGPT loaded from the same folder in `dtype`, both SDPA; for "int8", TinyGPT in bfloat16
+    too (INT8_PEER)."""
+    int8 = dtype == "int8"
+    options = dict(dtype=torch.bfloat16 if int8 else getattr(torch, dtype), attn_implementation="sdpa")
+    quantized = options | {"quantization_config": int8_weight_only()} if int8 else options
+    loads = [("hf", GPT2LMHeadModel, quantized), ("tinygpt", TinyGPTForCausalLM, quantized)]
+    loads += [(INT8_PEER, TinyGPTForCausalLM, options)] if int8 else []
+    return tuple(model_peer(name, cls.from_pretrained(folder, **kwargs).eval()) for name, cls, kwargs in loads)
+
+
+def llama_cpp_peers(timer: LlamaCppTimer | None, dtype: str) -> tuple[LlamaCppPeer, ...]:
+    """The GGUFs set beside `dtype` (LLAMA_CPP_PEERS) that run on this machine."""
+    if timer is None:
+        return ()
+    return tuple(LlamaCppPeer(timer, outtype) for outtype in LLAMA_CPP_PEERS.get(dtype, ()) if outtype in timer.ggufs)
+
+
+# ---- the measurements: one row each ----------------------------------------------------------------------------------
+
+
+def timed_row(dtype: str, measure: str, runs: dict, tokens: int, repeats: int, warmups: int = 1) -> dict:
+    """Warm every run up, then time them in paired rounds (`paired_timings`; "hf" and "tinygpt" first): the fields
+    every row has. tok/s are medians; `rounds` keeps each round's probe and tok/s."""
+    for _ in range(warmups):
+        for run in runs.values():
+            run()
+    rounds = paired_timings(runs, repeats)
+    times = rounds["times"]
+    row = {
+        "dtype": dtype,
+        "measure": measure,
+        "memory_bandwidth_GBps": statistics.median(rounds["probes"]) / 1e9,
+        "paired_ratios": rounds["paired_ratios"],
+        "ratio": rounds["ratio"],
+        "rounds": {
+            "probe_GBps": [probe / 1e9 for probe in rounds["probes"]],
+            "tok_s": {name: [tokens / t for t in times[name]] for name in runs},
+        },
+        "hf_tok_s": tokens / statistics.median(times["hf"]),
+        "tinygpt_tok_s": tokens / statistics.median(times["tinygpt"]),
+    }
+    if "peers" not in rounds:
+        return row
+    peers = {name: peer | {"tok_s": tokens / statistics.median(times[name])} for name, peer in rounds["peers"].items()}
+    return row | {"peers": peers}
+
+
+def prefill_row(dtype: str, pair: tuple[ModelPeer, ModelPeer], ids: torch.Tensor, repeats: int) -> dict:
+    """HF's and TinyGPT's prefill of `ids`: one forward with the cache on, logits of the last position only."""
+    batch, length = ids.shape
+    with torch.inference_mode():
+        runs = {peer.name: peer.prefill(ids) for peer in pair}
+        return timed_row(dtype, f"prefill {batch}×{length}", runs, batch * length, repeats)
+
+
+def decode_row(dtype: str, peers: tuple, cache: str, ids: torch.Tensor, settings: SpeedSettings) -> dict:
+    """Greedy decoding of `ids` through `cache` by every peer in the same rounds, and how near each came to the
+    ceiling. Compiled rows warm up twice: their first calls compile and then run slower for a while."""
+    batch = len(ids)
+    runs = {peer.name: peer.decode(cache, ids, settings.new_tokens) for peer in peers}
+    measure = f"decode batch {batch}, {DECODE_CACHES[cache]}"
+    warmups = 2 if cache == "compiled" else 1
+    row = timed_row(dtype, measure, runs, batch * settings.new_tokens, settings.repeats, warmups)
+    step_bytes = {peer.name: peer.step_bytes for peer in peers}
+    return row | {"batch": batch, "cache": cache} | ceiling_fields(row, step_bytes, batch)
+
+
+def ceiling_tok_s(bandwidth: float, step_bytes: int, batch: int) -> float:
+    """Tokens/s if a decoding step only read its weights, at `bandwidth` bytes/s."""
+    return bandwidth / step_bytes * batch
+
+
+def of_ceiling_by_round(rounds: dict, name: str, step_bytes: int, batch: int) -> list[float]:
+    """`name`'s fraction of the ceiling in each round, against the probe taken just before it: the probe swings
+    within minutes while a decoder's speed hardly moves (scripts/README.md, "Speed")."""
+    return [
+        tok_s / ceiling_tok_s(probe * 1e9, step_bytes, batch)
+        for tok_s, probe in zip(rounds["tok_s"][name], rounds["probe_GBps"], strict=True)
+    ]
+
+
+def ceiling_fields(row: dict, step_bytes: dict[str, int], batch: int) -> dict:
+    """A decode row's fractions of the bandwidth ceiling, against the row's median probe and round by round. HF and
+    TinyGPT are both set against TinyGPT's bytes (in int8 rows HF reads more than that); each peer against its own."""
+    bandwidth = row["memory_bandwidth_GBps"] * 1e9
+    ceiling = ceiling_tok_s(bandwidth, step_bytes["tinygpt"], batch)
+    fields = {
+        "ceiling_tok_s": ceiling,
+        "hf_of_ceiling": row["hf_tok_s"] / ceiling,
+        "tinygpt_of_ceiling": row["tinygpt_tok_s"] / ceiling,
+        "tinygpt_of_ceiling_by_round": of_ceiling_by_round(row["rounds"], "tinygpt", step_bytes["tinygpt"], batch),
+    }
+    if "peers" not in row:
+        return fields
+    peers = {}
+    for name, peer in row["peers"].items():
+        peer_ceiling = ceiling_tok_s(bandwidth, step_bytes[name], batch)
+        peers[name] = peer | {
+            "ceiling_tok_s": peer_ceiling,
+            "of_ceiling": peer["tok_s"] / peer_ceiling,
+            "of_ceiling_by_round": of_ceiling_by_round(row["rounds"], name, step_bytes[name], batch),
+        }
+    return fields | {"peers": peers}
+
+
+def dtype_rows(
+    dtype: str,
+    pair: tuple[ModelPeer, ModelPeer],
+    extra: tuple,
+    settings: SpeedSettings,
+    llama_cpp: LlamaCppTimer | None,
+) -> list[dict]:
+    """Every prefill and decode row of one dtype: `pair` (HF, TinyGPT) in every row, `extra` peers and llama.cpp's
+    in decode rows. Prompts are random ids, drawn row by row from torch's seed."""
+    vocab = pair[0].model.config.vocab_size
+    rows = [
+        prefill_row(dtype, pair, torch.randint(0, vocab, shape), settings.repeats) for shape in settings.prefill_shapes
+    ]
+    for cache in settings.caches:
+        for batch in settings.decode_batches:
+            ids = torch.randint(0, vocab, (batch, settings.prompt_length))
+            with_llama_cpp = batch == 1 and cache in LLAMA_CPP_CACHES
+            peers = (*pair, *extra, *(llama_cpp_peers(llama_cpp, dtype) if with_llama_cpp else ()))
+            rows.append(decode_row(dtype, peers, cache, ids, settings))
+    return rows
+
+
+class _Int8Products(torch.nn.Module):
+    """Products of one row of bf16 activations with random int8 weights of the given (rows, columns), one after
+    another, through the op TinyGPT's `Linear` emits for a few rows (`_weight_int8pack_mm`)."""
+
+    def __init__(self, shapes, generator: torch.Generator):
+        super().__init__()
+        weights = [torch.randint(-127, 128, shape, dtype=torch.int8, generator=generator) for shape in shapes]
+        scales = [torch.rand(rows, generator=generator).to(torch.bfloat16) for rows, _ in shapes]
+        self.weights = torch.nn.ParameterList(torch.nn.Parameter(w, requires_grad=False) for w in weights)
+        self.scales = torch.nn.ParameterList(torch.nn.Parameter(s, requires_grad=False) for s in scales)
+
+    def forward(self, inputs: dict[str, torch.Tensor]):
+        return [
+            torch.ops.aten._weight_int8pack_mm(inputs[str(weight.shape[1])], weight, scale)
+            for weight, scale in zip(self.weights, self.scales, strict=True)
+        ]
+
+
+def _call_repeatedly(fn: Callable, argument, calls: int) -> None:
+    for _ in range(calls):
+        fn(argument)
+
+
+def _compiled_int8_read_GBps(products: _Int8Products, inputs: dict, repeats: int) -> float:
+    """GB/s at which `products`, compiled in one call, read their weights (the best of `repeats` timings)."""
+    compiled = torch.compile(products, fullgraph=True)
+    # The compiled kernels must compute the products, or their speed means nothing (bf16: ~3 digits).
+    for got, want in zip(compiled(inputs), products(inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+    weight_bytes = sum(weight.numel() for weight in products.weights)
+    calls = max(3, 256 * 2**20 // weight_bytes)  # ~256 MB read per timing
+    best = min(timed(partial(_call_repeatedly, compiled, inputs, calls)) for _ in range(repeats)) / calls
+    return weight_bytes / best / 1e9
+
+
+def int8_gemv_bandwidth(
+    products: list[tuple[int, int]], one_product_bytes: int = 128 * 2**20, repeats: int = 5
+) -> dict:
+    """How fast the int8 products of a CompiledDecoder's int8 step read their weights from memory, compiled with the
+    decoder's settings (inductor's CPP GEMM template). `products_GBps`: the `products` (rows, columns) one after
+    another, as a step multiplies its block weights (`block_products`); `one_product_GBps`: a single weight of
+    `one_product_bytes`; `probe_GBps`: `memory_bandwidth` right after.
+
+    Where the first is well below the second, a step loses time at every product it starts (threads, ramp-up), not
+    in reading; where the second is below the probe, the kernel cannot keep up with memory."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = {str(c): torch.randn(1, c, generator=generator).to(torch.bfloat16) for c in {c for _, c in products}}
+    one_product = [(one_product_bytes // products[0][1], products[0][1])]
+    cases = {"products": products, "one_product": one_product}
+    settings = INDUCTOR_SETTINGS | GEMV_AUTOTUNE_SETTINGS
+    with torch.no_grad(), torch._inductor.config.patch(settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
+        read = {
+            f"{name}_GBps": _compiled_int8_read_GBps(_Int8Products(shapes, generator).eval(), inputs, repeats)
+            for name, shapes in cases.items()
+        }
+    return {
+        "products": len(products),
+        "one_product_rows": one_product[0][0],
+        **read,
+        "probe_GBps": memory_bandwidth() / 1e9,
+    }
+
+
+def block_products(model) -> list[tuple[int, int]]:
+    """(rows, columns) of every weight in `model`'s blocks, in the order a decoding step multiplies them."""
+    return [tuple(m.weight.shape) for m in model.transformer.h.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def from_pretrained_costs(folder: str) -> dict:
+    """Each model's `from_pretrained` of `folder` in a fresh process (`measure_load`): wall time and peak RSS, and
+    the peak's growth per byte of the folder's weights."""
+    checkpoint = weights_bytes(folder)
+    measured = {
+        name: measure_load(cls, folder) for name, cls in [("hf", "GPT2LMHeadModel"), ("tinygpt", "TinyGPTForCausalLM")]
+    }
+    return {name: m | {"peak_added_per_weight_byte": m["peak_added"] / checkpoint} for name, m in measured.items()}
+
+
+def fastest_decode(rows: list[dict]) -> list[dict]:
+    """Per dtype and batch: TinyGPT's fastest decode row against HF GPT-2's default `generate` (dynamic cache)."""
+    summary = []
+    for default in [row for row in rows if row.get("cache") == "dynamic"]:
+        same = [row for row in rows if row["dtype"] == default["dtype"] and row.get("batch") == default["batch"]]
+        best = max(same, key=lambda row: row["tinygpt_tok_s"])
+        summary.append(
+            {
+                "dtype": default["dtype"],
+                "decode": f"decode batch {default['batch']}",
+                "tinygpt_measure": best["measure"],
+                "tinygpt_tok_s": best["tinygpt_tok_s"],
+                "hf_default_tok_s": default["hf_tok_s"],
+                "ratio": best["tinygpt_tok_s"] / default["hf_tok_s"],
+                "tinygpt_of_ceiling": best["tinygpt_of_ceiling"],
+            }
+        )
+    return summary
+
+
+# ---- the whole benchmark ---------------------------------------------------------------------------------------------
+
+
+def speed_benchmark(
+    folder: str, settings: SpeedSettings = SpeedSettings(), llama_cpp: LlamaCppTimer | None = None
+) -> dict:
+    """Side-by-side timings of transformers' GPT2LMHeadModel and TinyGPT loaded from the same GPT-2 `folder`, dtype
+    by dtype (`dtype_rows`), both given the same treatment in every row; with `llama_cpp`, its GGUFs join the rounds
+    of the batch-1 decode rows ("peers"). After the int8 rows, `int8_gemv_bandwidth` of TinyGPT's block weights
+    (or of the settings' products)."""
+    torch.manual_seed(settings.seed)
+    rows, gemv = [], {}
+    for dtype in settings.dtypes:
+        hf, tinygpt, *extra = load_peers(folder, dtype)
+        rows += dtype_rows(dtype, (hf, tinygpt), tuple(extra), settings, llama_cpp)
+        if dtype == "int8":
+            products = settings.int8_gemv_products or block_products(tinygpt.model)
+            gemv = {"int8_gemv": int8_gemv_bandwidth(list(products), settings.int8_gemv_one_product_bytes)}
+    return {"threads": torch.get_num_threads(), "rows": rows, **gemv, "fastest_decode": fastest_decode(rows)}
+
+
+def start_llama_cpp(folder: str, work: Path, settings: SpeedSettings) -> LlamaCppTimer:
+    """llama.cpp's timer on GGUFs of `folder`, for a prompt of the settings' length (random ids, seed 1)."""
+    vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
+    prompt = torch.randint(0, vocab, (settings.prompt_length,), generator=torch.Generator().manual_seed(1))
+    return LlamaCppTimer(folder, work, prompt.tolist(), settings.new_tokens, torch.get_num_threads())
+
+
+def run_speed_benchmark(
+    settings: SpeedSettings = SpeedSettings(),
+    model: str | None = None,
+    out_json: str | None = None,
+    gpt2_config: dict | None = None,
+    load_memory: bool = True,
+    llama_cpp: bool = False,
+) -> dict:
+    """The whole benchmark on `model` (a GPT-2 folder), or on one of GPT-2 small's shape (or `gpt2_config`'s) made
+    here with the settings' seed; prints the report and writes the JSON to `out_json`. With `llama_cpp`, llama.cpp
+    joins the batch-1 decode rows (its venv is built on first use, a long compile: scripts/README.md, "Speed")."""
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = model or random_gpt2_folder(str(Path(scratch) / "gpt2"), seed=settings.seed, **(gpt2_config or {}))
+        with start_llama_cpp(folder, Path(scratch), settings) if llama_cpp else nullcontext() as timer:
+            result = speed_benchmark(folder, settings, timer)
+        if timer is not None:
+            result = result | {"llama_cpp_unavailable": timer.unavailable, "llama_cpp_gguf_bytes": timer.gguf_bytes}
+        if load_memory:
+            result = result | {"from_pretrained": from_pretrained_costs(folder)}
+    print(format_speed_report(result))
+    if out_json:
+        Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+# ---- the report ------------------------------------------------------------------------------------------------------
+
+
+def _percent_with_rounds(fraction: float, by_round: list[float]) -> str:
+    return f"{100 * fraction:.0f} % ({100 * min(by_round):.0f}–{100 * max(by_round):.0f})"
+
+
+def _pairs(paired_ratios: list[float]) -> str:
+    return f"{min(paired_ratios):.2f}–{max(paired_ratios):.2f}"
+
+
+def _rows_table(result: dict) -> list[str]:
+    lines = [
+        f"{result['threads']} threads; TinyGPT/HF = median of the repeats' paired ratios (pairs: their range); "
+        "ceiling = memory read bandwidth (measured within the row) ÷ weight bytes per step; TinyGPT's % of it: "
+        "against the row's median probe (each round against the probe just before it: their range)",
+        "| dtype | measure | HF GPT-2 tok/s | TinyGPT tok/s | TinyGPT/HF | pairs | GB/s | ceiling tok/s "
+        "| HF % of ceiling | TinyGPT % of ceiling |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in result["rows"]:
+        ceiling = (
+            f"{row['ceiling_tok_s']:,.1f} | {100 * row['hf_of_ceiling']:.0f} % "
+            f"| {_percent_with_rounds(row['tinygpt_of_ceiling'], row['tinygpt_of_ceiling_by_round'])}"
+            if "ceiling_tok_s" in row
+            else " | | "
+        )
+        lines.append(
+            f"| {row['dtype']} | {row['measure']} | {row['hf_tok_s']:,.1f} | {row['tinygpt_tok_s']:,.1f} "
+            f"| {row['ratio']:.2f}× | {_pairs(row['paired_ratios'])} | {row['memory_bandwidth_GBps']:.0f} | {ceiling} |"
+        )
+    return lines
+
+
+def _peers_table(result: dict) -> list[str]:
+    peer_rows = [(row, name, peer) for row in result["rows"] for name, peer in row.get("peers", {}).items()]
+    if not peer_rows:
+        return []
+    lines = [
+        "",
+        "Decode beside peers in the same rounds: llama.cpp (llama-cpp-python, same threads, batch 1; its ceiling = "
+        "bandwidth ÷ its GGUF's bytes) and, for int8, TinyGPT in bfloat16 (the same cache)",
+        "| dtype | TinyGPT | TinyGPT tok/s | peer | peer tok/s | TinyGPT/peer | pairs | GB/s "
+        "| TinyGPT % of ceiling | peer % of ceiling |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row, name, peer in peer_rows:
+        peer_name = f"{name} GGUF" if name.startswith("llama.cpp") else name
+        lines.append(
+            f"| {row['dtype']} | {row['measure']} | {row['tinygpt_tok_s']:,.1f} | {peer_name} "
+            f"| {peer['tok_s']:,.1f} | {peer['ratio']:.2f}× | {_pairs(peer['paired_ratios'])} "
+            f"| {row['memory_bandwidth_GBps']:.0f} "
+            f"| {_percent_with_rounds(row['tinygpt_of_ceiling'], row['tinygpt_of_ceiling_by_round'])} "
+            f"| {_percent_with_rounds(peer['of_ceiling'], peer['of_ceiling_by_round'])} |"
+        )
+    return lines
+
+
+def _notes(result: dict) -> list[str]:
+    lines = []
+    if gemv := result.get("int8_gemv"):
+        lines.append(
+            f"int8 products compiled as in the int8 step (one row, from memory): {gemv['products']} of the "
+            f"step's shapes one after another {gemv['products_GBps']:.1f} GB/s, one of "
+            f"{gemv['one_product_rows']:,} rows {gemv['one_product_GBps']:.1f} GB/s; probe {gemv['probe_GBps']:.1f} GB/s"
+        )
+    for outtype, reason in result.get("llama_cpp_unavailable", {}).items():
+        lines.append(f"llama.cpp {outtype}: not run here ({reason})")
+    for best in result.get("fastest_decode", []):
+        lines.append(
+            f"{best['dtype']} {best['decode']}: TinyGPT's fastest ({best['tinygpt_measure']}) "
+            f"{best['tinygpt_tok_s']:,.1f} tok/s = {best['ratio']:.2f}× HF GPT-2's default generate "
+            f"({best['hf_default_tok_s']:,.1f} tok/s), {100 * best['tinygpt_of_ceiling']:.0f} % of the ceiling"
+        )
+    for name, measured in result.get("from_pretrained", {}).items():
+        lines.append(
+            f"from_pretrained {name}: {measured['wall_s']:.2f} s, peak RSS +{measured['peak_added'] / 2**20:,.0f} MiB "
+            f"({measured['peak_added_per_weight_byte']:.2f}× the weights)"
+        )
+    return lines
+
+
+def format_speed_report(result: dict) -> str:
+    """The rows, the peers beside TinyGPT, then one line per note (int8 products, llama.cpp types left out, the
+    fastest decode against HF's default, from_pretrained costs)."""
+    return "\n".join(_rows_table(result) + _peers_table(result) + _notes(result))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a GPT-2 folder (default: GPT-2 small's shape, random weights, made here)")
+    parser.add_argument("--json", help="also write the measurements here")
+    parser.add_argument("--repeats", type=int, default=SpeedSettings.repeats)
+    parser.add_argument("--new-tokens", type=int, default=SpeedSettings.new_tokens)
+    parser.add_argument("--dtypes", nargs="+", choices=list(SpeedSettings.dtypes), default=list(SpeedSettings.dtypes))
+    parser.add_argument(
+        "--caches",
+        nargs="+",
+        choices=list(DECODE_CACHES),
+        default=list(DECODE_CACHES),
+        help="how decode rows generate (default: all three)",
+    )
+    parser.add_argument(
+        "--llama-cpp",
+        action="store_true",
+        help="batch-1 decode of llama.cpp (f32, f16, q8_0 GGUFs) beside ours, in the same rounds; "
+        "builds its venv on first use (scripts/engines.py; a long compile, once)",
+    )
+    parser.add_argument("--tiny", action="store_true", help="tiny model, short inputs: checks the script only")
+    args = parser.parse_args(argv)
+    settings = TINY if args.tiny else SpeedSettings(repeats=args.repeats, new_tokens=args.new_tokens)
+    settings = replace(settings, dtypes=tuple(args.dtypes), caches=tuple(args.caches))
+    run_speed_benchmark(
+        settings, args.model, args.json, gpt2_config=TINY_GPT2 if args.tiny else None, llama_cpp=args.llama_cpp
+    )
+
+
+if __name__ == "__main__":
+    main()
