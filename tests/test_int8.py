@@ -10,9 +10,8 @@ import sys
 
 import pytest
 import torch
-from conftest import VOCAB, random_gpt2, tiny_model
+from conftest import HAMLET, VOCAB, random_gpt2, save_with_tokenizer, text_model, tiny_model
 from safetensors import safe_open
-from test_hf_integration import save_with_tokenizer, text_model
 from torch import nn
 from transformers import AutoModelForCausalLM, pipeline
 
@@ -170,8 +169,6 @@ def test_int8_without_torchao_names_the_extra_to_install(monkeypatch):
 
 @pytest.mark.slow
 def test_int8_keeps_the_shipped_models_hamlet_perplexity_within_one_percent():
-    from test_default_model import HAMLET
-
     from hf_tinygpt.tools.training import perplexity, tokenize_files
 
     if not HAMLET.exists():

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import random_gpt2, tiny_config, tiny_model
+from conftest import random_gpt2, run_cli, tiny_config, tiny_model
 
 from hf_tinygpt import TinyGPTForCausalLM
 from hf_tinygpt.checkpoints.outputs import MANIFEST
@@ -251,3 +251,8 @@ def test_cli_refuses_with_exit_code_2_and_a_message(tmp_path, capsys, args, mess
     assert main(["plot-positions", *args, "--out", str(tmp_path / "plots")]) == 2
     error = capsys.readouterr().err
     assert error.startswith("hf-tinygpt plot-positions: error:") and message in error
+
+
+def test_plots_refuse_more_positions_than_a_picture_holds(tmp_path, capsys):
+    code, err = run_cli(capsys, "plot-positions", "alibi", "--out", tmp_path / "plots", "--max-positions", 10**9)
+    assert code == 2 and "cannot plot 1000000000 positions" in err

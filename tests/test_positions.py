@@ -135,6 +135,16 @@ def test_learned_positions_refuse_inputs_past_n_positions():
         model.generate(torch.randint(1, VOCAB, (1, 10)), max_new_tokens=10, do_sample=False, pad_token_id=0)
 
 
+def test_sequence_past_n_positions_in_a_cache_is_refused():
+    model = tiny_model("learned", n_positions=8)
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    model(torch.randint(0, VOCAB, (1, 8)), cache=cache, use_cache=True)
+    with pytest.raises(ValueError, match="position 8 was requested"):
+        model(torch.randint(0, VOCAB, (1, 1)), cache=cache, use_cache=True)
+
+
 @pytest.mark.parametrize("scheme_name", ["sinusoidal", "rope", "alibi", "none"])
 def test_other_schemes_run_past_n_positions(scheme_name):
     model = tiny_model(scheme_name, n_positions=16)

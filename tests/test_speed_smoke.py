@@ -4,28 +4,14 @@ asserts a speed or a memory figure: the scripts report them."""
 
 import json
 import statistics
-import subprocess
-import sys
 from functools import partial
-from pathlib import Path
 
 import pytest
+from conftest import run_module
 
 from scripts.measure import measure_in_subprocess, paired_timings
 
 MiB = 2**20
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_module(name, *args):
-    """`python -m scripts.NAME ARGS` from the repository root, as scripts/README.md runs them."""
-    return subprocess.run(
-        [sys.executable, "-m", f"scripts.{name}", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
 
 
 @pytest.mark.slow

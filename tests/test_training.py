@@ -1,49 +1,21 @@
-"""Training from scratch: reproducible data order, data-parallel equals one process, Ctrl-C + --resume lose nothing,
-and the result is a complete model folder whose card states the measured validation perplexity."""
+"""Training from scratch: the data (text files, a held-out file, reproducible block order), and runs, one process or
+data-parallel (which equals one process), whose result is a complete model folder with a card that states the
+measured validation perplexity. Ctrl-C and `--resume` are in test_resume.py; a bad flag or input, named in one line,
+in test_cli_errors.py."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import TINY_TRAINING, tiny_model
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.tools.training import batch_indices, pack, perplexity, text_files
-
-TINY = [
-    "--n-layer",
-    "1",
-    "--n-embd",
-    "16",
-    "--n-head",
-    "2",
-    "--block-size",
-    "32",
-    "--batch-size",
-    "4",
-    "--warmup-steps",
-    "2",
-    "--eval-every",
-    "5",
-]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """Two small training files, a file the glob skips, and a held-out file: a few thousand tokens."""
-    folder = tmp_path_factory.mktemp("corpus")
-    text = "\n".join(f"Line {i}: to be, or not to be, that is the question; {i % 7} times." for i in range(300))
-    (folder / "a_play.txt").write_text(text[: len(text) // 2])
-    (folder / "b_play.txt").write_text(text[len(text) // 2 :])
-    (folder / "notes.md").write_text("not a play")
-    (folder / "held_out.txt").write_text("\n".join(f"Line {i}: whether 'tis nobler in the mind." for i in range(40)))
-    return folder
 
 
 def train_cli(*args, cwd=None, **popen):
@@ -54,13 +26,13 @@ def train_cli(*args, cwd=None, **popen):
 # ---- data ----------------------------------------------------------------------------------------------------
 
 
-def test_text_files_hold_out_validation_and_follow_the_glob(corpus):
-    files = text_files([str(corpus)], "*.txt", exclude=[str(corpus / "held_out.txt")])
+def test_text_files_hold_out_validation_and_follow_the_glob(plays):
+    files = text_files([str(plays)], "*.txt", exclude=[str(plays / "held_out.txt")])
     assert [f.name for f in files] == ["a_play.txt", "b_play.txt"]
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        text_files([str(corpus / "nowhere")])
+        text_files([str(plays / "nowhere")])
     with pytest.raises(ValueError, match="no text files"):
-        text_files([str(corpus)], "*.csv")
+        text_files([str(plays)], "*.csv")
 
 
 def test_every_block_once_per_epoch_in_a_seeded_order():
@@ -85,15 +57,15 @@ def test_pack_and_perplexity_agree_with_the_models_own_loss():
 # ---- runs ----------------------------------------------------------------------------------------------------
 
 
-def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_path, cli):
+def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_path, cli):
     out = tmp_path / "run"
     run = cli(
         "train",
         "--train",
-        corpus,
+        plays,
         "--validation",
-        corpus / "held_out.txt",
-        *TINY,
+        plays / "held_out.txt",
+        *TINY_TRAINING,
         "--steps",
         10,
         "--out",
@@ -119,7 +91,7 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_p
     card = ModelCard.load(model_dir / "README.md")
     training = card.data.tinygpt["training"]
     model = TinyGPTForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    held_out = torch.tensor(gpt2_tokenizer()((corpus / "held_out.txt").read_text()).input_ids + [50256])
+    held_out = torch.tensor(gpt2_tokenizer()((plays / "held_out.txt").read_text()).input_ids + [50256])
     measured = perplexity(model, held_out, 32)
     # The card's figure is the shipped (bf16) weights' own, measured again here: equal up to float32 summation order.
     assert training["validation_perplexity"] == pytest.approx(measured, rel=1e-4)
@@ -131,54 +103,8 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(corpus, tmp_p
     assert [r["step"] for r in summary["history"]] == list(range(1, 11))
     assert summary["history"][-1]["train_loss"] < summary["history"][0]["train_loss"]  # it learned something
 
-    again = cli("train", "--train", corpus, *TINY, "--steps", 2, "--out", out)  # never overwritten silently
+    again = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--out", out)  # never overwritten silently
     assert again.returncode == 2 and "--force" in again.stderr
-
-
-def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(corpus, tmp_path, cli, monkeypatch):
-    """A real SIGINT, sent while step 7 is being prepared: the step finishes, a checkpoint is saved, exit 130. Dropout
-    is on, so resuming must restore the RNG state too, not only weights, optimizer and schedule."""
-    from hf_tinygpt.tools import training
-
-    args = [
-        "--train",
-        corpus,
-        "--validation",
-        corpus / "held_out.txt",
-        *TINY,
-        "--dropout",
-        "0.1",
-        "--steps",
-        20,
-        "--save-every",
-        1000,
-        "--eval-every",
-        1000,
-    ]
-    straight = cli("train", *args, "--out", tmp_path / "straight")
-    assert straight.returncode == 0, straight.stderr[-3000:]
-
-    def interrupted_at_step_7(step, *rest):
-        if step == 7:
-            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends; training's own handler receives it
-        return batch_indices(step, *rest)
-
-    monkeypatch.setattr(training, "batch_indices", interrupted_at_step_7)
-    cut = cli("train", *args, "--out", tmp_path / "cut")
-    monkeypatch.undo()
-    assert cut.returncode == 130 and "checkpoint saved at step 8" in cut.stderr, cut.stderr[-3000:]
-    assert [p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()] == ["step-000008"]
-    assert not (tmp_path / "cut" / "model").exists()
-
-    changed = cli("train", *args, "--out", tmp_path / "cut", "--resume", "--lr", "0.5")
-    assert changed.returncode == 2 and "changed: learning_rate" in changed.stderr
-    resumed = cli("train", *args, "--out", tmp_path / "cut", "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from" in resumed.stdout
-    ours = load_file(tmp_path / "cut" / "model" / "model.safetensors")
-    reference = load_file(tmp_path / "straight" / "model" / "model.safetensors")
-    assert ours.keys() == reference.keys()
-    assert all(torch.equal(ours[key], reference[key]) for key in ours)
 
 
 DRIVER = """
@@ -196,13 +122,13 @@ if state.is_main_process:
 
 
 @pytest.mark.slow
-def test_two_process_data_parallel_run_matches_one_process(corpus, tmp_path):
+def test_two_process_data_parallel_run_matches_one_process(plays, tmp_path):
     """torchrun, 2 CPU processes (gloo): the ranks end identical, and match a 1-process run on the same global batch
     (to float rounding: all-reduced gradients are summed in another order). The learning-rate schedule must advance
     once per step, not once per process as a schedule prepared by accelerate would."""
     settings = {
-        "train": [str(corpus)],
-        "validation": [str(corpus / "held_out.txt")],
+        "train": [str(plays)],
+        "validation": [str(plays / "held_out.txt")],
         "block_size": 32,
         "batch_size": 4,
         "steps": 6,

@@ -17,6 +17,7 @@ def renamed_cache_argument(forward):
         return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
     return forward
 
+
 try:  # 5.24 resolves a revision to its commit once per load, and every later read reuses that commit
     from transformers.utils.hub import resolve_revision
 except ImportError:

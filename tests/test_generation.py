@@ -1,10 +1,10 @@
-"""The main job, `hf-tinygpt generate`: any tinygpt or GPT-2 model through AutoModelForCausalLM, streamed."""
+"""The main job, `hf-tinygpt generate`: any tinygpt, GPT-2 or GPT-NeoX-exported model through AutoModelForCausalLM,
+streamed. (Its one-line errors are in test_cli_errors.py, `--int8` in test_int8.py.)"""
 
 import io
 
 import pytest
-from conftest import random_gpt2
-from test_hf_integration import save_with_tokenizer, text_model
+from conftest import random_gpt2, run_cli, save_with_tokenizer, text_model, tiny_model
 from transformers import pipeline
 
 import hf_tinygpt
@@ -63,6 +63,14 @@ def test_a_gpt2_folder_works_through_the_auto_classes(tmp_path, capsys):
     ids = hf_tinygpt.gpt2_tokenizer()(PROMPT, return_tensors="pt").input_ids
     expected = gpt2.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=50256)
     assert capsys.readouterr().out == hf_tinygpt.gpt2_tokenizer().decode(expected[0]) + "\n"
+
+
+def test_generate_runs_a_gpt_neox_export_of_a_rope_model(tmp_path, capsys):
+    rope = tmp_path / "rope"
+    tiny_model("rope", vocab_size=50257).save_pretrained(rope)
+    assert run_cli(capsys, "convert", rope, "--to", "gpt_neox", "--out", tmp_path / "neox")[0] == 0
+    code, out = run_cli(capsys, "generate", "hello", "--model", tmp_path / "neox", "--max-new-tokens", 3)
+    assert code == 0, out
 
 
 def test_a_missing_model_is_a_clear_error(tmp_path, capsys):

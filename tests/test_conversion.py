@@ -1,4 +1,6 @@
-"""GPT-2 checkpoints in every layout met in the wild, converted both ways, with self-verifying scripts."""
+"""Loading and converting checkpoints: GPT-2 in every layout met in the wild (folders, .bin, sharded, a Hub id),
+nanoGPT's ckpt.pt, exports to GPT-2 and GPT-NeoX (always verified against transformers' own class), the strict loader
+every command uses, and bad checkpoints, each named in one line with nothing written."""
 
 import json
 import re
@@ -8,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import VOCAB, random_gpt2
+from conftest import HUB_TOKEN, VOCAB, hub_subprocess_env, random_gpt2, run_cli, tiny_model
 from safetensors.torch import load_file, save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.checkpoints.reading import load_strictly
 from hf_tinygpt.cli import main
 
 IDS = torch.randint(0, VOCAB, (2, 20), generator=torch.Generator().manual_seed(0))
@@ -36,6 +39,9 @@ def write_folder(folder, gpt2, tensors, weights_name="model.safetensors"):
     else:
         torch.save(tensors, folder / weights_name)
     return folder
+
+
+# ---- GPT-2 layouts load with GPT-2's logits --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -73,12 +79,12 @@ def test_layouts_load_with_gpt2_logits(tmp_path, layout):
     assert_same_logits(tiny, gpt2)
 
 
-def test_bin_files_are_read_with_weights_only(tmp_path):
-    """A pickle that would run code on load is refused (torch.load(weights_only=True))."""
+def test_old_non_zip_pickle_loads(tmp_path):
     gpt2 = random_gpt2()
-    write_folder(tmp_path, gpt2, {"transformer.wte.weight": torch.zeros(2), "payload": Path("x")}, "pytorch_model.bin")
-    with pytest.raises(Exception, match="(?i)weights.only|unsupported|global"):
-        TinyGPTForCausalLM.from_pretrained(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    gpt2.config.to_json_file(tmp_path / "config.json")
+    torch.save(gpt2_tensors(gpt2), tmp_path / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    assert_same_logits(TinyGPTForCausalLM.from_pretrained(tmp_path).eval(), gpt2)
 
 
 def test_hub_repo_id_resolves_through_the_hf_cache(tmp_path):
@@ -111,7 +117,6 @@ with torch.no_grad():
 def test_private_sharded_hub_repo_over_http_with_revision_and_token(hub, tmp_path):
     """A Hub id through huggingface_hub's real HTTP path (tests/hub_server.py on loopback): a private repo whose
     `dev` branch holds a sharded checkpoint; the token and revision travel as transformers passes them."""
-    from conftest import HUB_TOKEN, hub_subprocess_env
     from huggingface_hub import HfApi
 
     gpt2 = random_gpt2()
@@ -144,7 +149,7 @@ def test_private_sharded_hub_repo_over_http_with_revision_and_token(hub, tmp_pat
     assert len(shards) > 1 and all("/resolve/" in path for path in shards)
 
 
-# ---- the conversion scripts ----------------------------------------------------------------------------------
+# ---- converting to tinygpt: GPT-2 folders, nanoGPT checkpoints, the conversion scripts -------------------------------
 
 
 def run_script(name, *args):
@@ -262,7 +267,248 @@ def test_nanogpt_checkpoint_converts_exactly(tmp_path, bias, compiled, cli):
     assert_same_logits(tiny, reference, ids)
 
 
-# ---- bad inputs: a clear message and no partial output -------------------------------------------------------
+def test_dtype_option_stores_bfloat16_weights(tmp_path, cli):
+    from safetensors import safe_open
+
+    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    out = cli(
+        "convert",
+        tmp_path / "gpt2",
+        "--out",
+        tmp_path / "tiny",
+        "--tokenizer",
+        "gpt2",
+        "--dtype",
+        "bfloat16",
+        "--verify",
+        "--tolerance",
+        "0.05",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    with safe_open(tmp_path / "tiny" / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(key).dtype for key in f.keys()} == {torch.bfloat16}
+    assert TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").dtype == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_the_conversion_scripts_are_the_convert_verb(tmp_path):
+    """scripts/convert_*.py in a fresh interpreter: the same `hf-tinygpt convert`, both ways, verified."""
+    random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(tmp_path / "gpt2")
+    out = run_script(
+        "convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2", "--verify"
+    )
+    assert out.returncode == 0 and "verify: max |Δlogits|" in out.stdout, out.stderr[-2000:]
+    back = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", "--out", tmp_path / "back", "--verify")
+    assert back.returncode == 0 and "GPT2LMHeadModel format" in back.stdout, back.stderr[-2000:]
+
+
+# ---- exporting to GPT-2 and GPT-NeoX ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scheme, to, reason",
+    [
+        ("rope", "gpt2", "RoPE rotates q and k inside attention, which GPT-2's attention does not"),
+        ("alibi", "gpt2", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
+        ("alibi", "gpt_neox", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
+    ],
+)
+def test_export_names_what_the_target_cannot_express(tmp_path, scheme, to, reason, cli):
+    tiny_model(scheme).save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", to, tmp_path / "tiny", "--out", tmp_path / "exported")
+    assert out.returncode == 2 and f"position_embedding_type='{scheme}'" in out.stderr and reason in out.stderr
+    assert not (tmp_path / "exported").exists()
+
+
+@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "none"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"scale_embeddings": True},
+        {"tie_word_embeddings": False},
+        {"scale_embeddings": True, "tie_word_embeddings": False},
+    ],
+    ids=["tied", "scaled", "untied", "scaled-untied"],
+)
+def test_gpt2_twins_export_exactly(tmp_path, cli, scheme, fields):
+    """Fixed position rows (sinusoidal, or none: zeros) become GPT-2's wpe; scaled embeddings a pre-scaled wte with
+    the unscaled matrix as an untied head. transformers' own GPT2LMHeadModel then gives the same logits at every
+    position up to n_positions."""
+    model = tiny_model(scheme, **fields)
+    model.save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "verify: max |Δlogits|" in out.stdout  # checked against GPT2LMHeadModel before anything was written
+    gpt2 = GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").eval()
+    ids = torch.randint(0, VOCAB, (2, model.config.n_positions))
+    with torch.no_grad():
+        assert (gpt2(ids).logits - model(ids).logits).abs().max() <= 1e-5
+
+
+def test_gpt2_export_is_complete_for_engines(tmp_path, cli):
+    """What engines' converters read: GPT-2's legacy `n_ctx`, and a tokenizer, the bundled one when the source
+    relies on it (no tokenizer files, GPT-2's vocabulary, like the shipped model); `--dtype` is honoured."""
+    from safetensors import safe_open
+
+    random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(tmp_path / "gpt2")
+    TinyGPTForCausalLM.from_pretrained(tmp_path / "gpt2").save_pretrained(tmp_path / "tiny")  # no tokenizer files
+    out = cli(
+        "convert",
+        "--to",
+        "gpt2",
+        tmp_path / "tiny",
+        "--out",
+        tmp_path / "back",
+        "--dtype",
+        "bfloat16",
+        "--verify",
+        "--tolerance",
+        "0.05",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert config["n_ctx"] == config["n_positions"] == 64
+    assert (tmp_path / "back" / "tokenizer.json").is_file()
+    with safe_open(tmp_path / "back" / "model.safetensors", "pt") as f:
+        assert {f.get_tensor(key).dtype for key in f.keys()} == {torch.bfloat16}
+
+
+def test_export_to_gpt2_verifies_a_folder_without_a_tokenizer(tiny_folder, tmp_path, capsys):
+    code, err = run_cli(capsys, "convert", tiny_folder, "--to", "gpt2", "--out", tmp_path / "gpt2", "--verify")
+    assert code == 0, err
+    assert "verify: max |Δlogits|" in err
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--trim-vocab", "10"), ("--n-head", "2"), ("--license", "apache-2.0"), ("--base-model", "gpt2")]
+)
+def test_gpt2_export_refuses_flags_it_would_ignore(tmp_path, cli, flag, value):
+    tiny_model().save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", flag, value)
+    assert out.returncode == 2 and f"{flag} only apply to a conversion to tinygpt" in out.stderr
+    assert not (tmp_path / "gpt2").exists()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"partial_rotary_factor": 0.5},
+        {"scale_embeddings": True},
+        {"tie_word_embeddings": False},
+        {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+    ],
+    ids=["default", "partial", "scaled", "untied", "linear-scaling"],
+)
+def test_rope_exports_exactly_to_gpt_neox(tmp_path, cli, fields):
+    """A rope TinyGPT is GPT-NeoX with sequential residuals: per-head q/k/v rows, rotate-half RoPE on the first
+    partial_rotary_factor of each head. transformers' own GPTNeoXForCausalLM gives the same logits."""
+    from transformers import GPTNeoXForCausalLM
+
+    model = tiny_model("rope", **fields)
+    model.save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", "gpt_neox", tmp_path / "tiny", "--out", tmp_path / "neox", "--verify")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "GPTNeoXForCausalLM format" in out.stdout
+    neox = GPTNeoXForCausalLM.from_pretrained(tmp_path / "neox").eval()
+    assert neox.config.use_parallel_residual is False
+    # complete for llama.cpp's converter: an output matrix of its own, and the RoPE settings by their old names
+    assert neox.config.tie_word_embeddings is False and neox.get_output_embeddings().weight.abs().sum() > 0
+    saved = json.loads((tmp_path / "neox" / "config.json").read_text())
+    assert saved["rotary_pct"] == model.config.rope_parameters.get("partial_rotary_factor", 1.0)
+    assert saved["rotary_emb_base"] == model.config.rope_parameters["rope_theta"]
+    ids = torch.randint(0, VOCAB, (2, model.config.n_positions))
+    with torch.no_grad():
+        assert (neox(ids).logits - model(ids).logits).abs().max() <= 1e-5
+
+
+def test_only_rope_exports_to_gpt_neox(tmp_path, cli):
+    tiny_model("learned").save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", "gpt_neox", tmp_path / "tiny", "--out", tmp_path / "neox")
+    assert out.returncode == 2 and "position_embedding_type='learned' has no GPT-NeoX twin" in out.stderr
+    assert not (tmp_path / "neox").exists()
+
+
+def test_an_export_that_does_not_match_its_source_writes_nothing(tmp_path, cli):
+    """Exports are always verified: bf16 weights miss the default 1e-5 bound, so nothing is written (pass
+    --tolerance 0.05 for bf16, as for every verified conversion)."""
+    tiny_model("sinusoidal").save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", "--dtype", "bfloat16")
+    assert out.returncode == 2 and "verification failed" in out.stderr and "nothing written" in out.stderr
+    assert not (tmp_path / "gpt2").exists()
+
+
+# ---- the strict loader: every tensor of the checkpoint, and only those, in the model's shapes ------------------------
+
+
+def test_a_missing_tensor_is_reported_by_from_pretrained_and_refused_by_the_strict_loader(tmp_path, cli):
+    tiny_model().save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    del tensors["transformer.h.1.mlp.c_fc.bias"]
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    # transformers' contract: the tensor is initialised and reported, as for any model.
+    _, info = TinyGPTForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert set(info["missing_keys"]) == {"transformer.h.1.mlp.c_fc.bias"}
+    # What this package owns is strict: the library's loader and every command refuse it, naming the tensor.
+    with pytest.raises(ValueError, match=r"Missing: \['transformer.h.1.mlp.c_fc.bias'\]"):
+        load_strictly(tmp_path)
+    result = cli("generate", "hi", "--model", tmp_path, "--max-new-tokens", "2")
+    assert result.returncode != 0 and "Missing: ['transformer.h.1.mlp.c_fc.bias']" in result.stderr
+
+
+def test_gpt2_folder_with_missing_and_misshapen_tensors_lists_them(tmp_path):
+    random_gpt2().save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    del tensors["transformer.h.0.ln_2.weight"]
+    tensors["transformer.h.1.attn.c_proj.bias"] = torch.zeros(31)
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError) as error:
+        load_strictly(tmp_path)
+    assert "Missing: ['transformer.h.0.ln_2.weight']" in str(error.value)
+    assert "transformer.h.1.attn.c_proj.bias is (31,) in the checkpoint, (32,) in the model" in str(error.value)
+
+
+def test_gpt2_folder_without_weights_names_the_files_it_looked_for(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 4}))
+    with pytest.raises(OSError, match="model.safetensors"):
+        TinyGPTForCausalLM.from_pretrained(tmp_path)
+
+
+def test_a_tinygpt_folder_with_unexpected_tensors_is_refused(tmp_path):
+    """A learned model whose config was edited to rope would silently drop its trained `wpe`."""
+    tiny_model("learned").save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["position_embedding_type"] = "rope"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"Unexpected: \['transformer.wpe.weight'\]"):
+        load_strictly(tmp_path)
+
+
+def test_a_target_class_checkpoint_that_does_not_fit_is_named_as_well(tmp_path):
+    """The strict loader reads exports back with their own class (GPT-NeoX names its layer count differently)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    GPTNeoXForCausalLM(
+        GPTNeoXConfig(
+            hidden_size=32,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            intermediate_size=64,
+            vocab_size=VOCAB,
+            tie_word_embeddings=False,
+        )
+    ).save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    del tensors["embed_out.weight"]
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(
+        ValueError, match=r"does not match the model \(2 layers\)\. Missing: \['(embed_out|lm_head).weight'\]"
+    ):
+        load_strictly(tmp_path, GPTNeoXForCausalLM)
+
+
+# ---- bad checkpoints: a clear message and no partial output ----------------------------------------------------------
 
 
 def broken_source(tmp_path, kind):
@@ -314,209 +560,52 @@ def test_bad_sources_fail_clearly_and_leave_nothing(tmp_path, kind, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.partial-")]
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_convert_refuses_non_finite_weights(gpt2_folder, tmp_path, capsys, value):
+    tensors = load_file(gpt2_folder / "model.safetensors")
+    tensors["transformer.h.1.mlp.c_fc.weight"][3, 4] = value
+    save_file(tensors, gpt2_folder / "model.safetensors", metadata={"format": "pt"})
+    code, err = run_cli(capsys, "convert", gpt2_folder, "--out", tmp_path / "out", "--tokenizer", "gpt2")
+    assert code == 2 and "inf or NaN values: transformer.h.1.mlp.c_fc.weight" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_convert_refuses_integer_tensors_in_a_weights_file_by_name(gpt2_folder, tmp_path, capsys):
+    """(A GPT-2 folder is read by transformers' GPT2LMHeadModel, which casts tensors to the model's dtype.)"""
+    tensors = load_file(gpt2_folder / "model.safetensors")
+    tensors["transformer.h.0.ln_1.bias"] = torch.zeros(32, dtype=torch.int64)
+    save_file(tensors, gpt2_folder / "model.safetensors", metadata={"format": "pt"})
+    code, err = run_cli(
+        capsys, "convert", gpt2_folder / "model.safetensors", "--out", tmp_path / "out", "--tokenizer", "gpt2"
+    )
+    assert code == 2 and "not floating-point weights: transformer.h.0.ln_1.bias (torch.int64)" in err
+
+
+def weights_file(tmp_path, tensors) -> Path:
+    path = tmp_path / "weights.bin"
+    torch.save(tensors, path)
+    return path
+
+
 @pytest.mark.parametrize(
-    "scheme, to, reason",
+    "make, message",
     [
-        ("rope", "gpt2", "RoPE rotates q and k inside attention, which GPT-2's attention does not"),
-        ("alibi", "gpt2", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
-        ("alibi", "gpt_neox", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
+        (lambda p: weights_file(p, [torch.zeros(2)]), "holds list, not a state dict"),
+        (lambda p: weights_file(p, {3: torch.zeros(2)}), "holds dict, not a state dict"),
+        (lambda p: weights_file(p, {"wte.weight": torch.zeros(5)}), "not a GPT-2 checkpoint"),
+        (lambda p: nanogpt_file(p, model={7: torch.zeros(2)}), "'model' must map tensor names to tensors"),
+        (lambda p: nanogpt_file(p, vocab_size=None), "model_args\\['vocab_size'\\] is None, not an integer"),
     ],
 )
-def test_export_names_what_the_target_cannot_express(tmp_path, scheme, to, reason, cli):
-    from conftest import tiny_model
-
-    tiny_model(scheme).save_pretrained(tmp_path / "tiny")
-    out = cli("convert", "--to", to, tmp_path / "tiny", "--out", tmp_path / "exported")
-    assert out.returncode == 2 and f"position_embedding_type='{scheme}'" in out.stderr and reason in out.stderr
-    assert not (tmp_path / "exported").exists()
+def test_malformed_weights_files_are_named(tmp_path, capsys, make, message):
+    code, err = run_cli(capsys, "convert", make(tmp_path), "--out", tmp_path / "out", "--tokenizer", "gpt2")
+    assert code == 2 and re.search(message, err), err
 
 
-@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "none"])
-@pytest.mark.parametrize(
-    "fields",
-    [
-        {},
-        {"scale_embeddings": True},
-        {"tie_word_embeddings": False},
-        {"scale_embeddings": True, "tie_word_embeddings": False},
-    ],
-    ids=["tied", "scaled", "untied", "scaled-untied"],
-)
-def test_gpt2_twins_export_exactly(tmp_path, cli, scheme, fields):
-    """Fixed position rows (sinusoidal, or none: zeros) become GPT-2's wpe; scaled embeddings a pre-scaled wte with
-    the unscaled matrix as an untied head. transformers' own GPT2LMHeadModel then gives the same logits at every
-    position up to n_positions."""
-    from conftest import tiny_model
-
-    model = tiny_model(scheme, **fields)
-    model.save_pretrained(tmp_path / "tiny")
-    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "verify: max |Δlogits|" in out.stdout  # checked against GPT2LMHeadModel before anything was written
-    gpt2 = GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").eval()
-    ids = torch.randint(0, VOCAB, (2, model.config.n_positions))
-    with torch.no_grad():
-        assert (gpt2(ids).logits - model(ids).logits).abs().max() <= 1e-5
-
-
-def test_dtype_option_stores_bfloat16_weights(tmp_path, cli):
-    from safetensors import safe_open
-
-    random_gpt2().save_pretrained(tmp_path / "gpt2")
-    out = cli(
-        "convert",
-        tmp_path / "gpt2",
-        "--out",
-        tmp_path / "tiny",
-        "--tokenizer",
-        "gpt2",
-        "--dtype",
-        "bfloat16",
-        "--verify",
-        "--tolerance",
-        "0.05",
+def nanogpt_file(tmp_path, model=None, **args) -> Path:
+    model_args = {"vocab_size": 64, "block_size": 16, "n_embd": 8, "n_layer": 1, "n_head": 2, **args}
+    torch.save(
+        {"model": model or {"transformer.wte.weight": torch.zeros(64, 8)}, "model_args": model_args},
+        tmp_path / "ckpt.pt",
     )
-    assert out.returncode == 0, out.stderr[-2000:]
-    with safe_open(tmp_path / "tiny" / "model.safetensors", "pt") as f:
-        assert {f.get_tensor(key).dtype for key in f.keys()} == {torch.bfloat16}
-    assert TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").dtype == torch.bfloat16
-
-
-def test_old_non_zip_pickle_loads(tmp_path):
-    gpt2 = random_gpt2()
-    tmp_path.mkdir(exist_ok=True)
-    gpt2.config.to_json_file(tmp_path / "config.json")
-    torch.save(gpt2_tensors(gpt2), tmp_path / "pytorch_model.bin", _use_new_zipfile_serialization=False)
-    assert_same_logits(TinyGPTForCausalLM.from_pretrained(tmp_path).eval(), gpt2)
-
-
-@pytest.mark.slow
-def test_the_conversion_scripts_are_the_convert_verb(tmp_path):
-    """scripts/convert_*.py in a fresh interpreter: the same `hf-tinygpt convert`, both ways, verified."""
-    random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(tmp_path / "gpt2")
-    out = run_script(
-        "convert_gpt2_to_tinygpt.py", tmp_path / "gpt2", "--out", tmp_path / "tiny", "--tokenizer", "gpt2", "--verify"
-    )
-    assert out.returncode == 0 and "verify: max |Δlogits|" in out.stdout, out.stderr[-2000:]
-    back = run_script("convert_tinygpt_to_gpt2.py", tmp_path / "tiny", "--out", tmp_path / "back", "--verify")
-    assert back.returncode == 0 and "GPT2LMHeadModel format" in back.stdout, back.stderr[-2000:]
-
-
-def test_gpt2_export_is_complete_for_engines(tmp_path, cli):
-    """What engines' converters read: GPT-2's legacy `n_ctx`, and a tokenizer, the bundled one when the source
-    relies on it (no tokenizer files, GPT-2's vocabulary, like the shipped model); `--dtype` is honoured."""
-    from safetensors import safe_open
-
-    random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(tmp_path / "gpt2")
-    TinyGPTForCausalLM.from_pretrained(tmp_path / "gpt2").save_pretrained(tmp_path / "tiny")  # no tokenizer files
-    out = cli(
-        "convert",
-        "--to",
-        "gpt2",
-        tmp_path / "tiny",
-        "--out",
-        tmp_path / "back",
-        "--dtype",
-        "bfloat16",
-        "--verify",
-        "--tolerance",
-        "0.05",
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    config = json.loads((tmp_path / "back" / "config.json").read_text())
-    assert config["n_ctx"] == config["n_positions"] == 64
-    assert (tmp_path / "back" / "tokenizer.json").is_file()
-    with safe_open(tmp_path / "back" / "model.safetensors", "pt") as f:
-        assert {f.get_tensor(key).dtype for key in f.keys()} == {torch.bfloat16}
-
-
-@pytest.mark.parametrize(
-    "flag, value", [("--trim-vocab", "10"), ("--n-head", "2"), ("--license", "apache-2.0"), ("--base-model", "gpt2")]
-)
-def test_gpt2_export_refuses_flags_it_would_ignore(tmp_path, cli, flag, value):
-    from conftest import tiny_model
-
-    tiny_model().save_pretrained(tmp_path / "tiny")
-    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", flag, value)
-    assert out.returncode == 2 and f"{flag} only apply to a conversion to tinygpt" in out.stderr
-    assert not (tmp_path / "gpt2").exists()
-
-
-@pytest.mark.parametrize(
-    "fields",
-    [
-        {},
-        {"partial_rotary_factor": 0.5},
-        {"scale_embeddings": True},
-        {"tie_word_embeddings": False},
-        {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
-    ],
-    ids=["default", "partial", "scaled", "untied", "linear-scaling"],
-)
-def test_rope_exports_exactly_to_gpt_neox(tmp_path, cli, fields):
-    """A rope TinyGPT is GPT-NeoX with sequential residuals: per-head q/k/v rows, rotate-half RoPE on the first
-    partial_rotary_factor of each head. transformers' own GPTNeoXForCausalLM gives the same logits."""
-    from conftest import tiny_model
-    from transformers import GPTNeoXForCausalLM
-
-    model = tiny_model("rope", **fields)
-    model.save_pretrained(tmp_path / "tiny")
-    out = cli("convert", "--to", "gpt_neox", tmp_path / "tiny", "--out", tmp_path / "neox", "--verify")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "GPTNeoXForCausalLM format" in out.stdout
-    neox = GPTNeoXForCausalLM.from_pretrained(tmp_path / "neox").eval()
-    assert neox.config.use_parallel_residual is False
-    # complete for llama.cpp's converter: an output matrix of its own, and the RoPE settings by their old names
-    assert neox.config.tie_word_embeddings is False and neox.get_output_embeddings().weight.abs().sum() > 0
-    saved = json.loads((tmp_path / "neox" / "config.json").read_text())
-    assert saved["rotary_pct"] == model.config.rope_parameters.get("partial_rotary_factor", 1.0)
-    assert saved["rotary_emb_base"] == model.config.rope_parameters["rope_theta"]
-    ids = torch.randint(0, VOCAB, (2, model.config.n_positions))
-    with torch.no_grad():
-        assert (neox(ids).logits - model(ids).logits).abs().max() <= 1e-5
-
-
-def test_only_rope_exports_to_gpt_neox(tmp_path, cli):
-    from conftest import tiny_model
-
-    tiny_model("learned").save_pretrained(tmp_path / "tiny")
-    out = cli("convert", "--to", "gpt_neox", tmp_path / "tiny", "--out", tmp_path / "neox")
-    assert out.returncode == 2 and "position_embedding_type='learned' has no GPT-NeoX twin" in out.stderr
-    assert not (tmp_path / "neox").exists()
-
-
-def test_an_export_that_does_not_match_its_source_writes_nothing(tmp_path, cli):
-    """Exports are always verified: bf16 weights miss the default 1e-5 bound, so nothing is written (pass
-    --tolerance 0.05 for bf16, as for every verified conversion)."""
-    from conftest import tiny_model
-
-    tiny_model("sinusoidal").save_pretrained(tmp_path / "tiny")
-    out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", "--dtype", "bfloat16")
-    assert out.returncode == 2 and "verification failed" in out.stderr and "nothing written" in out.stderr
-    assert not (tmp_path / "gpt2").exists()
-
-
-def test_a_target_class_checkpoint_that_does_not_fit_is_named_as_well(tmp_path):
-    """The strict loader reads exports back with their own class (GPT-NeoX names its layer count differently)."""
-    from safetensors.torch import load_file, save_file
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
-    from hf_tinygpt.checkpoints.reading import load_strictly
-
-    GPTNeoXForCausalLM(
-        GPTNeoXConfig(
-            hidden_size=32,
-            num_attention_heads=4,
-            num_hidden_layers=2,
-            intermediate_size=64,
-            vocab_size=VOCAB,
-            tie_word_embeddings=False,
-        )
-    ).save_pretrained(tmp_path)
-    tensors = load_file(tmp_path / "model.safetensors")
-    del tensors["embed_out.weight"]
-    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(
-        ValueError, match=r"does not match the model \(2 layers\)\. Missing: \['(embed_out|lm_head).weight'\]"
-    ):
-        load_strictly(tmp_path, GPTNeoXForCausalLM)
+    return tmp_path / "ckpt.pt"

@@ -1,4 +1,6 @@
-"""TinyGPT behaves like any transformers causal LM: Auto classes, pipeline, remote code, tying, training knobs."""
+"""TinyGPT behaves like any transformers causal LM: the Auto classes and pipeline, a saved folder that carries its own
+code (and loads where hf_tinygpt is not installed), the tied head, forward-pass features and the input checks of a
+forward, and transformers' loading contract (the strict loader every command uses is in test_conversion.py)."""
 
 import json
 import os
@@ -9,25 +11,13 @@ from contextlib import nullcontext
 
 import pytest
 import torch
-from conftest import VOCAB, tiny_config, tiny_model
+from conftest import REMOTE_CODE_SCRIPT, VOCAB, save_with_tokenizer, text_model, tiny_config, tiny_model
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, pipeline
 
 import hf_tinygpt
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel
 from hf_tinygpt.model import BUNDLE
-
-
-def text_model(scheme="learned", seed=0):
-    """A tiny model over the real GPT-2 vocabulary, so the real tokenizer and pipeline can drive it."""
-    return tiny_model(scheme, seed=seed, vocab_size=50257, n_embd=16, n_head=2, eos_token_id=50256, bos_token_id=50256)
-
-
-def save_with_tokenizer(model, folder):
-    model.save_pretrained(folder)
-    hf_tinygpt.gpt2_tokenizer().save_pretrained(folder)
-    return folder
-
 
 # ---- Auto classes and pipeline -------------------------------------------------------------------------------
 
@@ -66,6 +56,9 @@ def test_pipeline_from_object_and_from_folder(tmp_path):
     assert from_object[0]["generated_text"] == tokenizer.decode(expected[0])
 
 
+# ---- remote code: a saved folder carries its own code ---------------------------------------------------------------
+
+
 def test_saved_folder_carries_code_and_auto_map(tmp_path):
     tiny_model("alibi").save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
@@ -79,50 +72,6 @@ def test_saved_folder_carries_code_and_auto_map(tmp_path):
     for code_file in BUNDLE:
         source = (tmp_path / code_file).read_text()
         assert "import hf_tinygpt" not in source and "from hf_tinygpt" not in source
-
-
-BLOCK_HF_TINYGPT = textwrap.dedent(
-    """
-    import json, sys
-
-    class BlockHfTinygpt:  # this interpreter behaves as if hf_tinygpt were not installed
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "hf_tinygpt":
-                raise ImportError("hf_tinygpt is blocked in this test")
-
-    sys.meta_path.insert(0, BlockHfTinygpt())
-    """
-)
-REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
-    """
-    try:
-        import hf_tinygpt
-        sys.exit("hf_tinygpt should not be importable here")
-    except ImportError:
-        pass
-
-    import torch
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, pipeline
-
-    folder, prompt = sys.argv[1], sys.argv[2]
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    ids = tokenizer(prompt, return_tensors="pt").input_ids
-    tokens = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
-    text = pipeline("text-generation", model=folder, trust_remote_code=True)(prompt, max_new_tokens=8, do_sample=False)
-    # what vLLM's Transformers backend does with a saved LM folder: build the body from the config alone, and send
-    # the config to its engine process pickled by value (the remote code is not importable there)
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
-    body = AutoModel.from_config(config, trust_remote_code=True)
-    import cloudpickle, pickle, transformers_modules
-    cloudpickle.register_pickle_by_value(transformers_modules)
-    sent = pickle.loads(cloudpickle.dumps(config))
-    projections = sorted({type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Linear)})
-    print(json.dumps({"class": type(model).__module__, "tokens": tokens, "text": text[0]["generated_text"],
-                      "body": type(body).__name__, "config_sent_by_value": sent.to_dict() == config.to_dict(),
-                      "projections": projections}))
-    """
-)
 
 
 def generate_where_hf_tinygpt_is_not_installed(model, folder, tmp_path) -> tuple[dict, list[int]]:
@@ -263,6 +212,23 @@ def test_return_dict_false_gives_a_tuple():
     assert logits.shape == (1, 5, VOCAB)
 
 
+@pytest.mark.parametrize("bad_id", [VOCAB, VOCAB + 100, -1])
+def test_token_ids_outside_the_vocabulary_are_rejected(bad_id):
+    model = tiny_model()
+    ids = torch.tensor([[3, 4, bad_id, 5]])
+    with pytest.raises(ValueError, match=rf"Token id {bad_id} is outside the vocabulary \(vocab_size={VOCAB}\)"):
+        model(ids)
+
+
+def test_input_ids_and_inputs_embeds_are_exclusive():
+    model = tiny_model()
+    ids = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match="exactly one of input_ids or inputs_embeds"):
+        model(ids, inputs_embeds=model.transformer.wte(ids))
+    with pytest.raises(ValueError, match="exactly one of input_ids or inputs_embeds"):
+        model()
+
+
 def test_bf16_forward_runs_and_stays_close_to_fp32():
     model = tiny_model("rope")
     ids = torch.randint(0, VOCAB, (1, 16))
@@ -273,53 +239,7 @@ def test_bf16_forward_runs_and_stays_close_to_fp32():
     assert (bf16.float() - fp32).abs().max() < 0.05
 
 
-LOAD_AND_COUNT = textwrap.dedent(
-    """
-    import sys
-    import hf_tinygpt
-    from transformers import GPT2LMHeadModel
-
-    model_class = {"gpt2": GPT2LMHeadModel, "tinygpt": hf_tinygpt.TinyGPTForCausalLM}[sys.argv[1]]
-    model_class.from_pretrained(sys.argv[2], token=sys.argv[3])
-    """
-)
-
-
-@pytest.mark.slow
-def test_a_tinygpt_hub_repo_costs_no_request_beyond_what_a_gpt2_repo_costs(hub, tmp_path):
-    """Counted on the loopback Hub, with an empty cache and again with a warm one: TinyGPTForCausalLM reads its
-    config.json once, as GPT2LMHeadModel does (finding out whether a checkpoint is GPT-2's costs nothing more)."""
-    from conftest import HUB_TOKEN, hub_subprocess_env, random_gpt2
-    from huggingface_hub import HfApi
-
-    api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
-    for repo, model in [("me/gpt2", random_gpt2()), ("me/tinygpt", tiny_model("rope"))]:
-        model.save_pretrained(tmp_path / repo)
-        api.create_repo(repo)
-        api.upload_folder(repo_id=repo, folder_path=tmp_path / repo)
-    requests = {}
-    for kind in ("gpt2", "tinygpt"):
-        for cache in ("cold", "warm"):
-            before = len(hub.requests)
-            run = subprocess.run(
-                [sys.executable, "-c", LOAD_AND_COUNT, kind, f"me/{kind}", HUB_TOKEN],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                env=hub_subprocess_env(hub, tmp_path),
-            )
-            assert run.returncode == 0, run.stderr[-3000:]
-            requests[kind, cache] = [
-                (method, path.split("?")[0].replace(kind, "REPO"))
-                for method, path in hub.requests[before:]
-                if "agent-harnesses" not in path
-            ]
-    for cache in ("cold", "warm"):
-        assert len(requests["tinygpt", cache]) <= len(requests["gpt2", cache]), requests
-    assert sum(path.endswith("/config.json") and method == "GET" for method, path in requests["tinygpt", "cold"]) == 1
-
-
-# ---- transformers' loading contract (the strict loader the CLI uses is in test_bad_inputs.py) ---------------------
+# ---- transformers' loading contract (the strict loader the CLI uses is in test_conversion.py) ---------------------
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -368,3 +288,49 @@ def test_the_packed_qkv_tensor_parallel_style_is_registered_where_transformers_l
 
     assert hf_tinygpt.TinyGPTConfig.base_model_tp_plan["h.*.attn.c_attn"] == "packed_qkv_colwise"
     assert "packed_qkv_colwise" in ALL_PARALLEL_STYLES
+
+
+LOAD_AND_COUNT = textwrap.dedent(
+    """
+    import sys
+    import hf_tinygpt
+    from transformers import GPT2LMHeadModel
+
+    model_class = {"gpt2": GPT2LMHeadModel, "tinygpt": hf_tinygpt.TinyGPTForCausalLM}[sys.argv[1]]
+    model_class.from_pretrained(sys.argv[2], token=sys.argv[3])
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_tinygpt_hub_repo_costs_no_request_beyond_what_a_gpt2_repo_costs(hub, tmp_path):
+    """Counted on the loopback Hub, with an empty cache and again with a warm one: TinyGPTForCausalLM reads its
+    config.json once, as GPT2LMHeadModel does (finding out whether a checkpoint is GPT-2's costs nothing more)."""
+    from conftest import HUB_TOKEN, hub_subprocess_env, random_gpt2
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
+    for repo, model in [("me/gpt2", random_gpt2()), ("me/tinygpt", tiny_model("rope"))]:
+        model.save_pretrained(tmp_path / repo)
+        api.create_repo(repo)
+        api.upload_folder(repo_id=repo, folder_path=tmp_path / repo)
+    requests = {}
+    for kind in ("gpt2", "tinygpt"):
+        for cache in ("cold", "warm"):
+            before = len(hub.requests)
+            run = subprocess.run(
+                [sys.executable, "-c", LOAD_AND_COUNT, kind, f"me/{kind}", HUB_TOKEN],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=hub_subprocess_env(hub, tmp_path),
+            )
+            assert run.returncode == 0, run.stderr[-3000:]
+            requests[kind, cache] = [
+                (method, path.split("?")[0].replace(kind, "REPO"))
+                for method, path in hub.requests[before:]
+                if "agent-harnesses" not in path
+            ]
+    for cache in ("cold", "warm"):
+        assert len(requests["tinygpt", cache]) <= len(requests["gpt2", cache]), requests
+    assert sum(path.endswith("/config.json") and method == "GET" for method, path in requests["tinygpt", "cold"]) == 1

@@ -1,20 +1,36 @@
-"""Publishing: `hf-tinygpt push` stages exactly a loadable repo with its card and uploads it through huggingface_hub.
+"""Publishing: `hf-tinygpt push` stages exactly a loadable repo (the installed model code, weights loaded strictly,
+nothing else of the folder) with its card, publishes only what it verified, and uploads it through huggingface_hub;
+a bad input fails before any request, a bad connection ends with a clear error.
 
-The Hub is tests/hub_server.py on loopback: real huggingface_hub and transformers talk HTTP to it."""
+The Hub is tests/hub_server.py on loopback: real huggingface_hub and transformers talk HTTP to it (that look-alike's
+own tests are in test_hub_server.py)."""
 
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import HUB_TOKEN, OTHER_HUB_TOKEN, hub_subprocess_env, random_gpt2
+from conftest import (
+    BLOCK_HF_TINYGPT,
+    HUB_TOKEN,
+    OTHER_HUB_TOKEN,
+    REMOTE_CODE_SCRIPT,
+    hub_subprocess_env,
+    random_gpt2,
+    run_cli,
+    save_with_tokenizer,
+    text_model,
+    tiny_model,
+)
 from huggingface_hub import ModelCard, hf_hub_download
 from huggingface_hub.errors import RepositoryNotFoundError
-from test_hf_integration import BLOCK_HF_TINYGPT, REMOTE_CODE_SCRIPT, save_with_tokenizer, text_model
 
 import hf_tinygpt
 from hf_tinygpt.checkpoints.hub import push_to_hub, stage_for_hub
@@ -24,7 +40,11 @@ from hf_tinygpt.model import BUNDLE
 from hf_tinygpt.model.params import parameter_breakdown
 
 REPO = "tester/tinygpt"
+
+
 PROMPT = "Now is the winter of our discontent"
+
+
 REPO_FILES = {
     *BUNDLE,
     "config.json",
@@ -55,7 +75,7 @@ def folder_bytes(folder):
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-# ---- staging and the card ------------------------------------------------------------------------------------
+# ---- staging and the card --------------------------------------------------------------------------------------------
 
 
 def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
@@ -75,6 +95,25 @@ def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
     assert main(["push", str(folder), REPO, "--dry-run", "--out", str(staged)]) == 2
     assert "--force" in capsys.readouterr().err
     assert main(["push", str(folder), REPO, "--dry-run", "--out", str(staged), "--force"]) == 0
+
+
+def test_push_stages_the_installed_code_and_nothing_else(tmp_path):
+    import hf_tinygpt
+    from hf_tinygpt.checkpoints.hub import stage_for_hub
+
+    folder = tmp_path / "model"
+    tiny_model(vocab_size=50257).save_pretrained(folder)  # the bundled GPT-2 tokenizer's ids fit
+    (folder / "my_private_notes.py").write_text("HF_TOKEN = 'hf_secret'")
+    (folder / "modeling_tinygpt.py").write_text("# an old or edited copy of the model code\n")
+    files = stage_for_hub(str(folder), tmp_path / "staged", "me/tiny", tokenizer="gpt2")
+    assert "my_private_notes.py" not in files
+    package = Path(hf_tinygpt.__file__).parent / "model"
+    code_files = sorted(name for name in files if name.endswith(".py"))
+    assert code_files == sorted(BUNDLE)
+    for name in code_files:
+        assert (tmp_path / "staged" / name).read_bytes() == (package / name).read_bytes()
+    config = json.loads((tmp_path / "staged" / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_tinygpt.TinyGPTForCausalLM"
 
 
 def test_card_metadata_and_architecture_table(tmp_path):
@@ -124,7 +163,8 @@ def test_staged_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path):
     assert result["tokens"] == greedy_tokens(model)
 
 
-# ---- uploading -----------------------------------------------------------------------------------------------
+# ---- uploading -------------------------------------------------------------------------------------------------------
+
 
 FROM_THE_HUB = BLOCK_HF_TINYGPT + textwrap.dedent(
     """
@@ -260,7 +300,61 @@ def test_bad_inputs_fail_clearly_before_any_request(hub, tmp_path, capsys, case,
     assert hub.requests == []  # nothing reached the server
 
 
-# ---- only what was verified is published -----------------------------------------------------------------------
+class BrokenServer:
+    """A loopback TCP server that accepts connections and then never answers (`hang`) or hangs up (`drop`)."""
+
+    def __init__(self, mode: str):
+        self.mode, self.connections = mode, 0
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.held = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.connections += 1
+            if self.mode == "drop":
+                connection.recv(65536)
+                connection.close()
+            else:
+                self.held.append(connection)
+
+    def close(self):
+        self.socket.close()
+        for connection in self.held:
+            connection.close()
+
+
+@pytest.mark.parametrize("mode", ["hang", "drop"])
+def test_a_hung_or_dropped_connection_ends_the_push_with_a_clear_error(mode, tmp_path, online):
+    from hf_tinygpt.checkpoints.hub import push_to_hub
+
+    folder = tmp_path / "model"
+    tiny_model(vocab_size=50257).save_pretrained(folder)
+    server = BrokenServer(mode)
+    outcome = {}
+
+    def push():
+        try:
+            push_to_hub(str(folder), "me/tiny", token="hf_test", endpoint=server.url, tokenizer="gpt2", timeout=0.5)
+        except Exception as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=push, daemon=True)
+    thread.start()
+    thread.join(timeout=300)  # a guard against hanging forever, not a measure of speed
+    server.close()
+    assert not thread.is_alive(), "push never gave up"
+    error = outcome["error"]
+    assert isinstance(error, ConnectionError) and f"pushing to {server.url} failed" in str(error)
+    assert server.connections >= 1
+
+
+# ---- only what was verified is published -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["added_tokens.json", "special_tokens_map.json", "generation_config.json"])
@@ -285,6 +379,17 @@ def test_push_refuses_a_second_weights_layout_beside_the_first(tmp_path, capsys)
     code = main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")])
     err = capsys.readouterr().err
     assert code == 2 and "holds model.safetensors and model.safetensors.index.json: two sets of weights" in err
+
+
+def test_push_never_copies_a_file_an_index_names_outside_the_folder(tiny_folder, tmp_path, capsys):
+    (tmp_path / "victim.txt").write_text("someone's file")
+    (tiny_folder / "model.safetensors").unlink()
+    (tiny_folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "../victim.txt"}}))
+    code, err = run_cli(
+        capsys, "push", tiny_folder, "me/tiny", "--dry-run", "--out", tmp_path / "staged", "--tokenizer", "gpt2"
+    )
+    assert code == 2 and "shard names must be files in the folder itself" in err
+    assert not (tmp_path / "staged").exists() and (tmp_path / "victim.txt").read_text() == "someone's file"
 
 
 def test_every_staged_file_is_written_by_the_library_that_read_it(tmp_path):

@@ -1,0 +1,241 @@
+"""`hf-tinygpt train --resume`: it goes on from the newest complete checkpoint of its own and ends as an uninterrupted
+run would; it reads no pickle that can run code, neither reads nor replaces a file changed since it was written,
+deletes nothing it cannot prove it wrote, and names what stops it (a folder that is not a run, changed settings,
+a finished run) in one line. (A run killed while saving a checkpoint, resumed, is in test_kills.py.)"""
+
+import json
+import os
+import pickle
+import shutil
+import signal
+
+import pytest
+import torch
+from conftest import TINY_RUN, TINY_TRAINING, RunsCode, copied_manifest_folder, last_line, run_cli
+from safetensors.torch import load_file
+
+from hf_tinygpt.checkpoints.outputs import MANIFEST, _new_staging, seal
+from hf_tinygpt.tools.training import batch_indices
+
+# A run of two steps with a checkpoint after each.
+TWO_STEPS = [*TINY_RUN, "--steps", "2", "--save-every", "1"]
+# A checkpoint every two steps.
+EVERY_TWO = [*TINY_RUN, "--save-every", "2"]
+
+
+def train_run(capsys, corpus, out, *extra):
+    return run_cli(capsys, "train", "--train", corpus, *EVERY_TWO, "--steps", 4, "--out", out, *extra)
+
+
+# ---- going on where a run stopped ------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(plays, tmp_path, cli, monkeypatch):
+    """A real SIGINT, sent while step 7 is being prepared: the step finishes, a checkpoint is saved, exit 130. Dropout
+    is on, so resuming must restore the RNG state too, not only weights, optimizer and schedule."""
+    from hf_tinygpt.tools import training
+
+    args = [
+        "--train",
+        plays,
+        "--validation",
+        plays / "held_out.txt",
+        *TINY_TRAINING,
+        "--dropout",
+        "0.1",
+        "--steps",
+        20,
+        "--save-every",
+        1000,
+        "--eval-every",
+        1000,
+    ]
+    straight = cli("train", *args, "--out", tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    def interrupted_at_step_7(step, *rest):
+        if step == 7:
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends; training's own handler receives it
+        return batch_indices(step, *rest)
+
+    monkeypatch.setattr(training, "batch_indices", interrupted_at_step_7)
+    cut = cli("train", *args, "--out", tmp_path / "cut")
+    monkeypatch.undo()
+    assert cut.returncode == 130 and "checkpoint saved at step 8" in cut.stderr, cut.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()] == ["step-000008"]
+    assert not (tmp_path / "cut" / "model").exists()
+
+    changed = cli("train", *args, "--out", tmp_path / "cut", "--resume", "--lr", "0.5")
+    assert changed.returncode == 2 and "changed: learning_rate" in changed.stderr
+    resumed = cli("train", *args, "--out", tmp_path / "cut", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stdout
+    ours = load_file(tmp_path / "cut" / "model" / "model.safetensors")
+    reference = load_file(tmp_path / "straight" / "model" / "model.safetensors")
+    assert ours.keys() == reference.keys()
+    assert all(torch.equal(ours[key], reference[key]) for key in ours)
+
+
+def test_resume_falls_back_past_a_checkpoint_cut_short_by_a_kill(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--train", corpus, *TINY_RUN, "--steps", 4, "--save-every", 1, "--out", out]
+    assert run_cli(capsys, "train", *args)[0] == 0
+    checkpoints = out / "checkpoints"
+    (checkpoints / "step-000004" / "progress.json").unlink()  # as a kill during an older save left it
+    _new_staging(checkpoints / "step-000005", "checkpoint")  # a save killed midway: never renamed into place
+    code, err = run_cli(capsys, "train", *args, "--resume")
+    assert code == 0, err
+    assert f"resumed from {checkpoints / 'step-000003'} (step 3)" in err
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-000003", "step-000004"]
+    assert (checkpoints / "step-000004" / "progress.json").is_file()
+
+
+def test_resume_skips_a_checkpoint_of_ours_that_does_not_read(corpus, tmp_path, capsys):
+    """One that reads back as written and still does not load (another version of the tool wrote it, say)."""
+    run = tmp_path / "run"
+    assert train_run(capsys, corpus, run)[0] == 0
+    newest = run / "checkpoints" / "step-000004"
+    (newest / "progress.json").write_text("[]")
+    seal(newest, "checkpoint")  # as if written so
+    code, err = train_run(capsys, corpus, run, "--resume")
+    assert code == 0, err
+    assert f"skipping {newest}" in err and "(step 2)" in err
+
+
+def test_resuming_a_finished_run_says_so(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train_run(capsys, corpus, run)[0] == 0
+    code, out = train_run(capsys, corpus, run, "--resume")
+    assert code == 0 and "already finished at step 4" in out
+
+
+def test_resume_takes_the_same_folder_spelled_differently(corpus, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(capsys, "train", "--train", "data", *EVERY_TWO, "--steps", 2, "--out", "run")[0] == 0
+    code, err = run_cli(capsys, "train", "--train", "./data/", *EVERY_TWO, "--steps", 4, "--out", "./run", "--resume")
+    assert code == 2 and "changed: steps" in err  # only what changed is named
+    code, err = run_cli(capsys, "train", "--train", "./data/", *EVERY_TWO, "--steps", 2, "--out", "./run", "--resume")
+    assert code == 0 and "already finished" in err
+
+
+# ---- what stops it, named in one line --------------------------------------------------------------------------------
+
+
+def test_resume_refuses_a_folder_that_is_not_a_run(corpus, tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "myfile.txt").write_text("mine")
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--out", tmp_path / "mine", "--resume"
+    )
+    assert code == 2 and "myfile.txt" in err and "is not a training run of hf-tinygpt" in err
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["myfile.txt"]
+
+
+def test_resume_names_a_checkpoint_past_steps(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train_run(capsys, corpus, run)[0] == 0
+    progress = json.loads((run / "checkpoints" / "step-000004" / "progress.json").read_text())
+    (run / "checkpoints" / "step-000004" / "progress.json").write_text(json.dumps({**progress, "step": 9}))
+    seal(run / "checkpoints" / "step-000004", "checkpoint")  # as a run with more steps would have written it
+    code, err = train_run(capsys, corpus, run, "--resume")
+    assert code == 2 and "is at step 9, past --steps 4" in last_line(err)
+
+
+# ---- nothing run: it reads no pickle that can run code ---------------------------------------------------------------
+
+
+def test_resume_runs_no_code_from_a_crafted_run_folder(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["--train", corpus, *TINY_RUN, "--steps", 3, "--save-every", 1, "--out", out]
+    assert run_cli(capsys, "train", *args)[0] == 0
+    newest = out / "checkpoints" / "step-000003"
+    ran = tmp_path / "code_ran"
+    for name in ["training_state.pt", "rng_state_0.pt"]:
+        with open(newest / name, "wb") as f:
+            pickle.dump({"optimizer": RunsCode(ran)}, f)
+    with open(newest / "custom_checkpoint_0.pkl", "wb") as f:  # what accelerate's load_state would unpickle
+        pickle.dump(RunsCode(ran), f)
+    code, err = run_cli(capsys, "train", *args, "--resume")
+    assert not ran.exists()
+    assert code == 2 and "step-000003/custom_checkpoint_0.pkl" in err  # before any training
+    assert "step-000003/training_state.pt (changed since hf-tinygpt wrote it)" in err
+    shutil.rmtree(newest)  # the user moves the crafted checkpoint away
+    code, err = run_cli(capsys, "train", *args, "--resume")
+    assert not ran.exists()
+    assert code == 0, err
+    assert "resumed from" in err and "step-000002 (step 2)" in err
+
+
+# ---- nothing lost: it neither reads, replaces nor deletes what it cannot prove it wrote ------------------------------
+
+
+@pytest.mark.parametrize("progress", ["[]", '{"step": 4}', "{not json"])
+def test_resume_names_a_checkpoint_changed_since_it_was_written(progress, corpus, tmp_path, capsys):
+    """An edited progress.json (or any file) is neither read nor replaced: the run stops, naming it."""
+    run = tmp_path / "run"
+    assert train_run(capsys, corpus, run)[0] == 0
+    (run / "checkpoints" / "step-000004" / "progress.json").write_text(progress)
+    code, err = train_run(capsys, corpus, run, "--resume")
+    assert code == 2 and "checkpoints/step-000004/progress.json (changed since hf-tinygpt wrote it)" in err
+    assert (run / "checkpoints" / "step-000004" / "progress.json").read_text() == progress
+
+
+@pytest.mark.parametrize("edited", ["summary.json", "checkpoints/step-000002/training_state.pt"])
+def test_resume_neither_overwrites_nor_deletes_a_file_edited_since(edited, corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    shutil.rmtree(run / "model")  # as if killed before the final model: resume would write summary.json again
+    (run / "checkpoints" / "step-000002" / "progress.json").unlink()  # as if cut short: resume removes such a step
+    with open(run / edited, "ab") as f:
+        f.write(b"my edit")
+    before = (run / edited).read_bytes()
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 2 and f"{edited} (changed since hf-tinygpt wrote it)" in err
+    assert (run / edited).read_bytes() == before
+
+
+def test_resume_deletes_no_user_file_in_checkpoints(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    (run / "checkpoints" / "my-step-by-step-guide.txt").write_text("how I did it")
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 2 and "checkpoints/my-step-by-step-guide.txt" in err
+    assert (run / "checkpoints" / "my-step-by-step-guide.txt").read_text() == "how I did it"
+
+
+def test_resume_refuses_a_symlinked_checkpoints_folder(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "step-000009").mkdir(parents=True)  # no progress.json: what resume once deleted as cut short
+    (elsewhere / "step-000009" / "mine.txt").write_text("mine")
+    for checkpoint in (run / "checkpoints").iterdir():
+        checkpoint.rename(elsewhere / checkpoint.name)
+    (run / "checkpoints").rmdir()
+    (run / "checkpoints").symlink_to(elsewhere)
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 2 and "checkpoints (a symbolic link)" in err
+    assert (elsewhere / "step-000009" / "mine.txt").read_text() == "mine"
+
+
+def test_resume_cleans_up_nothing_a_forged_manifest_points_outside_the_run(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years")  # no progress.json: what resume removes from a checkpoint of ours
+    manifest = json.loads((run / MANIFEST).read_text())
+    manifest["outputs"].append("checkpoints/../../victim")
+    (run / MANIFEST).write_text(json.dumps(manifest))
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")[0] == 0
+    assert (victim / "thesis.tex").read_text() == "years"
+
+
+def test_resume_keeps_a_folder_in_checkpoints_named_like_a_leftover(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    backup = run / "checkpoints" / ".mybackup.partial-1-deadbeef"
+    copied_manifest_folder(backup, run / "model")
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 2 and "checkpoints/.mybackup.partial-1-deadbeef/" in err
+    assert (backup / "precious.txt").read_text() == "mine"
