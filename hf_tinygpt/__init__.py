@@ -3,9 +3,24 @@
 Importing the package registers `model_type="tinygpt"` with AutoConfig, AutoModel and AutoModelForCausalLM.
 """
 
+import logging
 import os
+import re
 import signal
 import sys
+
+# What importing transformers makes third parties log at start-up that says nothing about the command being run:
+# torchao's optional GPU extensions that a CPU machine cannot load, and torch's note on torchao's own enums.
+START_UP_NOISE = {
+    "torchao": re.compile(r"^Failed to load \S+\.so: "),
+    "torch.utils._pytree": re.compile(r"is an Enum subclass and is now natively supported by torch\.compile"),
+}
+
+
+def not_start_up_noise(record: logging.LogRecord) -> bool:
+    """A logging filter: False for exactly the `START_UP_NOISE` lines of their own loggers; any other record passes."""
+    pattern = START_UP_NOISE.get(record.name)
+    return pattern is None or not pattern.search(record.getMessage())
 
 
 def _interrupted_while_starting(signum, frame):
@@ -16,6 +31,8 @@ def _interrupted_while_starting(signum, frame):
 
 if sys.argv and os.path.basename(sys.argv[0]) == "hf-tinygpt":  # the console script; `hf_tinygpt.cli.main` puts it back
     signal.signal(signal.SIGINT, _interrupted_while_starting)
+    for name in START_UP_NOISE:
+        logging.getLogger(name).addFilter(not_start_up_noise)
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # noqa: E402
 

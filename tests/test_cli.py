@@ -69,3 +69,31 @@ def test_the_installed_console_script_runs():
 
     run = subprocess.run([shutil.which("hf-tinygpt"), "--version"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == f"hf-tinygpt {importlib.metadata.version('hf-tinygpt')}"
+
+
+@pytest.mark.slow
+def test_the_console_script_prints_no_third_party_start_up_noise():
+    """With the [int8] extra installed, importing transformers imports torchao, which logs the GPU extensions it
+    cannot load, and torch logs a deprecation about torchao's enums: none of it reaches a command's stderr."""
+    import shutil
+    import subprocess
+
+    from hf_tinygpt import DEFAULT_MODEL_DIR
+
+    run = subprocess.run([shutil.which("hf-tinygpt"), "params", str(DEFAULT_MODEL_DIR)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+def test_the_start_up_filter_drops_only_the_known_lines():
+    import logging
+
+    from hf_tinygpt import not_start_up_noise
+
+    def record(logger, message):
+        return logging.LogRecord(logger, logging.WARNING, __file__, 1, message, None, None)
+
+    enum_note = "<enum 'KernelPreference'> is an Enum subclass and is now natively supported by torch.compile as an"
+    assert not not_start_up_noise(record("torchao", "Failed to load /venv/torchao/_C_mxfp8.so: Could not load it"))
+    assert not not_start_up_noise(record("torch.utils._pytree", enum_note + " opaque value type."))
+    assert not_start_up_noise(record("torchao", "quantize_: no module matched the filter"))  # a real warning
+    assert not_start_up_noise(record("transformers", "Failed to load /x/y.so: not torchao's"))
