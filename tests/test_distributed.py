@@ -34,7 +34,7 @@ def torchrun(mode: str, folder: Path, out: Path) -> subprocess.CompletedProcess:
         str(out),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(command, capture_output=True, text=True, env=env)
 
 
 def saved_model(tmp_path: Path, scheme: str, vocab_size: int = 100, **overrides) -> Path:

@@ -21,7 +21,6 @@ def test_quick_study_writes_csv_json_plot_and_marks_learned_beyond_its_rows(tmp_
         [sys.executable, "-m", "scripts.extrapolation_study", "--quick", "--data", data, "--out", tmp_path / "out"],
         capture_output=True,
         text=True,
-        timeout=600,
         cwd=ROOT,
     )
     assert run.returncode == 0, run.stderr[-3000:]

@@ -189,7 +189,6 @@ def test_transformers_loads_model_and_tokenizer_from_hub(hub, api, tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
     )
     assert result.returncode == 0, result.stderr
 

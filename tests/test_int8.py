@@ -171,8 +171,6 @@ def test_int8_without_torchao_names_the_extra_to_install(monkeypatch):
 def test_int8_keeps_the_shipped_models_hamlet_perplexity_within_one_percent():
     from hf_tinygpt.tools.training import perplexity, tokenize_files
 
-    if not HAMLET.exists():
-        pytest.skip(f"{HAMLET} (the held-out text) is not beside this checkout")
     tokens = tokenize_files([HAMLET], hf_tinygpt.gpt2_tokenizer())
     bf16 = perplexity(TinyGPTForCausalLM.from_pretrained(DEFAULT_MODEL_DIR, dtype=torch.bfloat16), tokens, 128)
     int8 = perplexity(load_int8(DEFAULT_MODEL_DIR), tokens, 128)

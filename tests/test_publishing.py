@@ -154,7 +154,6 @@ def test_staged_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path):
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=300,
         env={**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"},
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -208,7 +207,6 @@ def test_push_uploads_the_staged_folder_byte_for_byte_and_it_loads_over_http(hub
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=300,
         env=hub_subprocess_env(hub, tmp_path),
         stdin=subprocess.DEVNULL,
     )
@@ -245,7 +243,6 @@ def test_cli_push_opens_a_pull_request_and_never_reveals_the_token(hub, tmp_path
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=300,
         env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=secret),
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -467,7 +464,6 @@ def test_a_hub_repo_stages_from_the_cache_whose_files_link_to_its_blobs(hub, tmp
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=300,
         env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=HUB_TOKEN),
     )
     assert run.returncode == 0, run.stderr[-3000:]

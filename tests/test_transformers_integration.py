@@ -322,7 +322,6 @@ def test_a_tinygpt_hub_repo_costs_no_request_beyond_what_a_gpt2_repo_costs(hub, 
                 [sys.executable, "-c", LOAD_AND_COUNT, kind, f"me/{kind}", HUB_TOKEN],
                 capture_output=True,
                 text=True,
-                timeout=300,
                 env=hub_subprocess_env(hub, tmp_path),
             )
             assert run.returncode == 0, run.stderr[-3000:]
