@@ -279,7 +279,7 @@ def dtype_rows(
 
 class _Int8Products(torch.nn.Module):
     """Products of one row of bf16 activations with random int8 weights of the given (rows, columns), one after
-    another, through the op TinyGPT's `Linear` emits for a few rows (`_weight_int8pack_mm`)."""
+    another, through the op TinyGPT's `Int8Linear` emits for a few rows (`_weight_int8pack_mm`)."""
 
     def __init__(self, shapes, generator: torch.Generator):
         super().__init__()

@@ -56,7 +56,7 @@ class TinyGPTConfig(PreTrainedConfig):
     model_type = "tinygpt"
     # Distributed loading (`from_pretrained(..., distributed_config=DistributedConfig(tp_size=N | fsdp_size=N))`).
     # Tensor parallelism shards attention by head: c_attn packs [q | k | v], so each rank takes its heads' slice of
-    # all three ("packed_qkv_colwise", registered in modeling_tinygpt.py); c_proj sums the ranks' partial outputs.
+    # all three ("packed_qkv_colwise", registered in tensor_parallel.py); c_proj sums the ranks' partial outputs.
     base_model_tp_plan = {
         "wte": "embedding_rowwise",
         "h.*.attn.c_attn": "packed_qkv_colwise",
