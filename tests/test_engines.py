@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_module, tiny_config
+from conftest import run_module, tiny_config, tiny_model
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.checkpoints.convert import export_tinygpt
@@ -49,7 +49,7 @@ def test_an_exported_program_decodes_transformers_greedy_tokens(scheme):
     from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
-    model = TinyGPTForCausalLM(tiny_config(scheme)).eval()
+    model = tiny_model(scheme)
     length = 32
     cache = {"batch_size": 1, "max_cache_len": length}
     model.generation_config = GenerationConfig(
