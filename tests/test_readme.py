@@ -1,23 +1,19 @@
 """The README is a specification: every Python block in it runs as written, with the stand-ins below for what a
 reader has and a test machine does not, and its two shell commands are the ones .ci/run runs, word for word."""
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPOSITORY, random_gpt2
+from conftest import README, REPOSITORY, random_gpt2, readme_blocks
 
-README = REPOSITORY / "README.md"
 # Names the README uses for what the reader brings, and what the test puts in their place.
 STAND_INS = {
     "path/to/gpt2-folder": "a small GPT-2 with random weights, saved by transformers' GPT2LMHeadModel",
 }
 
-
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", README.read_text(), re.S | re.M)
+blocks = readme_blocks
 
 
 def test_the_readme_has_the_blocks_these_tests_run():
