@@ -23,7 +23,8 @@ LLAMA_CPP_GREEDY = {"top_k": 1, "top_p": 1.0, "min_p": 0.0, "temp": 0.0, "repeat
 
 
 def onnx(folder: str, out: str, inputs: dict) -> dict:
-    """torch.onnx.export (dynamo) of the logits, dynamic batch and length, then the same inputs in ONNX Runtime."""
+    """torch.onnx.export (dynamo) of the logits, dynamic batch and length, then the same inputs in ONNX Runtime: the
+    README's recipe (its ```python onnx block), positions counted from each row's first real token."""
     import onnxruntime
     import torch
     from transformers import AutoModelForCausalLM
@@ -34,7 +35,10 @@ def onnx(folder: str, out: str, inputs: dict) -> dict:
             self.model = model
 
         def forward(self, input_ids, attention_mask):
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # as `generate` counts them under padding
+            return self.model(
+                input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            ).logits
 
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
     example = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])

