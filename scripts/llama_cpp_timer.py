@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from scripts.engine_worker import RESULT
-from scripts.engines import WORKER, WORKER_ENV, convert_to_gguf, llama_cpp_engine, worker_result, write_inputs
+from scripts.engines import HANG, WORKER, WORKER_ENV, convert_to_gguf, llama_cpp_engine, worker_result, write_inputs
 
 
 class LlamaCppTimer:
@@ -81,7 +81,7 @@ class LlamaCppTimer:
         if self.process.poll() is None:
             self.process.stdin.write("\n")
             self.process.stdin.close()
-            self.process.wait(timeout=60)
+            self.process.wait(timeout=HANG)
 
     def __enter__(self):
         return self

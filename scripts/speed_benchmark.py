@@ -65,18 +65,29 @@ class SpeedSettings:
     # The weights `int8_gemv_bandwidth` multiplies, as (rows, columns); None: TinyGPT's own block weights.
     int8_gemv_products: tuple[tuple[int, int], ...] | None = None
     int8_gemv_one_product_bytes: int = 128 * 2**20
+    int8_gemv_read_bytes: int = 256 * 2**20  # what each timing of the int8 products reads, for a steady figure
+    int8_gemv_repeats: int = 5
+    # Whether compiles (CompiledDecoder, the int8 products) time candidate kernels: the full run measures the steps
+    # as they are used; without it they compile in a fraction of the time, into slower steps.
+    autotune: bool = True
+    probe: Callable[[], float] = memory_bandwidth  # bytes/s read, taken before every round
 
 
-# --tiny: a tiny model and short inputs, to check the script only. The model keeps GPT-2's vocabulary: llama.cpp's
-# converter wants GPT-2's tokenizer with it.
+# --tiny: a tiny model and short inputs, to check the script only, with every costly part at its smallest: decoding
+# at batch 1 alone (llama.cpp's batch; a compiled row compiles one decoder per peer), no autotuning, a few calls per
+# int8 timing, a small probe. The model keeps GPT-2's vocabulary: llama.cpp's converter wants GPT-2's tokenizer.
 TINY = SpeedSettings(
     repeats=1,
     new_tokens=4,
     prefill_shapes=((1, 32), (2, 16)),
-    decode_batches=(1, 2),
+    decode_batches=(1,),
     prompt_length=8,
     int8_gemv_products=((64, 64),) * 4,
     int8_gemv_one_product_bytes=2**20,
+    int8_gemv_read_bytes=2**20,
+    int8_gemv_repeats=1,
+    autotune=False,
+    probe=partial(memory_bandwidth, 32 * 2**20, 1),
 )
 TINY_GPT2 = dict(n_layer=2, n_embd=32, n_head=2)
 
@@ -87,11 +98,13 @@ TINY_GPT2 = dict(n_layer=2, n_embd=32, n_head=2)
 @dataclass(frozen=True)
 class ModelPeer:
     """A transformers model in the rounds, under its name in the results: "hf" (GPT2LMHeadModel), "tinygpt" or
-    INT8_PEER. `step_bytes`: the weight bytes one decoding step reads."""
+    INT8_PEER. `step_bytes`: the weight bytes one decoding step reads; `autotune`: whether its CompiledDecoder
+    times candidate kernels."""
 
     name: str
     model: torch.nn.Module
     step_bytes: int
+    autotune: bool = True
 
     def prefill(self, ids: torch.Tensor) -> Callable[[], object]:
         return partial(self.model, ids, use_cache=True, logits_to_keep=1)
@@ -109,7 +122,9 @@ class ModelPeer:
             attention_mask=torch.ones_like(ids),
         )
         if cache == "compiled":
-            decoder = CompiledDecoder(self.model, batch_size=len(ids), max_length=ids.shape[1] + new_tokens)
+            decoder = CompiledDecoder(
+                self.model, batch_size=len(ids), max_length=ids.shape[1] + new_tokens, autotune=self.autotune
+            )
             return partial(decoder.generate, ids, **options)
         if cache == "static":
             return partial(self.model.generate, ids, cache_implementation="static", **options)
@@ -144,20 +159,22 @@ def tensor_bytes(tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def model_peer(name: str, model: torch.nn.Module) -> ModelPeer:
+def model_peer(name: str, model: torch.nn.Module, autotune: bool = True) -> ModelPeer:
     # A decoding step reads every parameter once (the tied embedding is read as the head).
-    return ModelPeer(name, model, step_bytes=sum(tensor_bytes(p) for p in model.parameters()))
+    return ModelPeer(name, model, step_bytes=sum(tensor_bytes(p) for p in model.parameters()), autotune=autotune)
 
 
-def load_peers(folder: str, dtype: str) -> tuple[ModelPeer, ...]:
+def load_peers(folder: str, dtype: str, autotune: bool = True) -> tuple[ModelPeer, ...]:
     """GPT-2 ("hf") and TinyGPT loaded from the same folder in `dtype`, both SDPA; for "int8", TinyGPT in bfloat16
-    too (INT8_PEER)."""
+    too (INT8_PEER). `autotune`: the peers' CompiledDecoders'."""
     int8 = dtype == "int8"
     options = dict(dtype=torch.bfloat16 if int8 else getattr(torch, dtype), attn_implementation="sdpa")
     quantized = options | {"quantization_config": int8_weight_only()} if int8 else options
     loads = [("hf", GPT2LMHeadModel, quantized), ("tinygpt", TinyGPTForCausalLM, quantized)]
     loads += [(INT8_PEER, TinyGPTForCausalLM, options)] if int8 else []
-    return tuple(model_peer(name, cls.from_pretrained(folder, **kwargs).eval()) for name, cls, kwargs in loads)
+    return tuple(
+        model_peer(name, cls.from_pretrained(folder, **kwargs).eval(), autotune) for name, cls, kwargs in loads
+    )
 
 
 def llama_cpp_peers(timer: LlamaCppTimer | None, dtype: str) -> tuple[LlamaCppPeer, ...]:
@@ -170,13 +187,13 @@ def llama_cpp_peers(timer: LlamaCppTimer | None, dtype: str) -> tuple[LlamaCppPe
 # ---- the measurements: one row each ----------------------------------------------------------------------------------
 
 
-def timed_row(dtype: str, measure: str, runs: dict, tokens: int, repeats: int, warmups: int = 1) -> dict:
+def timed_row(dtype: str, measure: str, runs: dict, tokens: int, settings: SpeedSettings, warmups: int = 1) -> dict:
     """Warm every run up, then time them in paired rounds (`paired_timings`; "hf" and "tinygpt" first): the fields
     every row has. tok/s are medians; `rounds` keeps each round's probe and tok/s."""
     for _ in range(warmups):
         for run in runs.values():
             run()
-    rounds = paired_timings(runs, repeats)
+    rounds = paired_timings(runs, settings.repeats, settings.probe)
     times = rounds["times"]
     row = {
         "dtype": dtype,
@@ -197,12 +214,12 @@ def timed_row(dtype: str, measure: str, runs: dict, tokens: int, repeats: int, w
     return row | {"peers": peers}
 
 
-def prefill_row(dtype: str, pair: tuple[ModelPeer, ModelPeer], ids: torch.Tensor, repeats: int) -> dict:
+def prefill_row(dtype: str, pair: tuple[ModelPeer, ModelPeer], ids: torch.Tensor, settings: SpeedSettings) -> dict:
     """HF's and TinyGPT's prefill of `ids`: one forward with the cache on, logits of the last position only."""
     batch, length = ids.shape
     with torch.inference_mode():
         runs = {peer.name: peer.prefill(ids) for peer in pair}
-        return timed_row(dtype, f"prefill {batch}×{length}", runs, batch * length, repeats)
+        return timed_row(dtype, f"prefill {batch}×{length}", runs, batch * length, settings)
 
 
 def decode_row(dtype: str, peers: tuple, cache: str, ids: torch.Tensor, settings: SpeedSettings) -> dict:
@@ -212,7 +229,7 @@ def decode_row(dtype: str, peers: tuple, cache: str, ids: torch.Tensor, settings
     runs = {peer.name: peer.decode(cache, ids, settings.new_tokens) for peer in peers}
     measure = f"decode batch {batch}, {DECODE_CACHES[cache]}"
     warmups = 2 if cache == "compiled" else 1
-    row = timed_row(dtype, measure, runs, batch * settings.new_tokens, settings.repeats, warmups)
+    row = timed_row(dtype, measure, runs, batch * settings.new_tokens, settings, warmups)
     step_bytes = {peer.name: peer.step_bytes for peer in peers}
     return row | {"batch": batch, "cache": cache} | ceiling_fields(row, step_bytes, batch)
 
@@ -265,9 +282,7 @@ def dtype_rows(
     """Every prefill and decode row of one dtype: `pair` (HF, TinyGPT) in every row, `extra` peers and llama.cpp's
     in decode rows. Prompts are random ids, drawn row by row from torch's seed."""
     vocab = pair[0].model.config.vocab_size
-    rows = [
-        prefill_row(dtype, pair, torch.randint(0, vocab, shape), settings.repeats) for shape in settings.prefill_shapes
-    ]
+    rows = [prefill_row(dtype, pair, torch.randint(0, vocab, shape), settings) for shape in settings.prefill_shapes]
     for cache in settings.caches:
         for batch in settings.decode_batches:
             ids = torch.randint(0, vocab, (batch, settings.prompt_length))
@@ -300,43 +315,48 @@ def _call_repeatedly(fn: Callable, argument, calls: int) -> None:
         fn(argument)
 
 
-def _compiled_int8_read_GBps(products: _Int8Products, inputs: dict, repeats: int) -> float:
-    """GB/s at which `products`, compiled in one call, read their weights (the best of `repeats` timings)."""
+def _compiled_int8_read_GBps(products: _Int8Products, inputs: dict, repeats: int, read_bytes: int) -> float:
+    """GB/s at which `products`, compiled in one call, read their weights (the best of `repeats` timings, each of
+    enough calls to read about `read_bytes`)."""
     compiled = torch.compile(products, fullgraph=True)
     # The compiled kernels must compute the products, or their speed means nothing (bf16: ~3 digits).
     for got, want in zip(compiled(inputs), products(inputs), strict=True):
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
     weight_bytes = sum(weight.numel() for weight in products.weights)
-    calls = max(3, 256 * 2**20 // weight_bytes)  # ~256 MB read per timing
+    calls = max(3, read_bytes // weight_bytes)
     best = min(timed(partial(_call_repeatedly, compiled, inputs, calls)) for _ in range(repeats)) / calls
     return weight_bytes / best / 1e9
 
 
-def int8_gemv_bandwidth(
-    products: list[tuple[int, int]], one_product_bytes: int = 128 * 2**20, repeats: int = 5
-) -> dict:
+def int8_gemv_bandwidth(products: list[tuple[int, int]], settings: SpeedSettings = SpeedSettings()) -> dict:
     """How fast the int8 products of a CompiledDecoder's int8 step read their weights from memory, compiled with the
-    decoder's settings (inductor's CPP GEMM template). `products_GBps`: the `products` (rows, columns) one after
-    another, as a step multiplies its block weights (`block_products`); `one_product_GBps`: a single weight of
-    `one_product_bytes`; `probe_GBps`: `memory_bandwidth` right after.
+    decoder's settings (with `settings.autotune`, inductor picks its CPP GEMM template by timing it).
+    `products_GBps`: the `products` (rows, columns) one after another, as a step multiplies its block weights
+    (`block_products`); `one_product_GBps`: a single weight of `int8_gemv_one_product_bytes`; `probe_GBps`: the
+    settings' probe right after. Each GB/s is the best of `int8_gemv_repeats` timings of `int8_gemv_read_bytes`.
 
     Where the first is well below the second, a step loses time at every product it starts (threads, ramp-up), not
     in reading; where the second is below the probe, the kernel cannot keep up with memory."""
     generator = torch.Generator().manual_seed(0)
     inputs = {str(c): torch.randn(1, c, generator=generator).to(torch.bfloat16) for c in {c for _, c in products}}
-    one_product = [(one_product_bytes // products[0][1], products[0][1])]
+    one_product = [(settings.int8_gemv_one_product_bytes // products[0][1], products[0][1])]
     cases = {"products": products, "one_product": one_product}
-    settings = INDUCTOR_SETTINGS | GEMV_AUTOTUNE_SETTINGS
-    with torch.no_grad(), torch._inductor.config.patch(settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
+    compile_settings = INDUCTOR_SETTINGS | (GEMV_AUTOTUNE_SETTINGS if settings.autotune else {})
+    with torch.no_grad(), torch._inductor.config.patch(compile_settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
         read = {
-            f"{name}_GBps": _compiled_int8_read_GBps(_Int8Products(shapes, generator).eval(), inputs, repeats)
+            f"{name}_GBps": _compiled_int8_read_GBps(
+                _Int8Products(shapes, generator).eval(),
+                inputs,
+                settings.int8_gemv_repeats,
+                settings.int8_gemv_read_bytes,
+            )
             for name, shapes in cases.items()
         }
     return {
         "products": len(products),
         "one_product_rows": one_product[0][0],
         **read,
-        "probe_GBps": memory_bandwidth() / 1e9,
+        "probe_GBps": settings.probe() / 1e9,
     }
 
 
@@ -388,11 +408,11 @@ def speed_benchmark(
     torch.manual_seed(settings.seed)
     rows, gemv = [], {}
     for dtype in settings.dtypes:
-        hf, tinygpt, *extra = load_peers(folder, dtype)
+        hf, tinygpt, *extra = load_peers(folder, dtype, settings.autotune)
         rows += dtype_rows(dtype, (hf, tinygpt), tuple(extra), settings, llama_cpp)
         if dtype == "int8":
             products = settings.int8_gemv_products or block_products(tinygpt.model)
-            gemv = {"int8_gemv": int8_gemv_bandwidth(list(products), settings.int8_gemv_one_product_bytes)}
+            gemv = {"int8_gemv": int8_gemv_bandwidth(list(products), settings)}
     return {"threads": torch.get_num_threads(), "rows": rows, **gemv, "fastest_decode": fastest_decode(rows)}
 
 
@@ -536,7 +556,9 @@ def main(argv=None) -> None:
         help="batch-1 decode of llama.cpp (f32, f16, q8_0 GGUFs) beside ours, in the same rounds; "
         "builds its venv on first use (scripts/engines.py; a long compile, once)",
     )
-    parser.add_argument("--tiny", action="store_true", help="tiny model, short inputs: checks the script only")
+    parser.add_argument(
+        "--tiny", action="store_true", help="tiny model, short inputs, no autotuning: checks the script only"
+    )
     args = parser.parse_args(argv)
     settings = TINY if args.tiny else SpeedSettings(repeats=args.repeats, new_tokens=args.new_tokens)
     settings = replace(settings, dtypes=tuple(args.dtypes), caches=tuple(args.caches))

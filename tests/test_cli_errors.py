@@ -368,10 +368,9 @@ def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path):
         text=True,
         cwd=REPOSITORY,
     )
-    for _ in range(6000):  # until torch is being loaded (hf_tinygpt imports it after installing its handler)
+    maps = Path(f"/proc/{process.pid}/maps")
+    while process.poll() is None and "libtorch" not in maps.read_text():  # hf_tinygpt imports torch after its handler
         time.sleep(0.01)
-        if "libtorch" in Path(f"/proc/{process.pid}/maps").read_text():
-            break
     os.kill(process.pid, signal.SIGINT)
     _, err = process.communicate()
     assert process.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

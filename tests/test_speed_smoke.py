@@ -83,8 +83,8 @@ def test_a_peer_joins_the_rounds_in_turn_with_its_own_paired_ratios():
 
 @pytest.mark.slow
 def test_speed_benchmark_script_smoke(tmp_path):
-    """Runs every measurement on a tiny model (one dtype, int8, the one with a peer: compiling is the slow part); no
-    speed is asserted (that is what the script is for)."""
+    """Runs every measurement on a tiny model (one dtype, int8, the one with a peer; one decode batch: compiling is
+    the slow part); no speed is asserted (that is what the script is for)."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
     out = run_module("speed_benchmark", "--tiny", "--dtypes", "int8", "--json", tmp_path / "speed.json")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -92,7 +92,7 @@ def test_speed_benchmark_script_smoke(tmp_path):
     measures = [row["measure"] for row in result["rows"]]
     assert measures[:2] == ["prefill 1×32", "prefill 2×16"]
     caches = ["dynamic cache", "static cache", "static cache + torch.compile"]
-    assert measures[2:] == [f"decode batch {batch}, {cache}" for cache in caches for batch in (1, 2)]
+    assert measures[2:] == [f"decode batch 1, {cache}" for cache in caches]
     for row in result["rows"]:
         assert row["dtype"] == "int8" and row["memory_bandwidth_GBps"] > 0
         assert row["hf_tok_s"] > 0 and row["tinygpt_tok_s"] > 0
@@ -113,7 +113,7 @@ def test_speed_benchmark_script_smoke(tmp_path):
     assert gemv["products_GBps"] > 0 and gemv["one_product_GBps"] > 0 and gemv["probe_GBps"] > 0
     assert "int8 products compiled as in the int8 step" in out.stdout
     fastest = {best["decode"]: best for best in result["fastest_decode"]}
-    assert set(fastest) == {"decode batch 1", "decode batch 2"}
+    assert set(fastest) == {"decode batch 1"}
     for best in fastest.values():
         same_batch = [row for row in result["rows"] if row["measure"].startswith(best["decode"] + ",")]
         assert best["tinygpt_tok_s"] == max(row["tinygpt_tok_s"] for row in same_batch)

@@ -15,7 +15,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
-from hf_tinygpt.tools.training import batch_indices, pack, perplexity, text_files
+from hf_tinygpt.tools.training import TrainingSettings, batch_indices, pack, perplexity, text_files, train
 
 
 def train_cli(*args, cwd=None, **popen):
@@ -105,6 +105,37 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
 
     again = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--out", out)  # never overwritten silently
     assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_validation_tokens_caps_the_held_out_text_every_validation_scores(plays, tmp_path):
+    """`validation_tokens`: the perplexities of the history, the summary and the card are all over the first N
+    held-out tokens, and the card says N."""
+    held_out = torch.tensor(gpt2_tokenizer()((plays / "held_out.txt").read_text()).input_ids + [50256])
+    tokens = 100
+    assert len(held_out) > 2 * tokens  # the cap leaves most of the text out
+    config = {"n_layer": 1, "n_embd": 16, "n_head": 2}
+    settings = TrainingSettings(
+        out=str(tmp_path / "run"),
+        train=[str(plays)],
+        validation=[str(plays / "held_out.txt")],
+        config=config,
+        block_size=32,
+        batch_size=4,
+        steps=2,
+        warmup_steps=1,
+        validation_tokens=tokens,
+    )
+    _, summary = train(settings)
+    final = TinyGPTForCausalLM.from_pretrained(tmp_path / "run" / "model").eval()
+    expected = perplexity(final, held_out[:tokens], 32, batch_size=4)
+    assert expected != pytest.approx(perplexity(final, held_out, 32, batch_size=4), rel=1e-3)
+    assert summary["validation_perplexity"] == pytest.approx(expected, rel=1e-5)
+    assert summary["history"][-1]["validation_perplexity"] == pytest.approx(expected, rel=1e-5)
+    training = ModelCard.load(tmp_path / "run" / "model" / "README.md").data.tinygpt["training"]
+    assert training["validation_tokens"] == tokens
+    for bad in (1, True, 2.5):
+        with pytest.raises(ValueError, match="TrainingSettings.validation_tokens"):
+            TrainingSettings(out="x", train=["y"], validation_tokens=bad)
 
 
 DRIVER = """

@@ -71,6 +71,7 @@ class TrainingSettings:
     seed: int = 0
     eval_every: int = 200
     eval_batch_size: int = 4  # logits are batch × block × vocab floats
+    validation_tokens: int | None = None  # validation perplexity over the first this many held-out tokens; None: all
     save_every: int = 200
     keep_checkpoints: int = 2
     save_dtype: str | None = None  # float32 / bfloat16 / float16 for the final weights
@@ -95,6 +96,9 @@ class TrainingSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"`TrainingSettings.{name}` must be an integer >= {low}, got {value!r}")
+        tokens = self.validation_tokens
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 2):
+            raise ValueError(f"`TrainingSettings.validation_tokens` must be None or an integer >= 2, got {tokens!r}")
         for name, (low, high) in {
             "learning_rate": (0, math.inf),
             "min_lr_ratio": (0, 1),
@@ -395,6 +399,7 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
             raise ValueError(
                 f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on"
             )
+        validation = validation[: settings.validation_tokens]
     config = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
 
     # The main process holds OUT's lock for the whole run; with `force` an earlier run is swapped out here.
