@@ -13,6 +13,7 @@ import pytest
 from conftest import README, REPOSITORY, random_gpt2, readme_blocks
 
 import hf_tinygpt
+from scripts import engines
 
 # Names the README uses for what the reader brings, and what the test puts in their place.
 STAND_INS = {
@@ -74,6 +75,13 @@ def test_the_readme_command_line_block_runs_line_by_line(tmp_path):
         if "--out" in shlex.split(line):
             words = shlex.split(line)
             assert (tmp_path / words[words.index("--out") + 1]).is_dir(), line
+
+
+def test_the_engines_the_readme_installs_are_the_ones_the_tests_run():
+    """The slow tier builds each engine's venv from scripts/engines.py's pins: the README's `pip install` must name
+    the same versions, or its blocks are tested against engines the reader does not get."""
+    for pin in (engines.VLLM, engines.LLAMA_CPP, engines.TRL):
+        assert f"pip install {pin}" in README.read_text(), pin
 
 
 def test_the_readme_shell_commands_are_what_ci_runs():
