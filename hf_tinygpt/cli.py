@@ -363,6 +363,12 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     run = parser.add_argument_group("optimisation")
     run.add_argument("--block-size", type=int, default=128, help="tokens per training sequence")
     run.add_argument("--batch-size", type=int, default=16, help="sequences per step, over all processes")
+    run.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        help="split each process's share of a step into this many micro-batches, for batches bigger than memory",
+    )
     run.add_argument("--steps", type=int, default=500, help="optimizer steps")
     run.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
     run.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decay ends at lr × this")
@@ -403,6 +409,7 @@ def run_train(args) -> int:
         config=config,
         block_size=args.block_size,
         batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
         steps=args.steps,
         learning_rate=args.lr,
         min_lr_ratio=args.min_lr_ratio,

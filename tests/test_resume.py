@@ -239,3 +239,16 @@ def test_resume_keeps_a_folder_in_checkpoints_named_like_a_leftover(corpus, tmp_
     code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
     assert code == 2 and "checkpoints/.mybackup.partial-1-deadbeef/" in err
     assert (backup / "precious.txt").read_text() == "mine"
+
+
+def test_a_checkpoint_from_before_a_setting_existed_resumes_with_that_settings_default():
+    """A checkpoint records the settings of its day; one added since (`grad_accum`) had its default then, so only
+    a run that changes it from the default is a changed run."""
+    from dataclasses import asdict
+
+    from hf_tinygpt.tools.training import TrainingSettings, _changed_settings
+
+    saved = asdict(TrainingSettings(out="run", train=["data"]))
+    del saved["grad_accum"]
+    assert _changed_settings(saved, asdict(TrainingSettings(out="run", train=["data"]))) == []
+    assert _changed_settings(saved, asdict(TrainingSettings(out="run", train=["data"], grad_accum=2))) == ["grad_accum"]

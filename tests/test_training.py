@@ -138,6 +138,45 @@ def test_validation_tokens_caps_the_held_out_text_every_validation_scores(plays,
             TrainingSettings(out="x", train=["y"], validation_tokens=bad)
 
 
+def test_grad_accum_micro_batches_give_the_gradients_of_the_whole_batch(plays, tmp_path, monkeypatch):
+    """`grad_accum=4` splits each batch of 8 into 4 micro-batches of 2: every optimizer step sees the gradients of
+    the whole batch (within fp32 rounding) and logs its loss. Clipping is off, since it would hide a gradient 4×
+    too large, and so would AdamW alone (its update does not change when every gradient is scaled)."""
+    seen = []
+    adamw_step = torch.optim.AdamW.step
+
+    def recording_step(optimizer, *args, **kwargs):
+        seen[-1].append([p.grad.clone() for group in optimizer.param_groups for p in group["params"]])
+        return adamw_step(optimizer, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    losses = []
+    for accumulation in (1, 4):
+        seen.append([])
+        settings = TrainingSettings(
+            out=str(tmp_path / f"accumulate-{accumulation}"),
+            train=[str(plays)],
+            config={"n_layer": 1, "n_embd": 16, "n_head": 2, **no_dropout},
+            block_size=16,
+            batch_size=8,
+            grad_accum=accumulation,
+            steps=3,
+            warmup_steps=1,
+            grad_clip=0.0,
+        )
+        _, summary = train(settings)
+        losses.append([row["train_loss"] for row in summary["history"]])
+    whole, accumulated = seen
+    assert len(whole) == len(accumulated) == 3  # one optimizer step per training step, not per micro-batch
+    for step_whole, step_accumulated in zip(whole, accumulated, strict=True):
+        for grad_whole, grad_accumulated in zip(step_whole, step_accumulated, strict=True):
+            torch.testing.assert_close(grad_accumulated, grad_whole, rtol=1e-5, atol=1e-7)
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+    with pytest.raises(ValueError, match="does not split over 1 process"):
+        train(TrainingSettings(out=str(tmp_path / "odd"), train=[str(plays)], batch_size=8, grad_accum=3))
+
+
 DRIVER = """
 import json, sys, torch
 from accelerate import PartialState

@@ -61,6 +61,7 @@ class TrainingSettings:
     config: dict = field(default_factory=dict)  # TinyGPTConfig fields
     block_size: int = 128
     batch_size: int = 16  # global: split across processes
+    grad_accum: int = 1  # micro-batches per step: each process takes batch_size / processes / grad_accum at a time
     steps: int = 1000
     learning_rate: float = 1e-3
     min_lr_ratio: float = 0.1  # cosine decay ends at this fraction of the peak
@@ -84,6 +85,7 @@ class TrainingSettings:
         at_least = {
             "block_size": 2,
             "batch_size": 1,
+            "grad_accum": 1,
             "steps": 1,
             "eval_every": 1,
             "eval_batch_size": 1,
@@ -324,7 +326,9 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, schedule):
 
 def _changed_settings(saved: dict, now: dict) -> list[str]:
     free = {"out", "resume", "force", "command", "eval_every", "save_every", "keep_checkpoints"}  # same results
-    return sorted(key for key in now if key not in free and saved.get(key) != now[key])
+    # A setting added since the checkpoint was saved had its default then.
+    default = {name: field.default for name, field in TrainingSettings.__dataclass_fields__.items()}
+    return sorted(key for key in now if key not in free and saved.get(key, default[key]) != now[key])
 
 
 def _comparable(settings: TrainingSettings) -> dict:
@@ -370,11 +374,11 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
         check_output(out / FINAL, force=True)
     # cpu=True where there is no accelerator: accelerate then also treats `torchrun` on CPUs as data-parallel (gloo).
     # bf16 is torch's own autocast in the step, not accelerate's mixed_precision, which is fixed per process.
-    accelerator = Accelerator(cpu=not torch.accelerator.is_available())
-    if settings.batch_size % accelerator.num_processes:
+    accelerator = Accelerator(cpu=not torch.accelerator.is_available(), gradient_accumulation_steps=settings.grad_accum)
+    if settings.batch_size % (accelerator.num_processes * settings.grad_accum):
         raise ValueError(
             f"`TrainingSettings.batch_size` {settings.batch_size} does not split over {accelerator.num_processes} "
-            "processes"
+            f"process(es) × {settings.grad_accum} micro-batches (`TrainingSettings.grad_accum`)"
         )
 
     tokenizer_from = settings.tokenizer or "gpt2"
@@ -499,18 +503,23 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
             tick = time.perf_counter()
             indices = batch_indices(step, settings.batch_size, len(train_blocks), settings.seed)
             mine = indices[accelerator.process_index * per_process : (accelerator.process_index + 1) * per_process]
-            ids = train_blocks[mine].to(accelerator.device)
-            with torch.autocast(accelerator.device.type, dtype=torch.bfloat16, enabled=settings.bf16):
-                loss = model(input_ids=ids, labels=ids).loss
             lr = schedule.get_last_lr()[0]  # the rate this step uses
-            accelerator.backward(loss)
-            if settings.grad_clip:
-                accelerator.clip_grad_norm_(model.parameters(), settings.grad_clip)
-            optimizer.step()
+            step_loss = 0.0
+            # accelerate's accumulate: backward divides each micro-batch's loss by grad_accum, and the gradients
+            # are synchronised across processes and applied (optimizer.step) only after the last micro-batch.
+            for micro_ids in train_blocks[mine].to(accelerator.device).chunk(settings.grad_accum):
+                with accelerator.accumulate(model):
+                    with torch.autocast(accelerator.device.type, dtype=torch.bfloat16, enabled=settings.bf16):
+                        loss = model(input_ids=micro_ids, labels=micro_ids).loss
+                    accelerator.backward(loss)
+                    if settings.grad_clip and accelerator.sync_gradients:
+                        accelerator.clip_grad_norm_(model.parameters(), settings.grad_clip)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                step_loss += loss.detach() / settings.grad_accum  # micro-batches hold equally many tokens
             schedule.step()
-            optimizer.zero_grad(set_to_none=True)
             step += 1
-            mean_loss = accelerator.reduce(loss.detach(), "mean").item()
+            mean_loss = accelerator.reduce(step_loss, "mean").item()
             losses.append(mean_loss)
             progress.update(1)
             progress.set_postfix(
