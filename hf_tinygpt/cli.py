@@ -375,6 +375,7 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     run.add_argument("--warmup-steps", type=int, default=100, help="linear warmup steps")
     run.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of the matrices")
     run.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: no clipping)")
+    run.add_argument("--compile", action="store_true", help="compile the model with torch.compile (inductor)")
     run.add_argument("--bf16", action="store_true", help="bf16 autocast (CPU or GPU)")
     run.add_argument("--seed", type=int, default=0, help="weights, data order and dropout")
     out = parser.add_argument_group("output")
@@ -410,6 +411,7 @@ def run_train(args) -> int:
         block_size=args.block_size,
         batch_size=args.batch_size,
         grad_accum=args.grad_accum,
+        compile=args.compile,
         steps=args.steps,
         learning_rate=args.lr,
         min_lr_ratio=args.min_lr_ratio,

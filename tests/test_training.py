@@ -177,6 +177,38 @@ def test_grad_accum_micro_batches_give_the_gradients_of_the_whole_batch(plays, t
         train(TrainingSettings(out=str(tmp_path / "odd"), train=[str(plays)], batch_size=8, grad_accum=3))
 
 
+@pytest.mark.slow
+def test_a_compiled_run_trains_as_the_eager_one_and_saves_a_plain_model(plays, tmp_path):
+    """`compile=True` (accelerate's inductor backend): the same losses and final weights as eager, to float rounding
+    (inductor fuses and reorders sums), and the saved model is an ordinary TinyGPT folder, not a compiled wrapper's
+    `_orig_mod.` keys."""
+    from torch._dynamo.utils import counters
+
+    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    runs = {}
+    for compiled in (False, True):
+        settings = TrainingSettings(
+            out=str(tmp_path / f"compile-{compiled}"),
+            train=[str(plays)],
+            config={"n_layer": 1, "n_embd": 16, "n_head": 2, **no_dropout},
+            block_size=16,
+            batch_size=4,
+            steps=3,
+            warmup_steps=1,
+            compile=compiled,
+        )
+        counters.clear()
+        _, summary = train(settings)
+        assert (counters["stats"]["unique_graphs"] > 0) == compiled  # dynamo really compiled the model, or not
+        weights = load_file(tmp_path / f"compile-{compiled}" / "model" / "model.safetensors")
+        runs[compiled] = ([row["train_loss"] for row in summary["history"]], weights)
+    (eager_losses, eager), (compiled_losses, compiled) = runs[False], runs[True]
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-4)
+    assert compiled.keys() == eager.keys()
+    for name in eager:
+        torch.testing.assert_close(compiled[name], eager[name], rtol=1e-4, atol=1e-5)
+
+
 DRIVER = """
 import json, sys, torch
 from accelerate import PartialState

@@ -69,6 +69,7 @@ class TrainingSettings:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     bf16: bool = False
+    compile: bool = False  # the model through torch.compile (inductor)
     seed: int = 0
     eval_every: int = 200
     eval_batch_size: int = 4  # logits are batch × block × vocab floats
@@ -304,7 +305,7 @@ def save_checkpoint(folder: Path, accelerator, model, optimizer, schedule, progr
         with output_folder(folder, force=True, kind="checkpoint") as staging:
             for rank, state in enumerate(rng_states):
                 torch.save(state, _rng_file(staging, rank))
-            save_model(accelerator.unwrap_model(model), str(staging / WEIGHTS))
+            save_model(accelerator.unwrap_model(model, keep_torch_compile=False), str(staging / WEIGHTS))
             state = {"optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}
             torch.save(state, staging / TRAINING_STATE)
             (staging / PROGRESS).write_text(json.dumps(progress, indent=2))
@@ -314,7 +315,11 @@ def save_checkpoint(folder: Path, accelerator, model, optimizer, schedule, progr
 def load_checkpoint(folder: Path, accelerator, model, optimizer, schedule):
     """The inverse of `save_checkpoint`, reading nothing that can run code."""
     try:
-        load_model(accelerator.unwrap_model(model), str(folder / WEIGHTS), device=str(accelerator.device))
+        load_model(
+            accelerator.unwrap_model(model, keep_torch_compile=False),
+            str(folder / WEIGHTS),
+            device=str(accelerator.device),
+        )
         state = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=True)
         rng = torch.load(_rng_file(folder, accelerator.process_index), map_location="cpu", weights_only=True)
         optimizer.load_state_dict(state["optimizer"])
@@ -374,7 +379,10 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
         check_output(out / FINAL, force=True)
     # cpu=True where there is no accelerator: accelerate then also treats `torchrun` on CPUs as data-parallel (gloo).
     # bf16 is torch's own autocast in the step, not accelerate's mixed_precision, which is fixed per process.
-    accelerator = Accelerator(cpu=not torch.accelerator.is_available(), gradient_accumulation_steps=settings.grad_accum)
+    accelerator = Accelerator(
+        cpu=not torch.accelerator.is_available(),
+        gradient_accumulation_steps=settings.grad_accum,
+    )
     if settings.batch_size % (accelerator.num_processes * settings.grad_accum):
         raise ValueError(
             f"`TrainingSettings.batch_size` {settings.batch_size} does not split over {accelerator.num_processes} "
@@ -471,11 +479,13 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
     )
     # The schedule is not prepared: accelerate would step it once per process, but our batch size is global.
     model, optimizer = accelerator.prepare(model, optimizer)
+    if settings.compile:  # not accelerate's dynamo_backend: the first Accelerator of a process fixes that for all
+        model = torch.compile(model)
     step = _resume(out, settings, accelerator, model, optimizer, schedule) if settings.resume else 0
     if step == settings.steps and (out / FINAL).is_dir() and (out / "summary.json").is_file():
         if main:
             tqdm.write(f"{out}: this run already finished at step {step}; nothing to do", file=sys.stderr)
-        return accelerator.unwrap_model(model), read_json_object(out / "summary.json")
+        return accelerator.unwrap_model(model, keep_torch_compile=False), read_json_object(out / "summary.json")
 
     def checkpoint():
         folder = out / CHECKPOINTS / f"step-{step:06d}"
@@ -547,7 +557,7 @@ def _train(settings, accelerator, out, config, tokenizer_from, train_files, trai
     wall = time.perf_counter() - started
 
     summary = {"steps": step, "final_train_loss": losses[-1] if losses else None, "wall_s": wall, "history": history}
-    model = accelerator.unwrap_model(model)
+    model = accelerator.unwrap_model(model, keep_torch_compile=False)
     if main:
         record(out, outputs=[FINAL])
         summary["validation_perplexity"] = _write_final_model(
