@@ -353,6 +353,12 @@ def add_train_arguments(parser: argparse.ArgumentParser):
         f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
         "learned positions). --config and these flags change it; flags win.",
     )
+    model.add_argument(
+        "--init-from",
+        metavar="MODEL",
+        help="start from this tinygpt or GPT-2 folder or Hub id (its shape; only --dropout may change) instead of "
+        "random weights",
+    )
     model.add_argument("--config", help="JSON file of TinyGPTConfig fields")
     model.add_argument("--position", choices=POSITION_SCHEMES, help="position scheme (default: learned)")
     model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
@@ -408,6 +414,7 @@ def run_train(args) -> int:
         glob=args.glob,
         tokenizer=args.tokenizer,
         config=config,
+        init_from=args.init_from,
         block_size=args.block_size,
         batch_size=args.batch_size,
         grad_accum=args.grad_accum,

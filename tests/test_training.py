@@ -7,15 +7,24 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
-from conftest import TINY_TRAINING, tiny_model
+from conftest import TINY_TRAINING, random_gpt2, tiny_model
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
-from hf_tinygpt.tools.training import TrainingSettings, batch_indices, pack, perplexity, text_files, train
+from hf_tinygpt.tools.training import (
+    TrainingSettings,
+    batch_indices,
+    pack,
+    perplexity,
+    text_files,
+    tokenize_files,
+    train,
+)
 
 
 def train_cli(*args, cwd=None, **popen):
@@ -207,6 +216,37 @@ def test_a_compiled_run_trains_as_the_eager_one_and_saves_a_plain_model(plays, t
     assert compiled.keys() == eager.keys()
     for name in eager:
         torch.testing.assert_close(compiled[name], eager[name], rtol=1e-4, atol=1e-5)
+
+
+def test_init_from_a_gpt2_checkpoint_starts_exactly_where_gpt2lmheadmodel_is(plays, tmp_path):
+    """`init_from` a GPT-2 folder: the first step's loss is GPT2LMHeadModel's own loss on that step's batch (the run
+    starts from GPT-2's weights, converted as they load), training moves on from there, and the card names no local
+    path. A setting the checkpoint fixes (its shape) is refused by name; dropout may change."""
+    gpt2 = random_gpt2(vocab_size=50257, n_positions=32, eos_token_id=50256, bos_token_id=50256)
+    gpt2.save_pretrained(tmp_path / "gpt2")
+    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    settings = TrainingSettings(
+        out=str(tmp_path / "run"),
+        train=[str(plays)],
+        init_from=str(tmp_path / "gpt2"),
+        config=no_dropout,
+        block_size=16,
+        batch_size=4,
+        steps=2,
+        warmup_steps=1,
+    )
+    _, summary = train(settings)
+    blocks = pack(tokenize_files(text_files([str(plays)]), gpt2_tokenizer()), 16)
+    first = blocks[batch_indices(0, 4, len(blocks), seed=0)]
+    with torch.no_grad():
+        expected = gpt2.eval()(first, labels=first).loss.item()
+    assert summary["history"][0]["train_loss"] == pytest.approx(expected, abs=1e-5)
+    trained = TinyGPTForCausalLM.from_pretrained(tmp_path / "run" / "model")
+    assert trained.config.n_layer == gpt2.config.n_layer and trained.config.resid_pdrop == 0.0
+    assert not torch.equal(trained.transformer.wte.weight, gpt2.transformer.wte.weight)  # it trained
+    assert "base_model" not in ModelCard.load(tmp_path / "run" / "model" / "README.md").data.to_dict()
+    with pytest.raises(ValueError, match="sets n_layer, which the model of `TrainingSettings.init_from`"):
+        train(replace(settings, out=str(tmp_path / "wider"), config={"n_layer": 3}))
 
 
 DRIVER = """

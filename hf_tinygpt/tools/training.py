@@ -59,6 +59,7 @@ class TrainingSettings:
     glob: str = "*.txt"
     tokenizer: str | None = None  # a tokenizer folder; None: the bundled GPT-2 BPE
     config: dict = field(default_factory=dict)  # TinyGPTConfig fields
+    init_from: str | None = None  # a tinygpt or GPT-2 folder or Hub id to start from; None: random weights
     block_size: int = 128
     batch_size: int = 16  # global: split across processes
     grad_accum: int = 1  # micro-batches per step: each process takes batch_size / processes / grad_accum at a time
@@ -346,7 +347,34 @@ def _comparable(settings: TrainingSettings) -> dict:
     fields["train"] = [absolute(p) for p in settings.train]
     fields["validation"] = [absolute(p) for p in settings.validation]
     fields["tokenizer"] = absolute(settings.tokenizer)
+    fields["init_from"] = absolute(settings.init_from)
     return fields
+
+
+# What a run may change in the config of the model it starts from: dropout acts only while training.
+DROPOUT_FIELDS = ("resid_pdrop", "embd_pdrop", "attn_pdrop")
+
+
+def starting_model(settings: TrainingSettings, vocab_size: int) -> TinyGPTForCausalLM:
+    """The model of `init_from`, loaded strictly in float32 (a GPT-2 checkpoint converted as it loads), with the
+    run's dropout; it must take the tokenizer's ids and the run's blocks."""
+    if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):
+        raise ValueError(
+            f"`TrainingSettings.config` sets {', '.join(fixed)}, which the model of `TrainingSettings.init_from` "
+            f"({settings.init_from}) fixes; only dropout ({', '.join(DROPOUT_FIELDS)}) may change"
+        )
+    model = load_strictly(settings.init_from, dtype=torch.float32, **settings.config)  # dropout as the config's
+    if vocab_size > model.config.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {vocab_size} tokens, more than the {model.config.vocab_size} rows of "
+            f"{settings.init_from} (`TrainingSettings.init_from`): train with the tokenizer it was made with"
+        )
+    if model.config.position_embedding_type == "learned" and model.config.n_positions < settings.block_size:
+        raise ValueError(
+            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {model.config.n_positions} of "
+            f"{settings.init_from} (`TrainingSettings.init_from`, learned positions)"
+        )
+    return model
 
 
 def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
@@ -412,7 +440,11 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
                 f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on"
             )
         validation = validation[: settings.validation_tokens]
-    config = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
+    if settings.init_from:
+        start = starting_model(settings, len(tokenizer))
+        config = start.config
+    else:
+        start, config = None, build_config(settings, len(tokenizer), tokenizer.eos_token_id)
 
     # The main process holds OUT's lock for the whole run; with `force` an earlier run is swapped out here.
     with (
@@ -421,7 +453,9 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
         else contextlib.nullcontext()
     ):
         accelerator.wait_for_everyone()
-        return _train(settings, accelerator, out, config, tokenizer_from, train_files, train_blocks, validation)
+        return _train(
+            settings, accelerator, out, start or config, tokenizer_from, train_files, train_blocks, validation
+        )
 
 
 def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int:
@@ -463,10 +497,11 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int
     return 0
 
 
-def _train(settings, accelerator, out, config, tokenizer_from, train_files, train_blocks, validation):
+def _train(settings, accelerator, out, start, tokenizer_from, train_files, train_blocks, validation):
+    """`start`: the model to train (from `init_from`), or the config of a new one."""
     main = accelerator.is_main_process
     set_seed(settings.seed)
-    model = TinyGPTForCausalLM(config)
+    model = start if isinstance(start, TinyGPTForCausalLM) else TinyGPTForCausalLM(start)
     decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices decay; biases and LayerNorms do not
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -620,8 +655,12 @@ def _write_final_model(
             "seed": settings.seed,
             "learning_rate": settings.learning_rate,
         }
-        card = render_model_card(
-            model.config, model_id=str(folder), provenance={"made_by": "training", "training": training}
+        hub_id = settings.init_from if settings.init_from and not Path(settings.init_from).exists() else None
+        card = render_model_card(  # a local starting folder is not named: a published card would show its path
+            model.config,
+            model_id=str(folder),
+            provenance={"made_by": "training", "training": training},
+            base_model=hub_id,
         )
         card.save(staging / "README.md")
     return ppl
