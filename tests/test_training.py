@@ -16,9 +16,12 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt.checkpoints.outputs import unproven
 from hf_tinygpt.tools.training import (
+    LOSS_CURVE,
     TrainingSettings,
     batch_indices,
+    loss_curve_png,
     pack,
     perplexity,
     text_files,
@@ -111,6 +114,9 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
     summary = json.loads((out / "summary.json").read_text())
     assert [r["step"] for r in summary["history"]] == list(range(1, 11))
     assert summary["history"][-1]["train_loss"] < summary["history"][0]["train_loss"]  # it learned something
+    # The curve was redrawn at the last evaluation, from the history the summary holds, and the manifest lists it.
+    assert (out / LOSS_CURVE).read_bytes() == loss_curve_png(summary["history"])
+    assert (out / LOSS_CURVE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not unproven(out)
 
     again = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--out", out)  # never overwritten silently
     assert again.returncode == 2 and "--force" in again.stderr

@@ -8,6 +8,7 @@ batch one process would take whole.
 
 import contextlib
 import copy
+import io
 import json
 import math
 import pickle
@@ -44,11 +45,13 @@ from . import SMALL_MODEL, needs_extra
 try:
     from accelerate import Accelerator
     from accelerate.utils import gather_object, set_seed
+    from matplotlib.figure import Figure
 except ImportError as error:
     raise needs_extra("train", error) from error
 
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what resuming needs
 FINAL = "model"  # OUT/model: the complete tinygpt folder
+LOSS_CURVE = "loss.png"  # OUT/loss.png: redrawn at every evaluation
 
 
 @dataclass
@@ -497,6 +500,24 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int
     return 0
 
 
+def loss_curve_png(history: list[dict]) -> bytes:
+    """The run's curves as a PNG: the training loss at every step and, where it was measured, the validation loss
+    (the log of its perplexity: both in nats per token, on one axis)."""
+    figure = Figure(figsize=(7, 4), dpi=100, layout="constrained")
+    axes = figure.subplots()
+    axes.plot([row["step"] for row in history], [row["train_loss"] for row in history], lw=1, label="training")
+    measured = [row for row in history if "validation_perplexity" in row]
+    if measured:
+        steps, losses = [row["step"] for row in measured], [math.log(row["validation_perplexity"]) for row in measured]
+        axes.plot(steps, losses, "o-", label="validation")
+    axes.set(xlabel="step", ylabel="cross-entropy (nats per token)", title="loss")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    return png.getvalue()
+
+
 def _train(settings, accelerator, out, start, tokenizer_from, train_files, train_blocks, validation):
     """`start`: the model to train (from `init_from`), or the config of a new one."""
     main = accelerator.is_main_process
@@ -575,12 +596,13 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_files, train
                 logged["validation_perplexity"] = perplexity(
                     model, validation, settings.block_size, settings.eval_batch_size, accelerator
                 )
-                if main:
-                    tqdm.write(
-                        f"step {step}: train loss {mean_loss:.4f}, validation perplexity "
-                        f"{logged['validation_perplexity']:.2f}"
-                    )
             history.append(logged)
+            if "validation_perplexity" in logged and main:
+                tqdm.write(
+                    f"step {step}: train loss {mean_loss:.4f}, validation perplexity "
+                    f"{logged['validation_perplexity']:.2f}"
+                )
+                write_recorded_file(out, LOSS_CURVE, loss_curve_png(history))
             stop_now = accelerator.reduce(torch.tensor(float(stop.requested), device=accelerator.device), "sum") > 0
             if step % settings.save_every == 0 or stop_now:
                 checkpoint()
