@@ -445,9 +445,8 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
         validation = validation[: settings.validation_tokens]
     if settings.init_from:
         start = starting_model(settings, len(tokenizer))
-        config = start.config
     else:
-        start, config = None, build_config(settings, len(tokenizer), tokenizer.eos_token_id)
+        start = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
 
     # The main process holds OUT's lock for the whole run; with `force` an earlier run is swapped out here.
     with (
@@ -456,9 +455,7 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
         else contextlib.nullcontext()
     ):
         accelerator.wait_for_everyone()
-        return _train(
-            settings, accelerator, out, start or config, tokenizer_from, train_files, train_blocks, validation
-        )
+        return _train(settings, accelerator, out, start, tokenizer_from, train_files, train_blocks, validation)
 
 
 def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int:
