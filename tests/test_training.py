@@ -153,6 +153,15 @@ def test_validation_tokens_caps_the_held_out_text_every_validation_scores(plays,
             TrainingSettings(out="x", train=["y"], validation_tokens=bad)
 
 
+NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+
+def exact_run(out, plays, **overrides) -> TrainingSettings:
+    """Three steps of a one-layer model without dropout: two such runs that should agree can be compared exactly."""
+    fields = dict(train=[str(plays)], config={"n_layer": 1, "n_embd": 16, "n_head": 2, **NO_DROPOUT}, block_size=16)
+    return TrainingSettings(out=str(out), **{**fields, "steps": 3, "warmup_steps": 1, **overrides})
+
+
 def test_grad_accum_micro_batches_give_the_gradients_of_the_whole_batch(plays, tmp_path, monkeypatch):
     """`grad_accum=4` splits each batch of 8 into 4 micro-batches of 2: every optimizer step sees the gradients of
     the whole batch (within fp32 rounding) and logs its loss. Clipping is off, since it would hide a gradient 4×
@@ -165,21 +174,11 @@ def test_grad_accum_micro_batches_give_the_gradients_of_the_whole_batch(plays, t
         return adamw_step(optimizer, *args, **kwargs)
 
     monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
-    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     losses = []
     for accumulation in (1, 4):
         seen.append([])
-        settings = TrainingSettings(
-            out=str(tmp_path / f"accumulate-{accumulation}"),
-            train=[str(plays)],
-            config={"n_layer": 1, "n_embd": 16, "n_head": 2, **no_dropout},
-            block_size=16,
-            batch_size=8,
-            grad_accum=accumulation,
-            steps=3,
-            warmup_steps=1,
-            grad_clip=0.0,
-        )
+        out = tmp_path / f"accumulate-{accumulation}"
+        settings = exact_run(out, plays, batch_size=8, grad_accum=accumulation, grad_clip=0.0)
         _, summary = train(settings)
         losses.append([row["train_loss"] for row in summary["history"]])
     whole, accumulated = seen
@@ -194,24 +193,14 @@ def test_grad_accum_micro_batches_give_the_gradients_of_the_whole_batch(plays, t
 
 @pytest.mark.slow
 def test_a_compiled_run_trains_as_the_eager_one_and_saves_a_plain_model(plays, tmp_path):
-    """`compile=True` (accelerate's inductor backend): the same losses and final weights as eager, to float rounding
+    """`compile=True` (torch.compile, inductor): the same losses and final weights as eager, to float rounding
     (inductor fuses and reorders sums), and the saved model is an ordinary TinyGPT folder, not a compiled wrapper's
     `_orig_mod.` keys."""
     from torch._dynamo.utils import counters
 
-    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     runs = {}
     for compiled in (False, True):
-        settings = TrainingSettings(
-            out=str(tmp_path / f"compile-{compiled}"),
-            train=[str(plays)],
-            config={"n_layer": 1, "n_embd": 16, "n_head": 2, **no_dropout},
-            block_size=16,
-            batch_size=4,
-            steps=3,
-            warmup_steps=1,
-            compile=compiled,
-        )
+        settings = exact_run(tmp_path / f"compile-{compiled}", plays, batch_size=4, compile=compiled)
         counters.clear()
         _, summary = train(settings)
         assert (counters["stats"]["unique_graphs"] > 0) == compiled  # dynamo really compiled the model, or not
@@ -230,12 +219,11 @@ def test_init_from_a_gpt2_checkpoint_starts_exactly_where_gpt2lmheadmodel_is(pla
     path. A setting the checkpoint fixes (its shape) is refused by name; dropout may change."""
     gpt2 = random_gpt2(vocab_size=50257, n_positions=32, eos_token_id=50256, bos_token_id=50256)
     gpt2.save_pretrained(tmp_path / "gpt2")
-    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
     settings = TrainingSettings(
         out=str(tmp_path / "run"),
         train=[str(plays)],
         init_from=str(tmp_path / "gpt2"),
-        config=no_dropout,
+        config=NO_DROPOUT,
         block_size=16,
         batch_size=4,
         steps=2,
