@@ -342,10 +342,29 @@ def add_train_arguments(parser: argparse.ArgumentParser):
 
     data = parser.add_argument_group("data")
     data.add_argument(
-        "--train", nargs="+", required=True, help="text files or folders (folders: files matching --glob)"
+        "--train",
+        nargs="+",
+        default=[],
+        help="text files or folders (folders: files matching --glob), or one token folder",
     )
-    data.add_argument("--validation", nargs="+", help="held-out text files (left out of --train folders)")
+    data.add_argument(
+        "--validation", nargs="+", help="held-out text files (left out of --train folders), or one token folder"
+    )
     data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use")
+    data.add_argument(
+        "--dataset",
+        help="instead of --train: a Hugging Face dataset ([datasets] extra), a save_to_disk folder or what "
+        "load_dataset takes (a Hub id, a folder of data files)",
+    )
+    data.add_argument("--dataset-config", help="the --dataset configuration (load_dataset's name)")
+    data.add_argument("--dataset-split", default="train", help="the --dataset split to train on")
+    data.add_argument("--text-column", default="text", help="the --dataset column that holds the text")
+    data.add_argument(
+        "--data-cache",
+        metavar="FOLDER",
+        help="where tokenized data is kept for later runs (default: $HF_TINYGPT_CACHE/tokens, "
+        "~/.cache/hf_tinygpt/tokens)",
+    )
     add_tokenizer_argument(data, "the tokenizer to train with (default: gpt2)")
     model = parser.add_argument_group(
         "model",
@@ -359,6 +378,7 @@ def add_train_arguments(parser: argparse.ArgumentParser):
         help="start from this tinygpt or GPT-2 folder or Hub id (its shape; only --dropout may change) instead of "
         "random weights",
     )
+    add_hub_arguments(model)
     model.add_argument("--config", help="JSON file of TinyGPTConfig fields")
     model.add_argument("--position", choices=POSITION_SCHEMES, help="position scheme (default: learned)")
     model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
@@ -390,6 +410,13 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     out.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
     out.add_argument("--save-dtype", choices=["float32", "bfloat16", "float16"], help="dtype of the final weights")
     out.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint in --out")
+    out.add_argument(
+        "--report-to",
+        nargs="+",
+        default=[],
+        metavar="TRACKER",
+        help="send the metrics to these accelerate trackers (tensorboard writes into --out/trackers; wandb, mlflow, ...)",
+    )
 
 
 def run_train(args) -> int:
@@ -412,9 +439,15 @@ def run_train(args) -> int:
         train=args.train,
         validation=args.validation or [],
         glob=args.glob,
+        dataset=args.dataset,
+        dataset_config=args.dataset_config,
+        dataset_split=args.dataset_split,
+        text_column=args.text_column,
+        data_cache=args.data_cache,
         tokenizer=args.tokenizer,
         config=config,
         init_from=args.init_from,
+        init_revision=args.revision,
         block_size=args.block_size,
         batch_size=args.batch_size,
         grad_accum=args.grad_accum,
@@ -433,9 +466,10 @@ def run_train(args) -> int:
         resume=args.resume,
         force=args.force,
         command=args.command,
+        report_to=args.report_to,
     )
     try:
-        _, summary = train(settings)
+        _, summary = train(settings, token=args.token)
     except TrainingInterrupted as stopped:  # a checkpoint was saved; the main process says which and how to go on
         if str(stopped):
             print(f"hf-tinygpt train: interrupted: {in_flags(str(stopped), args.flags)}", file=sys.stderr)
@@ -539,7 +573,11 @@ def run_push(args) -> int:
 # The library's errors name what a Python caller passed, in backticks (`max_new_tokens`, `force=True`,
 # `TrainingSettings.steps`); a user of the command line passed flags, so each such name becomes the flag that sets
 # it. Backticks make the match exact: no word in running text (nor `enforce`) is ever taken for a name.
-FLAG_DESTS = {"learning_rate": "lr", "n_dims": "dims"}  # library names whose flag has another name
+FLAG_DESTS = {
+    "learning_rate": "lr",
+    "n_dims": "dims",
+    "init_revision": "revision",
+}  # library names whose flag has another name
 _PYTHON_NAME = re.compile(r"`(?:TrainingSettings\.)?(\w+)(?:=([^`]*))?`")
 
 
@@ -623,6 +661,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def recorded_command(argv: list[str], token: str | None) -> str:
+    """The command line as a card records it: without the token, and without the flag that gave it (however it was
+    spelled: `--token X`, `--token=X`, or a prefix argparse accepts)."""
+    words = []
+    for word in argv:
+        if token and word == token:
+            if words and words[-1].startswith("--"):
+                words.pop()
+        elif not (token and token in word):
+            words.append(word)
+    return shlex.join(["hf-tinygpt", *words])
+
+
 def main(argv=None) -> int:
     from . import _interrupted_while_starting
 
@@ -630,7 +681,7 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    args.command = shlex.join(["hf-tinygpt", *argv])  # for the card of a trained model
+    args.command = recorded_command(argv, getattr(args, "token", None))  # for the card of a trained model
 
     def failed(message: str) -> int:
         print(f"hf-tinygpt {args.verb}: error: {in_flags(message, args.flags)}", file=sys.stderr)

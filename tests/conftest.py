@@ -134,8 +134,13 @@ def hub(tmp_path, online):
 
 
 def hub_subprocess_env(hub, tmp_path, **extra) -> dict:
-    """The environment of a fresh interpreter that sees only the loopback Hub (no HF_* settings of ours leak in)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "TRANSFORMERS_"))}
+    """The environment of a fresh interpreter that sees only the loopback Hub (no HF_* settings of ours leak in; the
+    test's own HF_TINYGPT_* ones, such as its data cache, stay)."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("HF_", "TRANSFORMERS_")) or key.startswith("HF_TINYGPT_")
+    }
     return env | {
         "HF_ENDPOINT": hub.url,
         "HF_HOME": str(tmp_path / "hf_home"),
@@ -186,6 +191,15 @@ def scheme(request):
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(1234)
+
+
+@pytest.fixture(autouse=True)
+def _data_cache(tmp_path_factory):
+    """Training's token files go to a fresh cache of each test (its subprocesses too), never ~/.cache/hf_tinygpt.
+    A MonkeyPatch of its own: a test's `monkeypatch.undo()` must not undo this."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_TINYGPT_CACHE", str(tmp_path_factory.mktemp("hf_tinygpt_cache")))
+        yield
 
 
 # ---- training runs -------------------------------------------------------------------------------------------------

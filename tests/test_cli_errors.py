@@ -241,6 +241,8 @@ def test_empty_validation_data_is_refused_before_training(corpus, tmp_path, caps
         (["--batch-size", "100000"], "--batch-size 100000 is more than the"),
         (["--glob", "/etc/*"], "--glob must be a pattern inside each --train folder"),
         (["--lr", "1e30"], "training diverged"),
+        (["--report-to", "tensorbord"], "--report-to: tensorbord is not a tracker accelerate supports"),
+        (["--revision", "v2"], "--revision is the revision of --init-from: set both"),
     ],
 )
 def test_train_names_what_would_exhaust_memory_crash_or_save_garbage(corpus, tmp_path, capsys, flags, message):

@@ -35,6 +35,7 @@ from huggingface_hub.errors import RepositoryNotFoundError
 import hf_tinygpt
 from hf_tinygpt.checkpoints.hub import push_to_hub, stage_for_hub
 from hf_tinygpt.checkpoints.outputs import MANIFEST
+from hf_tinygpt.checkpoints.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png, write_history
 from hf_tinygpt.cli import main
 from hf_tinygpt.model import BUNDLE
 from hf_tinygpt.model.params import parameter_breakdown
@@ -403,6 +404,25 @@ def test_every_staged_file_is_written_by_the_library_that_read_it(tmp_path):
     assert all(
         torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values(), strict=True)
     )
+
+
+def test_a_trained_models_loss_curve_is_drawn_again_from_its_checked_history(tmp_path, capsys):
+    """A training history goes up as numbers checked on the way, with its curve drawn anew from them: the image in
+    the folder is never what is published (here it was swapped for another), and the card shows the curve."""
+    _, folder = tinygpt_folder(tmp_path)
+    history = [{"step": 1, "train_loss": 10.8}, {"step": 2, "train_loss": 9.5, "validation_perplexity": 9000.0}]
+    write_history(folder, history)
+    (folder / LOSS_CURVE).write_bytes(b"\x89PNG\r\n\x1a\n any picture at all")
+    staged = tmp_path / "staged"
+    files = stage_for_hub(str(folder), staged, REPO)
+    assert set(files) == REPO_FILES | {TRAINING_HISTORY, LOSS_CURVE}
+    assert json.loads((staged / TRAINING_HISTORY).read_text()) == history
+    assert (staged / LOSS_CURVE).read_bytes() == loss_curve_png(history)
+    assert "![training and validation loss](loss.png)" in (staged / "README.md").read_text()
+
+    (folder / TRAINING_HISTORY).write_text(json.dumps([*history, {"step": 2, "train_loss": 9.0}]))
+    code = main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "again")])
+    assert code == 2 and "training_history.json: row 2: step must be an integer above" in capsys.readouterr().err
 
 
 def test_push_refuses_a_generation_config_that_does_not_read(tmp_path, capsys):

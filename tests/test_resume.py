@@ -75,6 +75,12 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(plays
     assert ours.keys() == reference.keys()
     assert all(torch.equal(ours[key], reference[key]) for key in ours)
 
+    def losses(run):  # the summary's history, from which the curve and the model folder's history are drawn
+        history = json.loads((tmp_path / run / "summary.json").read_text())["history"]
+        return [(row["step"], row["train_loss"]) for row in history]
+
+    assert losses("cut") == losses("straight")  # the whole run's, not only what came after resuming
+
 
 def test_resume_falls_back_past_a_checkpoint_cut_short_by_a_kill(corpus, tmp_path, capsys):
     out = tmp_path / "run"

@@ -119,3 +119,30 @@ def test_speed_benchmark_script_smoke(tmp_path):
         assert best["tinygpt_tok_s"] == max(row["tinygpt_tok_s"] for row in same_batch)
     assert set(result["from_pretrained"]) == {"hf", "tinygpt"}
     assert "TinyGPT/HF" in out.stdout and "HF GPT-2's default generate" in out.stdout
+
+
+@pytest.mark.slow
+def test_training_benchmark_script_smoke(tmp_path):
+    """Both training loops for real (nanoGPT's train.py from ../shared/nanogpt, `hf-tinygpt train`) on a tiny model,
+    eager and compiled, fp32 and bf16, with accumulation; no speed is asserted (that is what the script is for)."""
+    from scripts.training_benchmark import NANOGPT, TINY
+
+    if not (NANOGPT / "train.py").is_file():
+        pytest.skip(f"nanoGPT's train.py is not in {NANOGPT}")
+    out = run_module("training_benchmark", "--tiny", "--json", tmp_path / "training.json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads((tmp_path / "training.json").read_text())
+    assert [row["row"] for row in result["rows"]] == list(TINY.rows)
+    kinds = {(row["compile"], row["bf16"], row["grad_accum"] > 1) for row in result["rows"]}
+    assert {compiled for compiled, _, _ in kinds} == {False, True} and {bf16 for _, bf16, _ in kinds} == {False, True}
+    assert any(accumulates for _, _, accumulates in kinds)
+    assert result["data"]["vocab_size"] == 50257 and result["data"]["files"] == TINY.limit_files
+    for row in result["rows"]:
+        for loop in ("nanoGPT", "TinyGPT"):
+            (run,) = row["rounds"][loop]  # one round: every step of both runs logged
+            assert len(run["tokens_per_s"]) == TINY.steps and min(run["tokens_per_s"]) > 0 and run["wall_s"] > 0
+        assert row["nanogpt_tok_s"] > 0 and row["tinygpt_tok_s"] > 0
+        # One round, so the median paired ratio is that pair's ratio, the ratio of the two speeds.
+        assert len(row["paired_ratios"]) == 1 and row["ratio"] == row["paired_ratios"][0]
+        assert row["ratio"] == pytest.approx(row["tinygpt_tok_s"] / row["nanogpt_tok_s"], rel=1e-9)
+    assert "TinyGPT/nanoGPT" in out.stdout

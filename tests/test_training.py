@@ -17,11 +17,11 @@ from safetensors.torch import load_file
 
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.checkpoints.outputs import unproven
+from hf_tinygpt.checkpoints.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png
 from hf_tinygpt.tools.training import (
-    LOSS_CURVE,
     TrainingSettings,
+    adamw,
     batch_indices,
-    loss_curve_png,
     pack,
     perplexity,
     text_files,
@@ -117,6 +117,10 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
     # The curve was redrawn at the last evaluation, from the history the summary holds, and the manifest lists it.
     assert (out / LOSS_CURVE).read_bytes() == loss_curve_png(summary["history"])
     assert (out / LOSS_CURVE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not unproven(out)
+    # The model folder carries the history and the curve drawn from it, and its card shows the curve.
+    assert json.loads((model_dir / TRAINING_HISTORY).read_text()) == summary["history"]
+    assert (model_dir / LOSS_CURVE).read_bytes() == loss_curve_png(summary["history"])
+    assert "![training and validation loss](loss.png)" in card.text
 
     again = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--out", out)  # never overwritten silently
     assert again.returncode == 2 and "--force" in again.stderr
@@ -296,3 +300,86 @@ def test_two_process_data_parallel_run_matches_one_process(plays, tmp_path):
     losses_one = json.loads((tmp_path / "one-losses.json").read_text())
     assert len(losses_two) == len(losses_one) == 6
     assert losses_two == pytest.approx(losses_one, abs=1e-5)
+
+
+# ---- metrics and the optimizer -------------------------------------------------------------------------------
+
+
+def test_report_to_tensorboard_logs_each_steps_metrics_inside_the_run_folder(plays, tmp_path):
+    """accelerate's TensorBoard tracker gets every step's loss and learning rate and each validation perplexity,
+    the numbers of the summary's history; it writes under OUT/trackers, and the run folder stays provably ours."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    settings = exact_run(
+        out, plays, steps=4, validation=[str(plays / "held_out.txt")], eval_every=2, report_to=["tensorboard"]
+    )
+    _, summary = train(settings)
+    events = EventAccumulator(str(out / "trackers" / "hf-tinygpt")).Reload()
+    for metric in ("train_loss", "lr", "validation_perplexity"):
+        logged = [(event.step, event.value) for event in events.Scalars(metric)]
+        expected = [(row["step"], row[metric]) for row in summary["history"] if metric in row]
+        assert [step for step, _ in logged] == [step for step, _ in expected], metric
+        assert [value for _, value in logged] == pytest.approx([value for _, value in expected], rel=1e-6), metric
+    assert [step for step, _ in logged] == [2, 4]
+    assert not unproven(out)
+
+
+def test_report_to_names_an_unknown_or_missing_tracker(monkeypatch):
+    with pytest.raises(ValueError, match=r"TrainingSettings.report_to.*tensorbord is not a tracker.*tensorboard"):
+        TrainingSettings(out="x", train=["y"], report_to=["tensorbord"])
+    from hf_tinygpt.tools import training
+
+    monkeypatch.setattr(training, "get_available_trackers", lambda: [])  # as where tensorboard is not installed
+    with pytest.raises(ValueError, match=r"TrainingSettings.report_to.*tensorboard is not installed"):
+        TrainingSettings(out="x", train=["y"], report_to=["tensorboard"])
+
+
+def test_the_fused_adamw_makes_torchs_own_adamw_update():
+    """Where torch has a fused AdamW kernel for the device (CPU and CUDA have one), training uses it: one pass over
+    the weights instead of several, the same update as torch's default multi-tensor AdamW within fp32 rounding."""
+    torch.manual_seed(0)
+    weights = [torch.randn(50, 16), torch.randn(16)]
+    runs = []
+    for make in (lambda groups: adamw(groups, 1e-2), lambda groups: torch.optim.AdamW(groups, 1e-2, betas=(0.9, 0.95))):
+        params = [torch.nn.Parameter(w.clone()) for w in weights]
+        optimizer = make([{"params": params[:1], "weight_decay": 0.1}, {"params": params[1:], "weight_decay": 0.0}])
+        for step in range(5):
+            for param in params:
+                param.grad = torch.sin(param.detach() * (step + 1))
+            optimizer.step()
+        runs.append((optimizer, params))
+    (fused, ours), (_, reference) = runs
+    assert fused.defaults["fused"] is True
+    for a, b in zip(ours, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_init_from_a_private_hub_repo_at_a_revision_with_a_token_that_no_file_keeps(hub, plays, tmp_path):
+    """`--init-from ID --revision R --token T` starts from branch R of a private repo (here on the loopback Hub):
+    with a learning rate of 1e-12 the final weights are R's, not main's. T is in no file the run writes (the card's
+    command line included), and the card names ID as the base model."""
+    from conftest import HUB_TOKEN, hub_subprocess_env, save_with_tokenizer, text_model
+
+    from hf_tinygpt.checkpoints.hub import push_to_hub
+
+    branches = {"main": text_model("rope", seed=0), "v2": text_model("rope", seed=1)}
+    for branch, model in branches.items():
+        folder = save_with_tokenizer(model, tmp_path / branch)
+        push_to_hub(str(folder), "me/start", private=True, revision=branch, token=HUB_TOKEN, endpoint=hub.url)
+    args = ["--train", plays, "--block-size", 32, "--batch-size", 2, "--steps", 1, "--lr", 1e-12, "--out", "run"]
+    env = hub_subprocess_env(hub, tmp_path)
+    run = train_cli("--init-from", "me/start", "--revision", "v2", f"--token={HUB_TOKEN}", *args, cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    final = load_file(tmp_path / "run" / "model" / "model.safetensors")
+    started = branches["v2"].state_dict()
+    for name, weight in final.items():  # the tied head is saved once, as the token embeddings
+        torch.testing.assert_close(weight, started[name], rtol=0, atol=1e-6)
+    assert not torch.allclose(final[name], branches["main"].state_dict()[name])  # the branches differ
+    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file() and HUB_TOKEN.encode() in p.read_bytes()]
+    card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
+    assert card.data.base_model == "me/start" and "--revision v2" in card.data.tinygpt["training"]["command"]
+
+    without = train_cli("--init-from", "me/start", "--revision", "v2", *args, "--force", cwd=tmp_path, env=env)
+    assert without.returncode != 0 and "me/start" in without.stderr  # private: no token, no weights

@@ -29,9 +29,10 @@ from .reading import (
     read_config_dict,
     reading_checkpoint,
 )
+from .training_history import TRAINING_HISTORY, read_history, write_history
 
 # Every file of a model folder that staging reads (and so could publish, in some form): each must be a regular file.
-READ_FILES = ("config.json", "generation_config.json", "README.md", *TOKENIZER_FILES)
+READ_FILES = ("config.json", "generation_config.json", "README.md", TRAINING_HISTORY, *TOKENIZER_FILES)
 # The weights layouts transformers reads; a folder to publish must hold exactly one.
 WEIGHTS_LAYOUTS = (
     "model.safetensors",
@@ -129,7 +130,8 @@ def stage_tinygpt_folder(
     whatever `.py` files lie in the folder) as loaded strictly by this package, its tokenizer as transformers read
     it (a real vocabulary that fits the model), its generation config as `GenerationConfig` read it, and its card
     for `repo_id` (without local paths unless `keep_local_paths`). The staged folder is loaded back and must give
-    the same weights. Nothing else goes: no optimizer states, logs, notes, stray or linked files."""
+    the same weights. A training history goes as checked numbers with its curve drawn again from them. Nothing
+    else goes: no optimizer states, logs, images, notes, stray or linked files."""
     from .bundled import load_tokenizer
     from .model_card import rerender_for
 
@@ -149,12 +151,15 @@ def stage_tinygpt_folder(
             generation = GenerationConfig.from_pretrained(folder)
         except (OSError, ValueError, TypeError) as error:
             raise ValueError(f"{folder}/generation_config.json: not a generation config ({describe(error)})") from None
+    history = read_history(folder)  # checked, then written again with its curve drawn anew
     card = rerender_for(folder, model.config, repo_id, keep_local_paths=keep_local_paths)
 
     model.save_pretrained(staging)  # config, weights, and the installed code files (auto_map)
     generation.save_pretrained(staging)
     tokens.save_pretrained(staging)
     card.save(staging / "README.md")
+    if history is not None:
+        write_history(staging, history)
     if not _same_weights(model, load_strictly(staging)):
         raise RuntimeError(f"staging {folder} for {repo_id}: the staged weights differ from the verified ones")
 

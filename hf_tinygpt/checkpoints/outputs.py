@@ -176,6 +176,21 @@ def record(
     _write_manifest(folder, manifest)
 
 
+def record_tree(folder: Path, name: str):
+    """Record `folder/name` and everything in it as it is now: for a folder another library writes into while a
+    run goes on (a tracker's logs), recorded after each of its writes. A link or special file is not recorded."""
+    files, folders = {}, [name]
+    for path in sorted((folder / name).rglob("*")):
+        relative = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            folders.append(relative)
+        elif path.is_file():
+            files[relative] = [_file_record(path)]
+    record(folder, files=files, folders=folders)
+
+
 def write_recorded_file(folder: Path, name: str, data: bytes):
     """Write `folder/name` atomically, recorded in the folder's manifest (the old and new contents are both listed
     while the file is replaced)."""

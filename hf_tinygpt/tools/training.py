@@ -8,7 +8,6 @@ batch one process would take whole.
 
 import contextlib
 import copy
-import io
 import json
 import math
 import pickle
@@ -20,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors import SafetensorError
@@ -32,37 +32,57 @@ from ..checkpoints.outputs import (
     output_folder,
     read_manifest,
     record,
+    record_tree,
     remove_leftovers_in,
     run_folder,
     unproven,
     write_recorded_file,
 )
 from ..checkpoints.reading import describe, load_strictly, read_json_object
+from ..checkpoints.training_history import LOSS_CURVE, checked_history, loss_curve_png, write_history
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from . import SMALL_MODEL, needs_extra
+from .token_files import (
+    TokenFile,
+    cache_folder,
+    dataset_tokens,
+    file_token_ids,
+    is_token_folder,
+    read_token_folder,
+    text_tokens,
+    tokenizer_identity,
+)
 
 try:
     from accelerate import Accelerator
-    from accelerate.utils import gather_object, set_seed
-    from matplotlib.figure import Figure
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
+    from accelerate.utils import ProjectConfiguration, gather_object, set_seed
 except ImportError as error:
     raise needs_extra("train", error) from error
 
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what resuming needs
 FINAL = "model"  # OUT/model: the complete tinygpt folder
-LOSS_CURVE = "loss.png"  # OUT/loss.png: redrawn at every evaluation
+TRACKERS, TRACKER_RUN = "trackers", "hf-tinygpt"  # OUT/trackers/hf-tinygpt: where TensorBoard writes
 
 
 @dataclass
 class TrainingSettings:
     out: str
-    train: list[str]
-    validation: list[str] = field(default_factory=list)
+    train: list[str] = field(default_factory=list)  # text files or folders, or one token folder
+    validation: list[str] = field(default_factory=list)  # held-out text files, or one token folder
     glob: str = "*.txt"
+    # Or a 🤗 dataset ([datasets] extra): a `save_to_disk` folder, or what `datasets.load_dataset` takes (a Hub id, a
+    # folder of data files); its `dataset_split` split, the text in its `text_column`.
+    dataset: str | None = None
+    dataset_config: str | None = None
+    dataset_split: str = "train"
+    text_column: str = "text"
+    data_cache: str | None = None  # where token files are kept; None: $HF_TINYGPT_CACHE/tokens (~/.cache/hf_tinygpt)
     tokenizer: str | None = None  # a tokenizer folder; None: the bundled GPT-2 BPE
     config: dict = field(default_factory=dict)  # TinyGPTConfig fields
     init_from: str | None = None  # a tinygpt or GPT-2 folder or Hub id to start from; None: random weights
+    init_revision: str | None = None  # the Hub revision of `init_from`: branch, tag or commit
     block_size: int = 128
     batch_size: int = 16  # global: split across processes
     grad_accum: int = 1  # micro-batches per step: each process takes batch_size / processes / grad_accum at a time
@@ -84,6 +104,8 @@ class TrainingSettings:
     resume: bool = False
     force: bool = False
     command: str = ""  # what produced this run, for the model card
+    # The accelerate trackers that get every step's metrics: "tensorboard" (into OUT/trackers), "wandb", ...
+    report_to: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         """Every setting checked at the door, the message naming the field (`TrainingSettings.steps`)."""
@@ -126,10 +148,18 @@ class TrainingSettings:
                 )
         from ..checkpoints.convert import DTYPES
 
+        if self.init_revision is not None and self.init_from is None:
+            raise ValueError(
+                "`TrainingSettings.init_revision` is the revision of `TrainingSettings.init_from`: set both"
+            )
         if self.save_dtype is not None and self.save_dtype not in DTYPES:
             raise ValueError(f"`TrainingSettings.save_dtype` must be one of {sorted(DTYPES)}, got {self.save_dtype!r}")
-        if not self.train:
-            raise ValueError("`TrainingSettings.train` needs at least one text file or folder")
+        if not self.train and not self.dataset:
+            raise ValueError(
+                "`TrainingSettings.train` needs at least one text file or folder (or give `TrainingSettings.dataset`)"
+            )
+        if self.train and self.dataset:
+            raise ValueError("`TrainingSettings.train` and `TrainingSettings.dataset` are both set: give one of them")
         if not _stays_inside(self.glob):
             raise ValueError(
                 "`TrainingSettings.glob` must be a pattern inside each `TrainingSettings.train` folder, such as "
@@ -142,6 +172,19 @@ class TrainingSettings:
             "partial_rotary_factor",
             "rope_scaling",
         }
+        if not isinstance(self.report_to, (list, tuple)) or any(not isinstance(t, str) for t in self.report_to):
+            raise ValueError(f"`TrainingSettings.report_to` must be a list of tracker names, got {self.report_to!r}")
+        trackers = sorted(LOGGER_TYPE_TO_CLASS)
+        if unknown := sorted(set(self.report_to) - set(trackers)):
+            raise ValueError(
+                f"`TrainingSettings.report_to`: {', '.join(unknown)} is not a tracker accelerate supports "
+                f"({', '.join(trackers)})"
+            )
+        available = {str(tracker) for tracker in get_available_trackers()}
+        if missing := [name for name in self.report_to if name not in available]:
+            raise ValueError(
+                f"`TrainingSettings.report_to`: {', '.join(missing)} is not installed (pip install {' '.join(missing)})"
+            )
         if unknown := sorted(set(self.config) - known):
             raise ValueError(
                 f"`TrainingSettings.config`: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
@@ -177,26 +220,67 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[str] = ()) -
 
 
 def tokenize_files(files: list[Path], tokenizer) -> torch.Tensor:
-    """All files as one stream of token ids, each file followed by the end-of-text token."""
-    ids = []
-    for file in files:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(
-                f"{file} is not UTF-8 text (byte {error.start}: {error.reason}); convert it, e.g. with "
-                f"`iconv -f latin1 -t utf-8`, or leave it out"
-            ) from None
-        ids += tokenizer(text).input_ids + [tokenizer.eos_token_id]
-    return torch.tensor(ids, dtype=torch.long)
+    """All files as one stream of token ids in memory, each file followed by the end-of-text token (for a small
+    text; training reads its data from a token file instead)."""
+    return torch.tensor([i for ids in file_token_ids(files, tokenizer) for i in ids], dtype=torch.long)
 
 
-def pack(tokens: torch.Tensor, block_size: int, what: str = "the training data") -> torch.Tensor:
-    """(n_blocks, block_size) non-overlapping blocks; the ragged tail is dropped."""
+def pack(tokens, block_size: int, what: str = "the training data"):
+    """(n_blocks, block_size) non-overlapping blocks, a view of `tokens` (a tensor or a memory-mapped array): block i
+    is tokens[i * block_size : (i + 1) * block_size]. The ragged tail is dropped."""
     n_blocks = len(tokens) // block_size
     if n_blocks == 0:
         raise ValueError(f"{what}: {len(tokens)} tokens do not fill one block of {block_size} (`block_size`)")
-    return tokens[: n_blocks * block_size].view(n_blocks, block_size)
+    return tokens[: n_blocks * block_size].reshape(n_blocks, block_size)
+
+
+def read_blocks(blocks, indices: torch.Tensor) -> torch.Tensor:
+    """The blocks at `indices` as int64 ids: only these are read from the token file."""
+    return torch.from_numpy(np.asarray(blocks[indices.numpy()], dtype=np.int64))
+
+
+def _token_folder(paths: list[str], what: str, tokenizer, tokenizer_from) -> TokenFile | None:
+    """The token folder that `paths` (`TrainingSettings.what`) names, made with the run's tokenizer; None: they are
+    text files."""
+    folders = [path for path in paths if is_token_folder(path)]
+    if not folders:
+        return None
+    if len(paths) > 1:
+        raise ValueError(f"`TrainingSettings.{what}`: a token folder ({folders[0]}) must be its only source")
+    return read_token_folder(paths[0], tokenizer_identity(tokenizer, tokenizer_from), f"`TrainingSettings.{what}`")
+
+
+def training_data(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str]:
+    """The training tokens (from the data cache, tokenized there the first time) and how the card describes them."""
+    cache = cache_folder(settings.data_cache)
+    if settings.dataset:
+        data = dataset_tokens(
+            settings.dataset,
+            settings.dataset_config,
+            settings.dataset_split,
+            settings.text_column,
+            tokenizer,
+            tokenizer_from,
+            cache,
+        )
+        return data, f"the {settings.dataset_split} split of {settings.dataset} (column `{settings.text_column}`)"
+    if data := _token_folder(settings.train, "train", tokenizer, tokenizer_from):
+        return data, f"the token folder {settings.train[0]} ({data.info['tokens']:,} tokens)"
+    files = text_files(settings.train, settings.glob, exclude=settings.validation)
+    data = text_tokens(files, tokenizer, tokenizer_from, cache)
+    return data, f"{len(files)} text files ({', '.join(settings.train)}, `{settings.glob}`)"
+
+
+def validation_data(settings, tokenizer, tokenizer_from) -> np.ndarray | None:
+    """The held-out tokens (memory-mapped, cut to `validation_tokens`), or None without validation files."""
+    if not settings.validation:
+        return None
+    data = _token_folder(settings.validation, "validation", tokenizer, tokenizer_from) or text_tokens(
+        [Path(p) for p in settings.validation], tokenizer, tokenizer_from, cache_folder(settings.data_cache)
+    )
+    if data.info["tokens"] <= data.info["documents"]:  # nothing but the end-of-text token after each
+        raise ValueError(f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on")
+    return data.tokens[: settings.validation_tokens]
 
 
 def batch_indices(step: int, batch_size: int, n_blocks: int, seed: int) -> torch.Tensor:
@@ -211,24 +295,24 @@ def batch_indices(step: int, batch_size: int, n_blocks: int, seed: int) -> torch
 
 
 @torch.no_grad()
-def perplexity(model, tokens: torch.Tensor, block_size: int, batch_size: int = 16, accelerator=None) -> float:
-    """exp(mean next-token loss) over `tokens` cut into non-overlapping windows of `block_size` (each window's
-    first token has no context and is not scored). With an accelerator, windows are shared out and summed."""
-    blocks = tokens[: len(tokens) // block_size * block_size].view(-1, block_size)
-    if len(tokens) % block_size > 1:  # score the tail too
-        tail = tokens[len(blocks) * block_size :]
-        blocks = list(blocks) + [tail]
+def perplexity(model, tokens, block_size: int, batch_size: int = 16, accelerator=None) -> float:
+    """exp(mean next-token loss) over `tokens` (a tensor or a memory-mapped array, read a batch at a time) cut into
+    non-overlapping windows of `block_size` (each window's first token has no context and is not scored). With an
+    accelerator, windows are shared out and summed."""
+    windows = [(start, min(start + block_size, len(tokens))) for start in range(0, len(tokens), block_size)]
+    if windows and windows[-1][1] - windows[-1][0] < 2:  # a 1-token tail has nothing to score
+        windows.pop()
     rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
     device = accelerator.device if accelerator else next(model.parameters()).device
     total, count = torch.zeros((), dtype=torch.float64, device=device), torch.zeros((), device=device)
-    mine = list(blocks)[rank::world]
+    mine = windows[rank::world]
     was_training = model.training
     model.eval()
     for start in range(0, len(mine), batch_size):
-        chunk = mine[start : start + batch_size]
+        chunk = [np.asarray(tokens[a:b], dtype=np.int64) for a, b in mine[start : start + batch_size]]
         for same_length in _by_length(chunk):
-            ids = torch.stack(same_length).to(device)
-            logits = model(ids).logits.float()
+            ids = torch.from_numpy(np.stack(same_length)).to(device)
+            logits = model(ids, use_cache=False).logits.float()
             nll = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten(), reduction="sum")
             total += nll.double()
             count += ids[:, 1:].numel()
@@ -334,7 +418,18 @@ def load_checkpoint(folder: Path, accelerator, model, optimizer, schedule):
 
 
 def _changed_settings(saved: dict, now: dict) -> list[str]:
-    free = {"out", "resume", "force", "command", "eval_every", "save_every", "keep_checkpoints"}  # same results
+    # Settings that do not change what the run computes.
+    free = {
+        "out",
+        "resume",
+        "force",
+        "command",
+        "eval_every",
+        "save_every",
+        "keep_checkpoints",
+        "report_to",
+        "data_cache",
+    }
     # A setting added since the checkpoint was saved had its default then.
     default = {name: field.default for name, field in TrainingSettings.__dataclass_fields__.items()}
     return sorted(key for key in now if key not in free and saved.get(key, default[key]) != now[key])
@@ -351,6 +446,7 @@ def _comparable(settings: TrainingSettings) -> dict:
     fields["validation"] = [absolute(p) for p in settings.validation]
     fields["tokenizer"] = absolute(settings.tokenizer)
     fields["init_from"] = absolute(settings.init_from)
+    fields["dataset"] = absolute(settings.dataset)
     return fields
 
 
@@ -358,7 +454,7 @@ def _comparable(settings: TrainingSettings) -> dict:
 DROPOUT_FIELDS = ("resid_pdrop", "embd_pdrop", "attn_pdrop")
 
 
-def starting_model(settings: TrainingSettings, vocab_size: int) -> TinyGPTForCausalLM:
+def starting_model(settings: TrainingSettings, vocab_size: int, token: str | None = None) -> TinyGPTForCausalLM:
     """The model of `init_from`, loaded strictly in float32 (a GPT-2 checkpoint converted as it loads), with the
     run's dropout; it must take the tokenizer's ids and the run's blocks."""
     if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):
@@ -366,7 +462,8 @@ def starting_model(settings: TrainingSettings, vocab_size: int) -> TinyGPTForCau
             f"`TrainingSettings.config` sets {', '.join(fixed)}, which the model of `TrainingSettings.init_from` "
             f"({settings.init_from}) fixes; only dropout ({', '.join(DROPOUT_FIELDS)}) may change"
         )
-    model = load_strictly(settings.init_from, dtype=torch.float32, **settings.config)  # dropout as the config's
+    hub = {"revision": settings.init_revision, "token": token}
+    model = load_strictly(settings.init_from, dtype=torch.float32, **hub, **settings.config)  # the run's dropout
     if vocab_size > model.config.vocab_size:
         raise ValueError(
             f"the tokenizer has {vocab_size} tokens, more than the {model.config.vocab_size} rows of "
@@ -397,14 +494,15 @@ def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int)
     return config
 
 
-def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
+def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[TinyGPTForCausalLM, dict]:
     """Run (or resume) a training run; returns (this process's model, a summary). The final model is written to
-    OUT/model, its summary (loss history, validation perplexities, wall time) to OUT/summary.json.
+    OUT/model, its summary (loss history, validation perplexities, wall time) to OUT/summary.json. `token`: for a
+    Hub `init_from`, a Hub token (never recorded; default: the one huggingface_hub knows).
 
     Everything that can be wrong with the settings, OUT or the data is found before the run folder is touched."""
     from ..checkpoints.bundled import load_tokenizer
 
-    protect = [*settings.train, *settings.validation, settings.tokenizer]
+    protect = [*settings.train, *settings.validation, settings.tokenizer, settings.dataset]
     out = check_output(settings.out, force=settings.force, protect=protect, reuse=settings.resume)
     if settings.resume and (out / FINAL).exists():  # it is written again at the end: say now if that would lose work
         check_output(out / FINAL, force=True)
@@ -413,6 +511,8 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
     accelerator = Accelerator(
         cpu=not torch.accelerator.is_available(),
         gradient_accumulation_steps=settings.grad_accum,
+        log_with=settings.report_to or None,
+        project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / TRACKERS)),
     )
     if settings.batch_size % (accelerator.num_processes * settings.grad_accum):
         raise ValueError(
@@ -427,24 +527,20 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
             f"the tokenizer {tokenizer_from} (`TrainingSettings.tokenizer`) has no end-of-text (eos) token, which "
             "training puts after each file: give its tokenizer_config.json an eos_token"
         )
-    train_files = text_files(settings.train, settings.glob, exclude=settings.validation)
-    train_blocks = pack(tokenize_files(train_files, tokenizer), settings.block_size, what=", ".join(settings.train))
+    # The main process tokenizes into the data cache (once: later runs reuse it); the others then map its files.
+    with accelerator.main_process_first():
+        train_data, train_description = training_data(settings, tokenizer, tokenizer_from)
+        validation = validation_data(settings, tokenizer, tokenizer_from)
+    what = ", ".join(settings.train) or settings.dataset
+    train_blocks = pack(train_data.tokens, settings.block_size, what=what)
     if settings.batch_size > len(train_blocks):
         raise ValueError(
             f"`TrainingSettings.batch_size` {settings.batch_size} is more than the {len(train_blocks)} blocks of "
             f"{settings.block_size} tokens the training data holds: lower `TrainingSettings.batch_size` or "
             "`TrainingSettings.block_size`"
         )
-    validation = None
-    if settings.validation:
-        validation = tokenize_files([Path(p) for p in settings.validation], tokenizer)
-        if len(validation) <= len(settings.validation):  # nothing but the end-of-text token after each file
-            raise ValueError(
-                f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on"
-            )
-        validation = validation[: settings.validation_tokens]
     if settings.init_from:
-        start = starting_model(settings, len(tokenizer))
+        start = starting_model(settings, len(tokenizer), token)
     else:
         start = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
 
@@ -455,11 +551,12 @@ def train(settings: TrainingSettings) -> tuple[TinyGPTForCausalLM, dict]:
         else contextlib.nullcontext()
     ):
         accelerator.wait_for_everyone()
-        return _train(settings, accelerator, out, start, tokenizer_from, train_files, train_blocks, validation)
+        return _train(settings, accelerator, out, start, tokenizer_from, train_description, train_blocks, validation)
 
 
-def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int:
-    """Load the newest checkpoint that loads (an unreadable one is reported and skipped); the step it was at.
+def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> tuple[int, list[dict], float]:
+    """Load the newest checkpoint that loads (an unreadable one is reported and skipped); the step it was at, the
+    history up to it and the seconds spent training so far.
     Checkpoints a kill cut short are removed first: only those the run's manifest proves ours."""
     if accelerator.is_main_process:
         for name in (read_manifest(out) or {}).get("outputs", []):
@@ -475,6 +572,12 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int
             step, saved = progress.get("step"), progress.get("settings")
             if not (isinstance(step, int) and step >= 0 and isinstance(saved, dict)):
                 raise ValueError(f"{folder / PROGRESS} has no step and settings")
+            history = progress.get("history") or []  # a checkpoint from before histories were kept has none
+            if history:
+                checked_history(history, f"{folder / PROGRESS}")
+            wall = progress.get("wall_s", 0.0)
+            if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not 0 <= wall < math.inf:
+                raise ValueError(f"{folder / PROGRESS}: wall_s must be a number of seconds, got {wall!r:.40}")
         except (OSError, ValueError) as error:
             if accelerator.is_main_process:
                 tqdm.write(f"skipping {folder}: {error}", file=sys.stderr)
@@ -493,40 +596,43 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> int
             continue
         if accelerator.is_main_process:
             tqdm.write(f"resumed from {folder} (step {step})")
-        return step
-    return 0
+        return step, history, wall
+    return 0, [], 0.0
 
 
-def loss_curve_png(history: list[dict]) -> bytes:
-    """The run's curves as a PNG: the training loss at every step and, where it was measured, the validation loss
-    (the log of its perplexity: both in nats per token, on one axis)."""
-    figure = Figure(figsize=(7, 4), dpi=100, layout="constrained")
-    axes = figure.subplots()
-    axes.plot([row["step"] for row in history], [row["train_loss"] for row in history], lw=1, label="training")
-    measured = [row for row in history if "validation_perplexity" in row]
-    if measured:
-        steps, losses = [row["step"] for row in measured], [math.log(row["validation_perplexity"]) for row in measured]
-        axes.plot(steps, losses, "o-", label="validation")
-    axes.set(xlabel="step", ylabel="cross-entropy (nats per token)", title="loss")
-    axes.grid(alpha=0.3)
-    axes.legend()
-    png = io.BytesIO()
-    figure.savefig(png, format="png")
-    return png.getvalue()
+def _report(accelerator, out: Path, metrics: dict, step: int):
+    """The step's metrics to the trackers of `report_to`; what they write under OUT is then recorded as ours."""
+    accelerator.log(metrics, step=step)
+    if accelerator.is_main_process:
+        for tracker in accelerator.trackers:
+            getattr(tracker.tracker, "flush", lambda: None)()  # TensorBoard's writer buffers in a thread
+        record_tree(out, TRACKERS)
 
 
-def _train(settings, accelerator, out, start, tokenizer_from, train_files, train_blocks, validation):
+def _end_report(accelerator, out: Path):
+    accelerator.end_training()
+    if accelerator.is_main_process:
+        record_tree(out, TRACKERS)
+
+
+def adamw(groups: list[dict], learning_rate: float) -> torch.optim.AdamW:
+    """AdamW, fused (one kernel over every parameter) where torch has that kernel for the parameters' device, else
+    its multi-tensor path: the same update, in fewer passes over the weights."""
+    try:
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95), fused=True)
+    except RuntimeError:  # no fused kernel for this device
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95))
+
+
+def _train(settings, accelerator, out, start, tokenizer_from, train_description, train_blocks, validation):
     """`start`: the model to train (from `init_from`), or the config of a new one."""
     main = accelerator.is_main_process
     set_seed(settings.seed)
     model = start if isinstance(start, TinyGPTForCausalLM) else TinyGPTForCausalLM(start)
     decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices decay; biases and LayerNorms do not
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=settings.learning_rate,
-        betas=(0.9, 0.95),
-    )
+    groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    optimizer = adamw(groups, settings.learning_rate)
     schedule = get_cosine_with_min_lr_schedule_with_warmup(
         optimizer, settings.warmup_steps, settings.steps, min_lr_rate=settings.min_lr_ratio
     )
@@ -534,17 +640,31 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_files, train
     model, optimizer = accelerator.prepare(model, optimizer)
     if settings.compile:  # not accelerate's dynamo_backend: the first Accelerator of a process fixes that for all
         model = torch.compile(model)
-    step = _resume(out, settings, accelerator, model, optimizer, schedule) if settings.resume else 0
+    resumed = _resume(out, settings, accelerator, model, optimizer, schedule) if settings.resume else (0, [], 0.0)
+    step, history, wall_before = resumed
     if step == settings.steps and (out / FINAL).is_dir() and (out / "summary.json").is_file():
         if main:
             tqdm.write(f"{out}: this run already finished at step {step}; nothing to do", file=sys.stderr)
         return accelerator.unwrap_model(model, keep_torch_compile=False), read_json_object(out / "summary.json")
 
+    if settings.report_to:
+        if main:  # recorded before the trackers write there
+            record(out, folders=[TRACKERS])
+        hyperparameters = {
+            k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v) for k, v in asdict(settings).items()
+        }
+        accelerator.init_trackers(TRACKER_RUN, config=hyperparameters)
+
     def checkpoint():
         folder = out / CHECKPOINTS / f"step-{step:06d}"
         if main:  # recorded before it appears, forgotten after it is gone: the run folder stays provably ours
             record(out, folders=[CHECKPOINTS], outputs=[f"{CHECKPOINTS}/{folder.name}"])
-        at = {"step": step, "settings": _comparable(settings)}  # what progress.json records
+        at = {  # what progress.json records
+            "step": step,
+            "settings": _comparable(settings),
+            "history": history,
+            "wall_s": wall_before + time.perf_counter() - started,
+        }
         save_checkpoint(folder, accelerator, model, optimizer, schedule, at)
         if main:
             for old in _checkpoint_dirs(out)[: -settings.keep_checkpoints]:
@@ -556,7 +676,7 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_files, train
 
     per_process = settings.batch_size // accelerator.num_processes
     tokens_per_step = settings.batch_size * settings.block_size
-    history, started, losses = [], time.perf_counter(), []
+    started = time.perf_counter()
     progress = tqdm(
         total=settings.steps, initial=step, disable=not main, desc="training", unit="step", dynamic_ncols=True
     )
@@ -570,10 +690,13 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_files, train
             step_loss = 0.0
             # accelerate's accumulate: backward divides each micro-batch's loss by grad_accum, and the gradients
             # are synchronised across processes and applied (optimizer.step) only after the last micro-batch.
-            for micro_ids in train_blocks[mine].to(accelerator.device).chunk(settings.grad_accum):
+            batch = read_blocks(train_blocks, mine)
+            if accelerator.device.type != "cpu":  # pinned host memory lets the copy overlap the previous step
+                batch = batch.pin_memory().to(accelerator.device, non_blocking=True)
+            for micro_ids in batch.chunk(settings.grad_accum):
                 with accelerator.accumulate(model):
                     with torch.autocast(accelerator.device.type, dtype=torch.bfloat16, enabled=settings.bf16):
-                        loss = model(input_ids=micro_ids, labels=micro_ids).loss
+                        loss = model(input_ids=micro_ids, labels=micro_ids, use_cache=False).loss  # no cache to build
                     accelerator.backward(loss)
                     if settings.grad_clip and accelerator.sync_gradients:
                         accelerator.clip_grad_norm_(model.parameters(), settings.grad_clip)
@@ -583,17 +706,17 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_files, train
             schedule.step()
             step += 1
             mean_loss = accelerator.reduce(step_loss, "mean").item()
-            losses.append(mean_loss)
+            tokens_per_s = tokens_per_step / (time.perf_counter() - tick)
             progress.update(1)
-            progress.set_postfix(
-                loss=f"{mean_loss:.3f}", tok_s=f"{tokens_per_step / (time.perf_counter() - tick):,.0f}"
-            )
-            logged = {"step": step, "train_loss": mean_loss, "lr": lr}
+            progress.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+            logged = {"step": step, "train_loss": mean_loss, "lr": lr, "tokens_per_s": tokens_per_s}
             if validation is not None and (step % settings.eval_every == 0 or step == settings.steps):
                 logged["validation_perplexity"] = perplexity(
                     model, validation, settings.block_size, settings.eval_batch_size, accelerator
                 )
             history.append(logged)
+            if settings.report_to:
+                _report(accelerator, out, {k: v for k, v in logged.items() if k != "step"}, step)
             if "validation_perplexity" in logged and main:
                 tqdm.write(
                     f"step {step}: train loss {mean_loss:.4f}, validation perplexity "
@@ -605,12 +728,21 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_files, train
                 checkpoint()
             if stop_now:
                 progress.close()
+                if settings.report_to:
+                    _end_report(accelerator, out)
                 said = f"checkpoint saved at step {step}; continue with `TrainingSettings.resume=True`"
                 raise TrainingInterrupted(said if main else "")
     progress.close()
-    wall = time.perf_counter() - started
+    if settings.report_to:
+        _end_report(accelerator, out)
+    wall = wall_before + time.perf_counter() - started
 
-    summary = {"steps": step, "final_train_loss": losses[-1] if losses else None, "wall_s": wall, "history": history}
+    summary = {
+        "steps": step,
+        "final_train_loss": history[-1]["train_loss"] if history else None,
+        "wall_s": wall,
+        "history": history,
+    }
     model = accelerator.unwrap_model(model, keep_torch_compile=False)
     if main:
         record(out, outputs=[FINAL])
@@ -619,11 +751,12 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_files, train
             out / FINAL,
             settings,
             tokenizer_from,
-            len(train_files),
-            train_blocks.numel(),
+            train_description,
+            train_blocks.size,
             validation,
             wall,
             accelerator,
+            history=history,
         )
         write_recorded_file(out, "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
     accelerator.wait_for_everyone()
@@ -631,10 +764,10 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_files, train
 
 
 def _write_final_model(
-    model, folder: Path, settings, tokenizer_from, n_files, train_tokens, validation, wall, accelerator
+    model, folder: Path, settings, tokenizer_from, data, train_tokens, validation, wall, accelerator, history=()
 ) -> float | None:
-    """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, and a card whose validation
-    perplexity is measured on the weights exactly as written."""
+    """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, the loss history and its
+    curve, and a card (showing the curve) whose validation perplexity is measured on the weights exactly as written."""
     from ..checkpoints.convert import DTYPES, save_model_folder
     from ..checkpoints.model_card import render_model_card
 
@@ -647,6 +780,8 @@ def _write_final_model(
     to_save = model if dtype is None else copy.deepcopy(model).to(dtype)
     with output_folder(folder, force=True) as staging:  # OUT/model is ours: the run folder is locked
         save_model_folder(to_save, staging, tokenizer_from=tokenizer_from)
+        if history:
+            write_history(staging, list(history))
         ppl = None
         if validation is not None:
             written = load_strictly(staging, dtype=torch.float32)
@@ -659,8 +794,8 @@ def _write_final_model(
             f"{', bf16 autocast' if settings.bf16 else ''}"
         )
         training = {
-            "train_description": f"{n_files} text files ({', '.join(settings.train)}, `{settings.glob}`)",
-            "train_paths": list(settings.train),  # so that a published card can name them without their folders
+            "train_description": data,  # what the run trained on, as `training_data` describes it
+            "train_paths": settings.train or [settings.dataset],  # a published card names them without folders
             "train_tokens": int(train_tokens),
             "steps": settings.steps,
             "tokens_per_step": settings.batch_size * settings.block_size,
@@ -680,6 +815,7 @@ def _write_final_model(
             model_id=str(folder),
             provenance={"made_by": "training", "training": training},
             base_model=hub_id,
+            loss_curve=bool(history),
         )
         card.save(staging / "README.md")
     return ppl

@@ -1,0 +1,309 @@
+"""Token files (hf_tinygpt/tools/token_files.py): training data tokenized once, streaming, into `tokens.bin` (uint16
+where the ids fit, else uint32) beside `tokens.json`, kept in a cache that later runs reuse while the sources and the
+tokenizer stay the same, and memory-mapped by training, which reads only the blocks of each step. Text files, a token
+folder, or a 🤗 dataset go in; the batches, losses and perplexities are those of the old in-memory packing."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import HAMLET, TINY_RUN, run_module, tiny_model
+
+from hf_tinygpt import gpt2_tokenizer
+from hf_tinygpt.checkpoints.outputs import MANIFEST, unproven
+from hf_tinygpt.tools import token_files
+from hf_tinygpt.tools.token_files import (
+    INFO,
+    TOKENS,
+    dataset_tokens,
+    file_token_ids,
+    read_token_folder,
+    text_tokens,
+    token_dtype,
+    tokenizer_identity,
+    write_token_folder,
+)
+from hf_tinygpt.tools.training import batch_indices, pack, perplexity, read_blocks, tokenize_files
+
+EOS = 50256
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return gpt2_tokenizer()
+
+
+@pytest.fixture
+def texts(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("\n".join(f"Line {i}: to be, or not to be, that is the question." for i in range(80)))
+    (folder / "b.txt").write_text("Whether 'tis nobler in the mind to suffer\n" * 50)
+    return folder
+
+
+def files_of(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.txt"))
+
+
+# ---- what a token folder holds -------------------------------------------------------------------------------------
+
+
+def test_ids_are_stored_as_uint16_while_every_id_fits_else_uint32(tmp_path):
+    assert token_dtype(50257) == np.dtype("<u2") and token_dtype(2**16) == np.dtype("<u2")
+    assert token_dtype(2**16 + 1) == np.dtype("<u4")
+    big = {"name": "big", "sha256": "0" * 64, "vocab_size": 70_000, "eos_token_id": 0}
+    made = write_token_folder(tmp_path / "big", [[69_999, 0]], {"tokenizer": big, "documents": 1})
+    assert made.info["dtype"] == "uint32" and made.tokens.tolist() == [69_999, 0]
+    assert (tmp_path / "big" / TOKENS).read_bytes() == np.array([69_999, 0], "<u4").tobytes()  # raw little-endian
+
+
+def test_a_token_folder_holds_the_tokens_and_says_where_they_came_from(texts, tokenizer, tmp_path):
+    files = files_of(texts)
+    made = text_tokens(files, tokenizer, "gpt2", tmp_path / "cache")
+    expected = tokenize_files(files, tokenizer)  # each file, then the end-of-text token
+    assert isinstance(made.tokens, np.memmap) and made.tokens.dtype == np.uint16
+    assert made.tokens.tolist() == expected.tolist()
+    assert (made.folder / TOKENS).stat().st_size == 2 * len(expected)
+    info = json.loads((made.folder / INFO).read_text())
+    assert info["tokenizer"] == {
+        "name": "gpt2",
+        "sha256": tokenizer_identity(tokenizer, "gpt2")["sha256"],
+        "vocab_size": 50257,
+        "eos_token_id": EOS,
+    }
+    assert info["dtype"] == "uint16" and info["tokens"] == len(expected) and info["documents"] == 2
+    assert info["eos"] == "after each source"
+    assert info["sources"] == [
+        {"path": str(f.resolve()), "size": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files
+    ]
+    assert made.folder.parent == tmp_path / "cache" and not unproven(made.folder)  # an output of ours, proven
+
+
+# ---- the cache: reused while nothing changed -----------------------------------------------------------------------
+
+
+def test_a_second_run_on_the_same_files_reuses_their_token_file(texts, tokenizer, tmp_path, monkeypatch):
+    first = text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache")
+    inode = (first.folder / TOKENS).stat().st_ino
+
+    def no_tokenizing(*args, **kwargs):
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(token_files, "file_token_ids", no_tokenizing)
+    again = text_tokens(files_of(texts), tokenizer, "the same tokenizer, elsewhere", tmp_path / "cache")
+    assert again.folder == first.folder and (again.folder / TOKENS).stat().st_ino == inode
+    assert again.tokens.tolist() == first.tokens.tolist()
+
+
+def test_a_changed_source_is_tokenized_again_into_a_new_token_file(texts, tokenizer, tmp_path):
+    first = text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache")
+    with open(texts / "b.txt", "a") as f:
+        f.write("Or to take arms against a sea of troubles\n")
+    second = text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache")
+    assert second.folder != first.folder
+    assert second.tokens.tolist() == tokenize_files(files_of(texts), tokenizer).tolist()
+    assert len(second.tokens) > len(first.tokens)
+
+
+def grown(folder: Path):
+    with open(folder / TOKENS, "ab") as f:
+        f.write(b"\0\0")
+
+
+def stray_file(folder: Path):
+    (folder / "notes.txt").write_text("mine")
+
+
+def edited_info(folder: Path):
+    info = json.loads((folder / INFO).read_text())
+    (folder / INFO).write_text(json.dumps({**info, "tokens": info["tokens"] - 1}, indent=1) + "\n")
+
+
+def no_manifest(folder: Path):
+    (folder / MANIFEST).unlink()
+
+
+@pytest.mark.parametrize("tamper", [grown, stray_file, edited_info, no_manifest])
+def test_a_token_file_changed_since_it_was_written_is_not_trusted(tamper, texts, tokenizer, tmp_path):
+    folder = text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache").folder
+    tamper(folder)
+    with pytest.raises(ValueError, match=f"{folder} is not a token folder as hf-tinygpt wrote it"):
+        text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache")
+
+
+# ---- streaming: a large file is tokenized in pieces, exactly as whole ----------------------------------------------
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_file_tokenized_in_pieces_gives_the_ids_of_the_whole_text(newline, tokenizer, tmp_path, monkeypatch):
+    text = HAMLET.read_text().replace("\n", newline) + "  double  spaces,\ttabs\t\tand café ünïcödé 123 end"
+    (tmp_path / "hamlet.txt").write_bytes(text.encode())
+    monkeypatch.setattr(token_files, "PIECE_BYTES", 4096)  # about 50 pieces
+    pieces = list(file_token_ids([tmp_path / "hamlet.txt"], tokenizer))
+    assert len(pieces) > 40
+    assert [i for ids in pieces for i in ids] == tokenizer(text).input_ids + [EOS]
+    # Cut at the start of a line after a blank one instead, the text would tokenize differently ("\n\n" would end
+    # the first piece as one token, where the whole text has "\n", "\n"): what the cuts avoid is real.
+    plain = HAMLET.read_text()
+    line_start = plain.index("\n\nby") + 2
+    assert (
+        tokenizer(plain[:line_start]).input_ids + tokenizer(plain[line_start:]).input_ids != tokenizer(plain).input_ids
+    )
+
+
+def test_text_that_is_not_utf8_is_named_with_the_byte_where_it_fails(tmp_path, tokenizer, monkeypatch):
+    (tmp_path / "latin1.txt").write_bytes(("to be or not to be\n" * 1000).encode() + "Ophélie".encode("latin-1"))
+    monkeypatch.setattr(token_files, "PIECE_BYTES", 4096)  # the byte is counted from the start of the file
+    with pytest.raises(ValueError, match=r"latin1.txt is not UTF-8 text \(byte 19003: invalid continuation byte\)"):
+        text_tokens([tmp_path / "latin1.txt"], tokenizer, "gpt2", tmp_path / "cache")
+    assert not any((tmp_path / "cache").iterdir())  # nothing half-written is left
+
+
+# ---- training reads the token file: the same batches as the old in-memory packing ---------------------------------
+
+
+def test_batches_read_from_the_token_file_equal_the_in_memory_packing(texts, tokenizer, tmp_path):
+    files = files_of(texts)
+    in_memory = pack(tokenize_files(files, tokenizer), 16)  # what training held before token files
+    mapped = pack(text_tokens(files, tokenizer, "gpt2", tmp_path / "cache").tokens, 16)
+    assert len(mapped) == len(in_memory)
+    for step in range(2 * len(in_memory) // 8):  # two epochs of 8-block batches
+        indices = batch_indices(step, 8, len(mapped), seed=3)
+        batch = read_blocks(mapped, indices)
+        assert batch.dtype == torch.long and torch.equal(batch, in_memory[indices])
+
+
+def test_perplexity_of_a_token_file_equals_that_of_its_tensor(texts, tokenizer, tmp_path):
+    mapped = text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache").tokens
+    model = tiny_model(vocab_size=50257)
+    assert perplexity(model, mapped, 32, batch_size=3) == perplexity(model, torch.from_numpy(mapped.astype(int)), 32, 3)
+
+
+def losses(out: Path) -> list[float]:
+    return [row["train_loss"] for row in json.loads((out / "summary.json").read_text())["history"]]
+
+
+def test_a_token_folder_given_as_training_data_trains_like_its_text_files(texts, tmp_path, cli, monkeypatch):
+    cache = tmp_path / "cache"
+    first = cli("train", "--train", texts, "--data-cache", cache, *TINY_RUN, "--steps", 3, "--out", tmp_path / "a")
+    assert first.returncode == 0, first.stderr[-2000:]
+    [folder] = list(cache.iterdir())  # the run tokenized its text into the cache given
+    again = cli("train", "--train", folder, *TINY_RUN, "--steps", 3, "--out", tmp_path / "b")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert losses(tmp_path / "b") == losses(tmp_path / "a")
+
+
+def test_a_token_folder_made_with_another_tokenizer_is_refused_by_name(texts, tokenizer, tmp_path, cli):
+    folder = text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache").folder
+    other = gpt2_tokenizer()
+    other.add_tokens(["<|scene|>"])
+    other.save_pretrained(tmp_path / "other")
+    run = cli("train", "--train", folder, "--tokenizer", tmp_path / "other", *TINY_RUN, "--out", tmp_path / "run")
+    assert run.returncode == 2
+    assert f"{folder} (--train) was tokenized with gpt2, not with the run's tokenizer" in run.stderr
+    assert "(--tokenizer)" in run.stderr and not (tmp_path / "run").exists()
+
+
+# ---- 🤗 datasets ---------------------------------------------------------------------------------------------------
+
+ROWS = ["To be, or not to be: that is the question.", "", "Whether 'tis nobler in the mind to suffer"] * 30
+
+
+@pytest.fixture
+def datasets(tmp_path, monkeypatch):
+    """datasets, offline, its cache in tmp_path."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_datasets"))
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    return datasets
+
+
+def expected_ids(tokenizer, rows) -> list[int]:
+    return [i for row in rows for i in tokenizer(row).input_ids + [EOS]]
+
+
+def test_a_saved_dataset_is_tokenized_through_map_row_by_row(datasets, tokenizer, tmp_path):
+    saved = tmp_path / "saved"
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"text": ROWS, "n": list(range(len(ROWS)))}),
+            "test": datasets.Dataset.from_dict({"text": ["held out"], "n": [0]}),
+        }
+    ).save_to_disk(saved)
+    written = sorted(p.relative_to(saved) for p in saved.rglob("*"))
+    made = dataset_tokens(str(saved), None, "train", "text", tokenizer, "gpt2", tmp_path / "cache")
+    assert made.tokens.tolist() == expected_ids(tokenizer, ROWS)
+    assert made.info["eos"] == "after each row" and made.info["documents"] == len(ROWS)
+    assert made.info["dataset"]["fingerprint"] and made.info["dataset"]["split"] == "train"
+    assert sorted(p.relative_to(saved) for p in saved.rglob("*")) == written  # nothing written beside the data
+    test = dataset_tokens(str(saved), None, "test", "text", tokenizer, "gpt2", tmp_path / "cache")
+    assert test.tokens.tolist() == expected_ids(tokenizer, ["held out"])
+    again = dataset_tokens(str(saved), None, "train", "text", tokenizer, "gpt2", tmp_path / "cache")
+    assert again.folder == made.folder  # reused
+    with pytest.raises(ValueError, match=r"no split 'validation' \(`TrainingSettings.dataset_split`\); its splits"):
+        dataset_tokens(str(saved), None, "validation", "text", tokenizer, "gpt2", tmp_path / "cache")
+
+
+@pytest.mark.parametrize("file, content", [("rows.jsonl", "json"), ("rows.txt", "text")])
+def test_load_dataset_sources_are_tokenized_like_saved_ones(file, content, datasets, tokenizer, tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    rows = [row for row in ROWS if row]  # the text builder makes a row of each line
+    if content == "json":
+        (folder / file).write_text("".join(json.dumps({"text": row, "id": i}) + "\n" for i, row in enumerate(rows)))
+    else:
+        (folder / file).write_text("\n".join(rows) + "\n")
+    made = dataset_tokens(str(folder), None, "train", "text", tokenizer, "gpt2", tmp_path / "cache")
+    assert made.tokens.tolist() == expected_ids(tokenizer, rows)
+
+
+def test_a_missing_text_column_is_named_with_the_columns_there_are(datasets, tmp_path, cli):
+    datasets.Dataset.from_dict({"body": ROWS, "n": list(range(len(ROWS)))}).save_to_disk(tmp_path / "saved")
+    run = cli("train", "--dataset", tmp_path / "saved", *TINY_RUN, "--out", tmp_path / "run")
+    assert run.returncode == 2
+    assert "has no column 'text' (--text-column); its columns: body, n" in run.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_from_a_dataset(datasets, tmp_path, cli):
+    datasets.Dataset.from_dict({"body": ROWS}).save_to_disk(tmp_path / "saved")
+    args = ["--dataset", tmp_path / "saved", "--text-column", "body", *TINY_RUN, "--steps", 3]
+    run = cli("train", *args, "--out", tmp_path / "run")
+    assert run.returncode == 0, run.stderr[-2000:]
+    card = (tmp_path / "run" / "model" / "README.md").read_text()
+    assert f"the train split of {tmp_path / 'saved'} (column `body`)" in card
+    both = cli("train", *args, "--train", tmp_path / "saved", "--out", tmp_path / "both")
+    assert both.returncode == 2 and "--train and --dataset are both set" in both.stderr
+
+
+def test_the_cache_is_kept_where_hf_tinygpt_cache_says(texts, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("HF_TINYGPT_CACHE", str(tmp_path / "elsewhere"))
+    run = cli("train", "--train", texts, *TINY_RUN, "--steps", 1, "--out", tmp_path / "run")
+    assert run.returncode == 0, run.stderr[-2000:]
+    [folder] = (tmp_path / "elsewhere" / "tokens").iterdir()
+    assert read_token_folder(folder).info["documents"] == 2
+    assert not (Path.home() / ".cache" / "hf_tinygpt" / "tokens" / folder.name).exists()
+    assert os.environ["HF_TINYGPT_CACHE"] == str(tmp_path / "elsewhere")
+
+
+# ---- the measurement -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_data_benchmark_script_smoke(tmp_path):
+    """scripts/data_benchmark.py on one text repeated twice: first and cached runs, each in a fresh process."""
+    out = run_module("data_benchmark", "--repeat", 2, "--limit", 1, "--json", tmp_path / "result.json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads((tmp_path / "result.json").read_text())["rows"]
+    assert [(row["corpus"], row["run"]) for row in rows] == [
+        ("as it is", "first (tokenizes)"),
+        ("as it is", "second (cached)"),
+        ("2×", "first (tokenizes)"),
+        ("2×", "second (cached)"),
+    ]
+    assert rows[2]["files"] == 2 and all(row["wall_s"] > 0 and row["peak_rss"] > 0 for row in rows)
