@@ -337,7 +337,8 @@ def test_report_to_names_an_unknown_or_missing_tracker(monkeypatch):
 
 def test_the_fused_adamw_makes_torchs_own_adamw_update():
     """Where torch has a fused AdamW kernel for the device (CPU and CUDA have one), training uses it: one pass over
-    the weights instead of several, the same update as torch's default multi-tensor AdamW within fp32 rounding."""
+    the weights instead of several, the same update as torch's default AdamW (the single-tensor loop on a CPU) within
+    fp32 rounding."""
     torch.manual_seed(0)
     weights = [torch.randn(50, 16), torch.randn(16)]
     runs = []
