@@ -68,8 +68,8 @@ DEFAULT_ROWS = (
 
 @dataclass(frozen=True)
 class TrainingBenchSettings:
-    """What the benchmark runs; the defaults are the full run of scripts/README.md ("Training speed"): the shipped
-    model's shape, GPT-2's vocabulary."""
+    """What the benchmark runs; the defaults are the full run of scripts/README.md ("Training speed"): the shape the
+    first shipped model had (learned positions), GPT-2's vocabulary."""
 
     rows: tuple[str, ...] = DEFAULT_ROWS
     rounds: int = 3

@@ -1,5 +1,5 @@
-"""The shipped default model: small, GPT-2-compatible, loads through the Auto classes, and its card's perplexity is
-what the shipped weights really score on the held-out Hamlet."""
+"""The shipped default model: small, RoPE with an exact GPT-NeoX twin (what engines load), loads through the Auto
+classes, and its card's perplexity, recipe and curve are what the shipped weights and their run really are."""
 
 import json
 import re
@@ -12,9 +12,9 @@ from transformers import AutoModelForCausalLM, pipeline
 
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
+from hf_tinygpt.checkpoints.gpt_neox_layout import gpt_neox_fields_of_tinygpt
 from hf_tinygpt.checkpoints.model_card import template_path
 from hf_tinygpt.cli import main
-from hf_tinygpt.model.gpt2_layout import gpt2_fields_of_tinygpt
 from hf_tinygpt.tools.training import perplexity, tokenize_files
 
 CARD = REPOSITORY / "model_cards" / "shakespeare.md"
@@ -28,22 +28,23 @@ def test_shipped_folder_is_small_and_complete():
     assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}  # vLLM builds the body: AutoModel
 
 
-def test_loads_through_auto_classes_and_is_gpt2_compatible():
+def test_loads_through_auto_classes_and_is_gpt_neox_compatible():
     model = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL_DIR)
     assert type(model) is TinyGPTForCausalLM
-    assert model.config.position_embedding_type == "learned"
-    gpt2_fields_of_tinygpt(model.config)  # raises if GPT-2 could not express it
+    assert model.config.position_embedding_type == "rope"  # ahead of learned positions at this scale (the study)
+    gpt_neox_fields_of_tinygpt(model.config)  # raises if GPT-NeoX could not express it
     assert model.num_parameters() == hf_tinygpt.parameter_breakdown(model.config)["total"]
 
 
-def test_runs_on_engines_through_its_exact_gpt2_twin(tmp_path, cli):
-    """What llama.cpp and vLLM's native GPT-2 are given: `convert --to gpt2`, verified against GPT2LMHeadModel with
-    the default tolerance. Trained logits reach ~14, where fp32 rounding alone exceeds 1e-5 (it is a few ulps of the
-    largest logit), so the tolerance is per unit of the logits' scale. Heads of 32 suit vLLM's CPU attention."""
+def test_runs_on_engines_through_its_exact_gpt_neox_twin(tmp_path, cli):
+    """What llama.cpp and vLLM's native GPT-NeoX are given: `convert --to gpt_neox`, verified against
+    GPTNeoXForCausalLM with the default tolerance. Trained logits reach ~14, where fp32 rounding alone exceeds 1e-5
+    (it is a few ulps of the largest logit), so the tolerance is per unit of the logits' scale. Heads of 32 suit
+    vLLM's CPU attention."""
     assert hf_tinygpt.TinyGPTConfig.from_pretrained(DEFAULT_MODEL_DIR).head_size >= 32
-    out = cli("convert", "--to", "gpt2", DEFAULT_MODEL_DIR, "--out", tmp_path / "gpt2")
+    out = cli("convert", "--to", "gpt_neox", DEFAULT_MODEL_DIR, "--out", tmp_path / "neox")
     assert out.returncode == 0, out.stderr
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (tmp_path / "gpt2").iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (tmp_path / "neox").iterdir()}
 
 
 @pytest.mark.slow
@@ -51,7 +52,9 @@ def test_card_states_the_shipped_weights_measured_perplexity():
     card = ModelCard.load(CARD)
     training = card.data.tinygpt["training"]
     assert training["validation_description"] == "hamlet_gut.txt"
-    assert "--validation ../shared/data/shakespeare/hamlet_gut.txt" in training["command"]
+    # The recipe runs from a clone: the corpus it names is the repository's own.
+    assert "--train scripts/data/shakespeare " in training["command"]
+    assert "--validation scripts/data/shakespeare/hamlet_gut.txt" in training["command"]
     config = hf_tinygpt.TinyGPTConfig.from_pretrained(DEFAULT_MODEL_DIR)
     assert f"| parameters | {hf_tinygpt.parameter_breakdown(config)['total']:,} " in card.text
     model = TinyGPTForCausalLM.from_pretrained(DEFAULT_MODEL_DIR, dtype=torch.float32)
@@ -59,6 +62,11 @@ def test_card_states_the_shipped_weights_measured_perplexity():
     assert len(tokens) == training["validation_tokens"]
     measured = perplexity(model, tokens, training["block_size"])
     assert measured == pytest.approx(training["validation_perplexity"], rel=1e-4)
+
+
+def test_card_shows_the_runs_loss_curve():
+    image = re.search(r"!\[training and validation loss\]\((.+?)\)", ModelCard.load(CARD).text).group(1)
+    assert (CARD.parent / image).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_card_usage_snippet_runs_as_written(capsys):

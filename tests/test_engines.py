@@ -140,16 +140,16 @@ def greedy_tokens(model) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, tuple[Path, list[list[int]]]]:
-    """name → (folder, transformers' greedy tokens): the shipped model (learned) and a rope model as saved TinyGPT
+    """name → (folder, transformers' greedy tokens): the shipped model (rope) and a learned model as saved TinyGPT
     folders (weights, their code, the tokenizer), and their exact twins exported by `hf-tinygpt convert --to`."""
     root = tmp_path_factory.mktemp("engines")
-    models = {"shipped": load_strictly(DEFAULT_MODEL_DIR).float().eval(), "rope": engine_model("rope")}
+    models = {"shipped": load_strictly(DEFAULT_MODEL_DIR).float().eval(), "learned": engine_model("learned")}
     made = {}
     for name, model in models.items():
         model.save_pretrained(root / name)
         gpt2_tokenizer().save_pretrained(root / name)
         made[name] = (root / name, greedy_tokens(model))
-    for name, to in (("shipped", "gpt2"), ("rope", "gpt_neox")):
+    for name, to in (("shipped", "gpt_neox"), ("learned", "gpt2")):
         export_tinygpt(str(root / name), str(root / f"{name}-{to}"), to=to, verify_tolerance=1e-5)
         made[f"{name}-{to}"] = (root / f"{name}-{to}", made[name][1])
     return made
@@ -167,9 +167,9 @@ def vllm_python():
     "name, architecture",
     [
         ("shipped", "TransformersForCausalLM"),
-        ("rope", "TransformersForCausalLM"),  # the folder's own code
-        ("shipped-gpt2", "GPT2LMHeadModel"),
-        ("rope-gpt_neox", "GPTNeoXForCausalLM"),  # vLLM's native classes
+        ("learned", "TransformersForCausalLM"),  # the folder's own code
+        ("shipped-gpt_neox", "GPTNeoXForCausalLM"),
+        ("learned-gpt2", "GPT2LMHeadModel"),  # vLLM's native classes
     ],
 )
 def test_vllm_generates_transformers_greedy_tokens(tmp_path, vllm_python, folders, name, architecture):
@@ -200,7 +200,7 @@ def llama_cpp():
     return installed(llama_cpp_engine)
 
 
-@pytest.mark.parametrize("name", ["shipped-gpt2", "rope-gpt_neox"])
+@pytest.mark.parametrize("name", ["shipped-gpt_neox", "learned-gpt2"])
 def test_llama_cpp_generates_transformers_greedy_tokens(tmp_path, llama_cpp, folders, name):
     """export → llama.cpp's convert_hf_to_gguf.py (f32) → llama-cpp-python: transformers' greedy tokens, and logits
     within 5e-3 (ggml's CPU GELU reads a 16-bit table: ~6e-4 here)."""

@@ -174,8 +174,9 @@ def test_int8_keeps_the_shipped_models_hamlet_perplexity_within_one_percent():
     tokens = tokenize_files([HAMLET], hf_tinygpt.gpt2_tokenizer())
     # One window at a time: a batch's 50,257-way logits, in bf16 and again in float32, cost more than batching saves.
     bf16_model = TinyGPTForCausalLM.from_pretrained(DEFAULT_MODEL_DIR, dtype=torch.bfloat16)
-    bf16 = perplexity(bf16_model, tokens, 128, batch_size=1)
-    int8 = perplexity(load_int8(DEFAULT_MODEL_DIR), tokens, 128, batch_size=1)
+    context = bf16_model.config.n_positions
+    bf16 = perplexity(bf16_model, tokens, context, batch_size=1)
+    int8 = perplexity(load_int8(DEFAULT_MODEL_DIR), tokens, context, batch_size=1)
     assert int8 == pytest.approx(bf16, rel=0.01)
 
 

@@ -7,7 +7,7 @@ from transformers import AutoTokenizer, GPT2TokenizerFast
 
 # OpenAI's GPT-2 BPE files (vocab.json + merges.txt), bundled so that nothing needs the network.
 GPT2_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "tokenizer"
-# The shipped model: a small learned-position TinyGPT trained on Shakespeare (card: model_cards/shakespeare.md).
+# The shipped model: a small RoPE TinyGPT trained on Shakespeare (card: model_cards/shakespeare.md).
 # It uses the bundled GPT-2 tokenizer, so its folder holds only config, generation config and weights.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "default_model"
 # What a tokenizer folder must hold for transformers to read a vocabulary from it: without these, AutoTokenizer

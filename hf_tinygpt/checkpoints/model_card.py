@@ -64,14 +64,14 @@ def render_model_card(
     base_model: str | None = None,
     usage: str | None = None,
     usage_note: str = REMOTE_CODE_NOTE,
-    loss_curve: bool = False,
+    loss_curve: str | None = None,
 ) -> ModelCard:
     """A card for the model `config` describes, published as `model_id` (a Hub repo id or a local path).
 
     `provenance["made_by"]` is "conversion" (with `source_description`, optional `max_abs_logit_delta`) or
     "training" (with a `training` dict: data, steps, validation perplexity, command), and picks the template.
     `usage` replaces the default snippet (a pipeline on `model_id`), `usage_note` the sentence before it.
-    `loss_curve`: the card shows the folder's `loss.png` (the training history drawn, written beside the card)."""
+    `loss_curve`: the card shows this image (the training history drawn), a path relative to the card."""
     made_by = provenance.get("made_by", "training")
     if made_by not in TEMPLATES:
         raise ValueError(f"provenance made_by={made_by!r} is not one of {sorted(TEMPLATES)}")
@@ -110,7 +110,7 @@ def render_model_card(
         source_description=provenance.get("source_description", "a GPT-2 checkpoint"),
         max_abs_logit_delta=provenance.get("max_abs_logit_delta"),
         training=training,
-        loss_curve=LOSS_CURVE if loss_curve else None,
+        loss_curve=loss_curve,
         hf_tinygpt_version=importlib.metadata.version("hf-tinygpt"),
         transformers_version=importlib.metadata.version("transformers"),
     )
@@ -225,5 +225,6 @@ def rerender_for(
         provenance=provenance,
         license=data.get("license") or "mit",
         base_model=data.get("base_model"),
-        loss_curve=(Path(folder) / TRAINING_HISTORY).is_file(),  # staging draws it again from the checked numbers
+        # staging draws it again from the checked numbers
+        loss_curve=LOSS_CURVE if (Path(folder) / TRAINING_HISTORY).is_file() else None,
     )

@@ -815,7 +815,7 @@ def _write_final_model(
             model_id=str(folder),
             provenance={"made_by": "training", "training": training},
             base_model=hub_id,
-            loss_curve=bool(history),
+            loss_curve=LOSS_CURVE if history else None,
         )
         card.save(staging / "README.md")
     return ppl
