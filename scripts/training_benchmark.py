@@ -308,8 +308,30 @@ def environment() -> dict:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        **cpu(),
         "date": time.strftime("%Y-%m-%d"),
         "nanogpt": str(NANOGPT),
+    }
+
+
+def cpu() -> dict:
+    """The CPU, and whether it multiplies bf16 itself: without AVX-512 BF16 or AMX, bf16 autocast was ~14× slower
+    than fp32 for both loops on this project's machines, with them faster (scripts/README.md, "Training speed")."""
+    import torch
+
+    model, flags = "unknown", set()
+    if Path("/proc/cpuinfo").is_file():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    return {
+        "cpu": model,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector ISA ATen's kernels dispatch to
+        "cpu_bf16": sorted(flags & {"avx512_bf16", "amx_bf16"}),
     }
 
 
@@ -353,8 +375,10 @@ def main(argv=None):
             result = benchmark(settings, Path(work), args.json)
     result["wall_s"] = time.perf_counter() - started
     print(table(result))
+    machine = result["environment"]
     print(
         f"\n{settings.rounds} round(s) of {settings.steps} steps, first {settings.skip} left out; {result['wall_s']:.0f} s"
+        f"\n{machine['cpu']}, {machine['cpu_capability']}, bf16 instructions: {', '.join(machine['cpu_bf16']) or 'none'}"
     )
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -146,3 +146,6 @@ def test_training_benchmark_script_smoke(tmp_path):
         assert len(row["paired_ratios"]) == 1 and row["ratio"] == row["paired_ratios"][0]
         assert row["ratio"] == pytest.approx(row["tinygpt_tok_s"] / row["nanogpt_tok_s"], rel=1e-9)
     assert "TinyGPT/nanoGPT" in out.stdout
+    # Whether the CPU multiplies bf16 itself decides what the bf16 rows mean: the machine is recorded with them.
+    assert result["environment"]["cpu_capability"] and isinstance(result["environment"]["cpu_bf16"], list)
+    assert "bf16 instructions:" in out.stdout
