@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPOSITORY, TINY_RUN, last_line, random_gpt2, run_cli, tiny_model
+from conftest import REPOSITORY, TINY_RUN, last_line, random_gpt2, run_cli, save_with_tokenizer, text_model, tiny_model
 from safetensors.torch import load_file, save_file
 
 from hf_tinygpt import gpt2_tokenizer
@@ -115,12 +115,19 @@ def test_train_names_a_tokenizer_it_cannot_use(make, message, corpus, tmp_path, 
         (["--top-p", "1.5"], r"--top-p must be in \(0, 1\]"),
         (["--top-k", "-3"], "--top-k must be an integer >= 0"),
         (["--max-new-tokens", "0"], "--max-new-tokens must be an integer >= 1"),
-        (["--max-new-tokens", "500"], "past this model's context of 128"),
     ],
 )
 def test_generate_refuses_sampling_options_it_would_ignore_or_misread(capsys, flags, message):
     code, err = run_cli(capsys, "generate", "ROMEO:", *flags)
     assert code == 2 and re.search(message, err), err
+
+
+def test_generate_refuses_to_run_learned_positions_past_their_last_row(capsys, tmp_path):
+    """Learned positions have n_positions rows: a prompt plus new tokens past them is refused before decoding. (The
+    shipped model is RoPE, which has no last row.)"""
+    folder = save_with_tokenizer(text_model("learned"), tmp_path / "learned")  # n_positions 64
+    code, err = run_cli(capsys, "generate", "ROMEO:", "--model", folder, "--max-new-tokens", "63")
+    assert code == 2 and "past this model's context of 64" in err, err
 
 
 @pytest.mark.parametrize("prompt, message", [("", "the prompt is empty"), ("caf\udce9", "not valid UTF-8")])
