@@ -18,7 +18,7 @@ from hf_tinygpt.checkpoints.training_history import loss_curve_png, read_history
 
 FILES = ("config.json", "generation_config.json", "model.safetensors")
 CARD = Path(__file__).resolve().parent.parent / "model_cards" / "shakespeare.md"
-LOSS_CURVE = "figures/shakespeare_loss.png"  # relative to the card
+CURVE_IMAGE = "figures/shakespeare_loss.png"  # relative to the card
 USAGE = """import hf_tinygpt
 from transformers import AutoModelForCausalLM, pipeline
 
@@ -61,10 +61,10 @@ def main(run_model: str) -> int:
         license=card.data.license,
         usage=USAGE,
         usage_note="It ships inside hf_tinygpt and uses the bundled GPT-2 tokenizer:",
-        loss_curve=LOSS_CURVE,
+        loss_curve=CURVE_IMAGE,
     )
     shipped.text += DATA_NOTE
-    (CARD.parent / LOSS_CURVE).write_bytes(loss_curve_png(history))
+    (CARD.parent / CURVE_IMAGE).write_bytes(loss_curve_png(history))
     shipped.save(CARD)
     size = sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir())
     print(f"shipped {DEFAULT_MODEL_DIR} ({size:,} bytes) and {CARD}")
