@@ -420,7 +420,9 @@ def add_train_arguments(parser: argparse.ArgumentParser):
 
 
 def run_train(args) -> int:
-    from .tools.training import TrainingInterrupted, TrainingSettings, train
+    from .tools.training import TrainingInterrupted, TrainingSettings, keep_freed_memory, train
+
+    keep_freed_memory()  # this process only trains: freed step tensors are reused instead of faulted in again
 
     config = read_json_object(args.config) if args.config else {}
     shape = {

@@ -105,6 +105,7 @@ def llama_cpp_timer(threads: str, *args) -> None:
     time with llama.cpp's own count of what it evaluated. An empty line ends it."""
     import time
 
+    import llama_cpp
     from llama_cpp import Llama, llama_perf_context, llama_perf_context_reset
 
     *ggufs, inputs = args
@@ -120,7 +121,9 @@ def llama_cpp_timer(threads: str, *args) -> None:
         )
         for gguf in ggufs
     ]
-    print(RESULT, json.dumps({"loaded": ggufs}), flush=True)
+    # Which llama.cpp, compiled for which instructions: the build decides its speed as much as the machine does.
+    build = {"version": llama_cpp.__version__, "system_info": llama_cpp.llama_print_system_info().decode()}
+    print(RESULT, json.dumps({"loaded": ggufs, "build": build}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             break

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from scripts.engine_worker import RESULT
 from scripts.engines import HANG, WORKER, WORKER_ENV, convert_to_gguf, llama_cpp_engine, worker_result, write_inputs
+from scripts.measure import cpu_flags, llama_cpp_build_check
 
 
 class LlamaCppTimer:
@@ -51,7 +52,9 @@ class LlamaCppTimer:
         )
         self.index = {outtype: i for i, outtype in enumerate(self.ggufs)}
         self.prompt_length, self.new_tokens = len(prompt), new_tokens
-        self._read()  # loaded
+        # llama.cpp's version and the instructions it was compiled for, set against this CPU's.
+        build = self._read()["build"]
+        self.build = build | llama_cpp_build_check(build["system_info"], cpu_flags()[1])
 
     def _read(self) -> dict:
         for line in self.process.stdout:

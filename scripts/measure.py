@@ -111,3 +111,74 @@ def paired_timings(runs: Mapping[str, Callable[[], object]], repeats: int, probe
         "ratio": statistics.median(paired["hf"]),
     }
     return timed_rounds | ({"peers": peers} if peers else {})
+
+
+def cpu_flags() -> tuple[str, set[str]]:
+    """The CPU's model name and its instruction-set flags, from /proc/cpuinfo (("unknown", set()) elsewhere)."""
+    model, flags = "unknown", set()
+    if Path("/proc/cpuinfo").is_file():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    return model, flags
+
+
+def cpu() -> dict:
+    """The CPU, the vector ISA torch's kernels dispatch to, and whether the CPU multiplies bf16 itself (AVX-512 BF16,
+    AMX): machines with the same model name differ in these, and bf16 figures differ by an order of magnitude
+    between them (scripts/README.md, "Training speed")."""
+    import torch
+
+    model, flags = cpu_flags()
+    return {
+        "cpu": model,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16": sorted(flags & {"avx512_bf16", "amx_bf16"}),
+    }
+
+
+def cpu_line(machine: dict) -> str:
+    """`cpu()`'s fields as one line for a report."""
+    bf16 = ", ".join(machine["cpu_bf16"]) or "none"
+    return f"{machine['cpu']}, {machine['cpu_capability']}, bf16 instructions: {bf16}"
+
+
+# llama.cpp's names for the instructions its CPU backend was compiled with (`llama_print_system_info`), and the
+# /proc/cpuinfo flag of each.
+LLAMA_CPP_FEATURE_FLAGS = {
+    "AVX": "avx",
+    "AVX2": "avx2",
+    "F16C": "f16c",
+    "FMA": "fma",
+    "AVX512": "avx512f",
+    "AVX512_VBMI": "avx512vbmi",
+    "AVX512_VNNI": "avx512_vnni",
+    "AVX512_BF16": "avx512_bf16",
+    "AMX_INT8": "amx_int8",
+    "AMX_BF16": "amx_bf16",
+}
+
+
+def llama_cpp_build_check(system_info: str, flags: set[str]) -> dict:
+    """What a llama.cpp build was compiled for (`llama_print_system_info()`, "AVX2 = 1 | ..."), set against this
+    CPU's `flags`. llama-cpp-python compiles for the machine pip builds it on and pip's wheel cache keeps the build,
+    so a venv can hold a build made for another CPU: `missing_here`, instructions it uses that this CPU lacks (it may
+    die with SIGILL), and `unused_here`, instructions this CPU has that it does not use (it runs slower than a build
+    made here)."""
+    built = set()
+    for part in system_info.split("|"):  # "CPU : SSE3 = 1 | AVX = 1 | ... | REPACK = 1 | "
+        name, _, value = part.partition("=")
+        if value.strip() == "1":
+            built.add(name.split(":")[-1].strip())
+    built &= set(LLAMA_CPP_FEATURE_FLAGS)
+    return {
+        "built_with": sorted(built),
+        "missing_here": sorted(name for name in built if LLAMA_CPP_FEATURE_FLAGS[name] not in flags),
+        "unused_here": sorted(
+            name for name, flag in LLAMA_CPP_FEATURE_FLAGS.items() if flag in flags and name not in built
+        ),
+    }

@@ -13,7 +13,10 @@ How it measures, and what it measured: scripts/README.md, "Speed".
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -33,7 +36,7 @@ from hf_tinygpt.tools.compiled_decoding import (
 )
 from hf_tinygpt.tools.generate import int8_weight_only
 from scripts.llama_cpp_timer import LlamaCppTimer
-from scripts.measure import measure_load, memory_bandwidth, paired_timings, timed, weights_bytes
+from scripts.measure import cpu, cpu_line, measure_load, memory_bandwidth, paired_timings, timed, weights_bytes
 
 # How decode rows generate: transformers' default (dynamic cache), `cache_implementation="static"`, and a
 # CompiledDecoder (static cache + torch.compile, README "Speed").
@@ -439,13 +442,113 @@ def run_speed_benchmark(
         with start_llama_cpp(folder, Path(scratch), settings) if llama_cpp else nullcontext() as timer:
             result = speed_benchmark(folder, settings, timer)
         if timer is not None:
-            result = result | {"llama_cpp_unavailable": timer.unavailable, "llama_cpp_gguf_bytes": timer.gguf_bytes}
+            result = result | {
+                "llama_cpp_unavailable": timer.unavailable,
+                "llama_cpp_gguf_bytes": timer.gguf_bytes,
+                "llama_cpp_build": timer.build,
+            }
         if load_memory:
             result = result | {"from_pretrained": from_pretrained_costs(folder)}
+    result = result | {"machine": machine()}
     print(format_speed_report(result))
     if out_json:
         Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def machine() -> dict:
+    """What a run's figures depend on besides the code: the CPU (machines under one model name differ in vector
+    instructions, and bf16 speed with them), the libraries, the day."""
+    import transformers
+
+    return cpu() | {"torch": torch.__version__, "transformers": transformers.__version__, "date": time.strftime("%F")}
+
+
+# ---- several runs ----------------------------------------------------------------------------------------------------
+
+
+def separate_runs(runs: int, child_argv: list[str], work: Path) -> list[dict]:
+    """`runs` whole benchmarks, each in a fresh process of this script with `child_argv` (its report printed as it
+    goes): a figure quoted from them is their median, with their range."""
+    results = []
+    for run in range(runs):
+        out_json = work / f"run{run + 1}.json"
+        print(f"\n# run {run + 1} of {runs}", flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "scripts.speed_benchmark", *child_argv, "--json", str(out_json)], check=True
+        )
+        results.append(json.loads(out_json.read_text()))
+    return results
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
+
+
+def across_runs(results: list[dict]) -> list[dict]:
+    """Each comparison of TinyGPT's in the runs' rows (against HF GPT-2 in every row, and against each peer of a decode
+    row), with each figure's median and range over the runs; `crosses_parity` where the runs' ratios lie on both
+    sides of 1.0×. Runs made on different CPUs or llama.cpp builds are not combined."""
+    setups = {
+        json.dumps([{k: v for k, v in r["machine"].items() if k != "date"}, r.get("llama_cpp_build")], sort_keys=True)
+        for r in results
+    }
+    if len(setups) > 1:
+        raise ValueError(f"These runs were made on different machines or llama.cpp builds: {sorted(setups)}")
+    comparisons = {}
+    for result in results:
+        for row in result["rows"]:
+            versus = [("HF GPT-2", row["hf_tok_s"], row["ratio"], row.get("hf_of_ceiling"))]
+            versus += [(n, p["tok_s"], p["ratio"], p.get("of_ceiling")) for n, p in row.get("peers", {}).items()]
+            for name, tok_s, ratio, of_ceiling in versus:
+                figures = comparisons.setdefault(
+                    (row["dtype"], row["measure"], name), {"tinygpt_tok_s": [], "tok_s": [], "ratio": []}
+                )
+                figures["tinygpt_tok_s"].append(row["tinygpt_tok_s"])
+                figures["tok_s"].append(tok_s)
+                figures["ratio"].append(ratio)
+                if of_ceiling is not None:
+                    figures.setdefault("tinygpt_of_ceiling", []).append(row["tinygpt_of_ceiling"])
+                    figures.setdefault("of_ceiling", []).append(of_ceiling)
+    combined = []
+    for (dtype, measure, against), figures in comparisons.items():
+        if len(figures["ratio"]) != len(results):
+            raise ValueError(f"{dtype} {measure} against {against} is not in every run")
+        spread = {name: _spread(values) for name, values in figures.items()}
+        ratio = spread["ratio"]
+        crosses = ratio["min"] < 1 < ratio["max"]
+        combined.append({"dtype": dtype, "measure": measure, "against": against, **spread, "crosses_parity": crosses})
+    return combined
+
+
+def format_across_runs(results: list[dict], combined: list[dict]) -> str:
+    """`across_runs`' comparisons as a table (median, runs' range), and each run's median probe."""
+
+    def spread(figure: dict, scale: float = 1, fmt: str = ",.1f", unit: str = "") -> str:
+        low, mid, high = (scale * figure[key] for key in ("min", "median", "max"))
+        return f"{mid:{fmt}}{unit} ({low:{fmt}}–{high:{fmt}})"
+
+    lines = [
+        f"\nAcross {len(results)} separate runs: each figure the median of the runs' (a run's ratio is the median of "
+        "its paired rounds), in brackets the runs' range",
+        "| dtype | TinyGPT | TinyGPT tok/s | against | their tok/s | TinyGPT/them | TinyGPT % of ceiling "
+        "| their % of ceiling | |",
+        "|---|---|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for c in combined:
+        ceilings = (
+            f"{spread(c['tinygpt_of_ceiling'], 100, '.0f')} | {spread(c['of_ceiling'], 100, '.0f')}"
+            if "of_ceiling" in c
+            else " | "
+        )
+        note = "the runs' range crosses 1.0×: neither ahead nor behind over these runs" if c["crosses_parity"] else ""
+        lines.append(
+            f"| {c['dtype']} | {c['measure']} | {spread(c['tinygpt_tok_s'])} | {c['against']} | {spread(c['tok_s'])} "
+            f"| {spread(c['ratio'], fmt='.2f', unit='×')} | {ceilings} | {note} |"
+        )
+    bandwidth = [statistics.median(row["memory_bandwidth_GBps"] for row in r["rows"]) for r in results]
+    lines.append(f"probe, each run's median GB/s: {', '.join(f'{b:.0f}' for b in bandwidth)}")
+    return "\n".join(lines)
 
 
 # ---- the report ------------------------------------------------------------------------------------------------------
@@ -514,6 +617,17 @@ def _notes(result: dict) -> list[str]:
             f"step's shapes one after another {gemv['products_GBps']:.1f} GB/s, one of "
             f"{gemv['one_product_rows']:,} rows {gemv['one_product_GBps']:.1f} GB/s; probe {gemv['probe_GBps']:.1f} GB/s"
         )
+    if machine := result.get("machine"):
+        lines.append(f"{cpu_line(machine)}; torch {machine['torch']}, transformers {machine['transformers']}")
+    if build := result.get("llama_cpp_build"):
+        lines.append(f"llama.cpp {build['version']}, built with {' '.join(build['built_with'])}")
+        if build["missing_here"] or build["unused_here"]:
+            lines.append(
+                "llama.cpp was built for another CPU: it uses "
+                f"{' '.join(build['missing_here']) or 'nothing'} this CPU lacks and leaves out "
+                f"{' '.join(build['unused_here']) or 'nothing'} this CPU has (pip's wheel cache keeps a build: "
+                "`pip cache remove llama_cpp_python`, then rebuild its venv)"
+            )
     for outtype, reason in result.get("llama_cpp_unavailable", {}).items():
         lines.append(f"llama.cpp {outtype}: not run here ({reason})")
     for best in result.get("fastest_decode", []):
@@ -559,7 +673,25 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--tiny", action="store_true", help="tiny model, short inputs, no autotuning: checks the script only"
     )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="this many separate runs, each in a fresh process, then every figure's median and range over them",
+    )
     args = parser.parse_args(argv)
+    if args.runs > 1:
+        child_argv = ["--repeats", str(args.repeats), "--new-tokens", str(args.new_tokens)]
+        child_argv += ["--dtypes", *args.dtypes, "--caches", *args.caches]
+        child_argv += ["--model", args.model] * bool(args.model) + ["--llama-cpp"] * args.llama_cpp
+        child_argv += ["--tiny"] * args.tiny
+        with tempfile.TemporaryDirectory() as work:
+            results = separate_runs(args.runs, child_argv, Path(work))
+        combined = across_runs(results)
+        print(format_across_runs(results, combined))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"runs": results, "across_runs": combined}, indent=2) + "\n")
+        return
     settings = TINY if args.tiny else SpeedSettings(repeats=args.repeats, new_tokens=args.new_tokens)
     settings = replace(settings, dtypes=tuple(args.dtypes), caches=tuple(args.caches))
     run_speed_benchmark(

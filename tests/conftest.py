@@ -202,6 +202,17 @@ def _data_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True)
+def kept_freed_memory(monkeypatch) -> list:
+    """The train verb sets glibc's malloc for its own process, for good (`keep_freed_memory`); run in this process,
+    it records the call here instead (tests/test_training.py checks the setting itself in a process of its own)."""
+    from hf_tinygpt.tools import training
+
+    calls = []
+    monkeypatch.setattr(training, "keep_freed_memory", lambda: calls.append(True) or True)
+    return calls
+
+
 # ---- training runs -------------------------------------------------------------------------------------------------
 
 # The smallest run `hf-tinygpt train` makes (block 16, batch 2): for what a run writes, refuses or resumes.

@@ -24,6 +24,7 @@ from hf_tinygpt.checkpoints.convert import export_tinygpt
 from hf_tinygpt.checkpoints.reading import load_strictly
 from scripts.engines import (
     HANG,
+    LLAMA_CPP,
     WORKER_ENV,
     EngineUnavailable,
     convert_to_gguf,
@@ -242,6 +243,11 @@ def test_speed_benchmark_times_llama_cpp_in_the_same_rounds(tmp_path, llama_cpp)
         for peer in row.get("peers", {}).values():
             assert peer["tok_s"] > 0 and 0 < peer["of_ceiling"] and len(peer["paired_ratios"]) == 1
     assert "Decode beside peers in the same rounds" in out.stdout
+    # Which llama.cpp, built for which instructions, is recorded and checked against this CPU: it ran here, so it
+    # uses nothing this CPU lacks.
+    build = result["llama_cpp_build"]
+    assert build["version"] == LLAMA_CPP.split("==")[1] and build["system_info"].startswith("CPU")
+    assert build["missing_here"] == [] and f"llama.cpp {build['version']}, built with" in out.stdout
 
 
 # ---- the README's blocks for the engines, run as a user runs them ----------------------------------------------------

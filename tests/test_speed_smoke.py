@@ -9,7 +9,8 @@ from functools import partial
 import pytest
 from conftest import run_module
 
-from scripts.measure import measure_in_subprocess, paired_timings
+from scripts.measure import llama_cpp_build_check, measure_in_subprocess, paired_timings
+from scripts.speed_benchmark import across_runs, format_across_runs
 
 MiB = 2**20
 
@@ -79,6 +80,82 @@ def test_a_peer_joins_the_rounds_in_turn_with_its_own_paired_ratios():
         theirs / ours for theirs, ours in zip(timed["times"]["llama.cpp f16"], timed["times"]["tinygpt"], strict=True)
     ]
     assert peer["ratio"] == statistics.median(peer["paired_ratios"]) and set(timed["peers"]) == {"llama.cpp f16"}
+
+
+def _run(machine: str, ratios: dict[str, float]) -> dict:
+    """A speed benchmark result of one decode row: TinyGPT at 100 tok/s, each peer at 100 / its ratio."""
+    peers = {name: {"tok_s": 100 / r, "ratio": r, "of_ceiling": 0.5 / r} for name, r in ratios.items() if name != "hf"}
+    row = {
+        "dtype": "bfloat16",
+        "measure": "decode batch 1, static cache + torch.compile",
+        "tinygpt_tok_s": 100.0,
+        "hf_tok_s": 100 / ratios["hf"],
+        "ratio": ratios["hf"],
+        "tinygpt_of_ceiling": 0.5,
+        "hf_of_ceiling": 0.5 / ratios["hf"],
+        "memory_bandwidth_GBps": 40.0,
+        "peers": peers,
+    }
+    return {"machine": {"cpu": machine}, "rows": [row]}
+
+
+def test_a_figure_from_separate_runs_is_their_median_with_their_range_and_says_when_it_crosses_parity():
+    runs = [_run("EPYC", {"hf": hf, "llama.cpp f16": f16}) for hf, f16 in [(1.02, 0.9), (0.97, 1.2), (1.05, 1.1)]]
+    combined = {c["against"]: c for c in across_runs(runs)}
+    assert set(combined) == {"HF GPT-2", "llama.cpp f16"}
+    f16 = combined["llama.cpp f16"]
+    assert f16["ratio"] == {"median": 1.1, "min": 0.9, "max": 1.2, "runs": [0.9, 1.2, 1.1]}
+    assert f16["tok_s"]["median"] == pytest.approx(100 / 1.1) and f16["of_ceiling"]["max"] == pytest.approx(0.5 / 0.9)
+    assert f16["crosses_parity"] and combined["HF GPT-2"]["crosses_parity"]
+    table = format_across_runs(runs, list(combined.values()))
+    assert "| 1.10× (0.90–1.20) |" in table
+    assert table.count("the runs' range crosses 1.0×") == 2
+    # Above parity in every run: said without the warning.
+    ahead = across_runs([_run("EPYC", {"hf": r, "llama.cpp f16": r}) for r in (1.1, 1.2, 1.3)])
+    assert not any(c["crosses_parity"] for c in ahead)
+    assert "crosses" not in format_across_runs(runs, ahead)
+
+
+def test_runs_from_different_machines_are_not_combined():
+    with pytest.raises(ValueError, match="different machines"):
+        across_runs([_run("EPYC with AVX-512 BF16", {"hf": 1.0}), _run("EPYC with AVX2", {"hf": 1.0})])
+
+
+def test_a_llama_cpp_build_is_checked_against_the_cpu_it_runs_on():
+    info = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | AVX512 = 1 | AVX512_BF16 = 1 | OPENMP = 1 | "
+    avx2_cpu = {"avx", "avx2", "f16c", "fma"}
+    checked = llama_cpp_build_check(info, avx2_cpu)
+    assert checked["built_with"] == ["AVX", "AVX2", "AVX512", "AVX512_BF16", "F16C", "FMA"]
+    assert checked["missing_here"] == ["AVX512", "AVX512_BF16"] and checked["unused_here"] == []
+    # Built on an AVX2 machine, run on one with AVX-512 BF16: runs, slower than a build made here.
+    built_elsewhere = llama_cpp_build_check("CPU : AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | ", avx2_cpu | {"avx512f"})
+    assert built_elsewhere["missing_here"] == [] and built_elsewhere["unused_here"] == ["AVX512"]
+
+
+@pytest.mark.slow
+def test_speed_benchmark_separate_runs_each_in_a_fresh_process(tmp_path):
+    out = run_module(
+        "speed_benchmark",
+        "--tiny",
+        "--dtypes",
+        "float32",
+        "--caches",
+        "dynamic",
+        "--runs",
+        "2",
+        "--json",
+        tmp_path / "r.json",
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads((tmp_path / "r.json").read_text())
+    runs, combined = result["runs"], result["across_runs"]
+    assert len(runs) == 2 and out.stdout.count("# run ") == 2 and "Across 2 separate runs" in out.stdout
+    assert [c["measure"] for c in combined] == ["prefill 1×32", "prefill 2×16", "decode batch 1, dynamic cache"]
+    for c, *rows in zip(combined, *(run["rows"] for run in runs), strict=True):
+        assert c["ratio"]["runs"] == [row["ratio"] for row in rows]
+        assert c["ratio"]["min"] <= c["ratio"]["median"] <= c["ratio"]["max"]
+    # Every run records the machine it ran on.
+    assert all(run["machine"]["cpu_capability"] and "transformers" in run["machine"] for run in runs)
 
 
 @pytest.mark.slow

@@ -5,13 +5,16 @@ in test_cli_errors.py."""
 
 import json
 import os
+import platform
+import resource
 import subprocess
 import sys
+import textwrap
 from dataclasses import replace
 
 import pytest
 import torch
-from conftest import TINY_TRAINING, random_gpt2, tiny_model
+from conftest import TINY_RUN, TINY_TRAINING, random_gpt2, tiny_model
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
@@ -333,6 +336,40 @@ def test_report_to_names_an_unknown_or_missing_tracker(monkeypatch):
     monkeypatch.setattr(training, "get_available_trackers", lambda: [])  # as where tensorboard is not installed
     with pytest.raises(ValueError, match=r"TrainingSettings.report_to.*tensorboard is not installed"):
         TrainingSettings(out="x", train=["y"], report_to=["tensorboard"])
+
+
+def test_the_train_verb_has_freed_step_tensors_reused_instead_of_faulted_in_again(
+    plays, tmp_path, cli, kept_freed_memory
+):
+    """A CPU step frees and allocates tensors of hundreds of MB; glibc maps each afresh and the kernel zeroes its pages
+    every step, unless malloc keeps what was freed (`keep_freed_memory`), which the train verb asks for."""
+    run = cli("train", "--train", plays, "--out", tmp_path / "run", "--steps", 1, *TINY_RUN)
+    assert run.returncode == 0, run.stderr
+    assert kept_freed_memory == [True]
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("keep_freed_memory is glibc's mallopt")
+    # In processes of their own (the setting is process-wide and for good): pages faulted in when a 256 MiB tensor is
+    # allocated for the fourth time, as at every step of a run.
+    refault = textwrap.dedent("""
+        import resource, sys, torch
+        from hf_tinygpt.tools.training import keep_freed_memory
+        if sys.argv[1] == "kept":
+            assert keep_freed_memory()
+        faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for step in range(4):
+            before = faults()
+            block = torch.ones(2**26)
+            del block
+        print(faults() - before)
+    """)
+    pages = 2**28 // resource.getpagesize()
+    faulted = {
+        how: int(
+            subprocess.run([sys.executable, "-c", refault, how], capture_output=True, text=True, check=True).stdout
+        )
+        for how in ("default", "kept")
+    }
+    assert faulted["default"] > pages // 2 and faulted["kept"] < pages // 100, faulted
 
 
 def test_the_fused_adamw_makes_torchs_own_adamw_update():

@@ -330,6 +330,27 @@ def _by_length(blocks):
 # ---- the run -------------------------------------------------------------------------------------------------
 
 
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep large blocks a process frees, for the next step to reuse (process-wide, for good).
+
+    A CPU training step allocates and frees tensors of hundreds of MB (the logits over the vocabulary and their
+    gradients). glibc serves each from a fresh mmap and returns it to the system when freed, so every step faults in
+    and zeroes all of them again, in the kernel (scripts/README.md, "Training speed", has what it cost). With no
+    mmaps and no trimming they stay in the heap and are reused. The process's memory then never shrinks below its
+    peak, which a training process reaches at every step anyway. Returns whether the setting took (glibc only)."""
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped the run after a checkpoint was saved; the main process's message says where and how to go on
     (the other processes' is empty, so that it is said once)."""
