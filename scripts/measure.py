@@ -1,5 +1,6 @@
 """The measuring tools the benchmarks share: wall time and peak memory of one operation in a fresh interpreter,
-memory read bandwidth, and timings paired round by round (scripts/README.md, "Speed" says why they are paired)."""
+memory read bandwidth, timings paired round by round (scripts/README.md, "Speed" says why they are paired), and the
+machine a figure was measured on (its CPU, and the instructions a llama.cpp build uses against the CPU's)."""
 
 import json
 import os
