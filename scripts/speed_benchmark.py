@@ -537,7 +537,7 @@ def format_across_runs(results: list[dict], combined: list[dict]) -> str:
     ]
     for c in combined:
         ceilings = (
-            f"{spread(c['tinygpt_of_ceiling'], 100, '.0f')} | {spread(c['of_ceiling'], 100, '.0f')}"
+            f"{spread(c['tinygpt_of_ceiling'], 100, '.0f', ' %')} | {spread(c['of_ceiling'], 100, '.0f', ' %')}"
             if "of_ceiling" in c
             else " | "
         )

@@ -108,7 +108,7 @@ def test_a_figure_from_separate_runs_is_their_median_with_their_range_and_says_w
     assert f16["tok_s"]["median"] == pytest.approx(100 / 1.1) and f16["of_ceiling"]["max"] == pytest.approx(0.5 / 0.9)
     assert f16["crosses_parity"] and combined["HF GPT-2"]["crosses_parity"]
     table = format_across_runs(runs, list(combined.values()))
-    assert "| 1.10× (0.90–1.20) |" in table
+    assert "| 1.10× (0.90–1.20) | 50 % (50–50) | 45 % (42–56) |" in table
     assert table.count("the runs' range crosses 1.0×") == 2
     # Above parity in every run: said without the warning.
     ahead = across_runs([_run("EPYC", {"hf": r, "llama.cpp f16": r}) for r in (1.1, 1.2, 1.3)])
