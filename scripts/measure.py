@@ -142,6 +142,14 @@ def cpu() -> dict:
     }
 
 
+def machine() -> dict:
+    """What a benchmark's figures depend on besides the code: `cpu()`, the libraries, the day."""
+    import torch
+    import transformers
+
+    return cpu() | {"torch": torch.__version__, "transformers": transformers.__version__, "date": time.strftime("%F")}
+
+
 def cpu_line(machine: dict) -> str:
     """`cpu()`'s fields as one line for a report."""
     bf16 = ", ".join(machine["cpu_bf16"]) or "none"

@@ -16,7 +16,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -36,7 +35,7 @@ from hf_tinygpt.tools.compiled_decoding import (
 )
 from hf_tinygpt.tools.generate import int8_weight_only
 from scripts.llama_cpp_timer import LlamaCppTimer
-from scripts.measure import cpu, cpu_line, measure_load, memory_bandwidth, paired_timings, timed, weights_bytes
+from scripts.measure import cpu_line, machine, measure_load, memory_bandwidth, paired_timings, timed, weights_bytes
 
 # How decode rows generate: transformers' default (dynamic cache), `cache_implementation="static"`, and a
 # CompiledDecoder (static cache + torch.compile, README "Speed").
@@ -454,14 +453,6 @@ def run_speed_benchmark(
     if out_json:
         Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
     return result
-
-
-def machine() -> dict:
-    """What a run's figures depend on besides the code: the CPU (machines under one model name differ in vector
-    instructions, and bf16 speed with them), the libraries, the day."""
-    import transformers
-
-    return cpu() | {"torch": torch.__version__, "transformers": transformers.__version__, "date": time.strftime("%F")}
 
 
 # ---- several runs ----------------------------------------------------------------------------------------------------

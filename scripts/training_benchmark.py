@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.measure import cpu, cpu_line
+from scripts.measure import cpu_line, machine
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 SHAKESPEARE = REPOSITORY / "scripts" / "data" / "shakespeare"
@@ -305,13 +305,10 @@ def environment() -> dict:
 
     import torch
 
-    return {
-        "torch": torch.__version__,
+    return machine() | {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
-        **cpu(),
-        "date": time.strftime("%Y-%m-%d"),
         "nanogpt": str(NANOGPT),
     }
 
