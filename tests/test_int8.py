@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from conftest import HAMLET, VOCAB, random_gpt2, save_with_tokenizer, text_model, tiny_model
 from safetensors import safe_open
 from torch import nn
@@ -18,7 +19,13 @@ from transformers import AutoModelForCausalLM, pipeline
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.cli import main
-from hf_tinygpt.model.int8 import INT8_KERNEL_MAX_ROWS, Int8Embedding, Int8Linear, int8_rows
+from hf_tinygpt.model.int8 import (
+    INT8_KERNEL_MAX_ROWS,
+    INT8_KERNEL_ROWS_PER_CALL,
+    Int8Embedding,
+    Int8Linear,
+    int8_rows,
+)
 from hf_tinygpt.tools.generate import int8_weight_only, load_for_generation
 
 torchao = pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
@@ -69,6 +76,35 @@ def test_many_rows_of_activations_take_torchaos_product():
     many = torch.randn(1, INT8_KERNEL_MAX_ROWS + 1, 64, dtype=torch.bfloat16)
     assert not torch.equal(linear(few), nn.Linear.forward(linear, few))  # the int8 kernel rounds once
     assert torch.equal(linear(many), nn.Linear.forward(linear, many))
+
+
+class KernelCalls(TorchDispatchMode):
+    """The rows of activations in each call of the int8 kernel while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._weight_int8pack_mm.default:
+            self.rows.append(args[0].shape[0])
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_batch_of_eight_goes_to_the_int8_kernel_four_rows_at_a_time():
+    # Compiled, inductor's int8 GEMM for few rows is much slower for 6 rows in one call than for 5; two calls of 4
+    # make int8 at batch 8 as fast as bf16 (scripts/README.md, "int8 at batch 8"). Each row's sum is the same.
+    linear = int8_linear(96, 64)
+    x = torch.randn(8, 1, 64, dtype=torch.bfloat16)
+    with KernelCalls() as calls:
+        y = linear(x)
+    assert (
+        calls.rows == [INT8_KERNEL_ROWS_PER_CALL] * (8 // INT8_KERNEL_ROWS_PER_CALL) and INT8_KERNEL_ROWS_PER_CALL == 4
+    )
+    one_call = torch.ops.aten._weight_int8pack_mm(
+        x.reshape(8, 64), linear.weight.qdata, linear.weight.scale.reshape(-1).to(x.dtype)
+    )
+    assert torch.equal(y, (one_call + linear.bias).reshape(8, 1, 96))
 
 
 def test_int8_rows_are_looked_up_without_converting_the_table():

@@ -22,6 +22,9 @@ HAS_INT8_KERNEL = hasattr(torch.ops.aten, "_weight_int8pack_mm")
 INT8_ROW_ALIGNMENT = 16
 # The kernel's time grows with each row of activations; past this many (a prompt) the converted weight's GEMM wins.
 INT8_KERNEL_MAX_ROWS = 16
+# Rows of activations per call of the kernel: compiled, inductor's int8 GEMM for few rows is 3x slower for 6 rows in one
+# call than for 5 (AVX-512, torch 2.13), so 8 rows go as two calls of 4 (scripts/README.md, "int8 at batch 8").
+INT8_KERNEL_ROWS_PER_CALL = 4
 
 
 def int8_rows(weight: torch.Tensor) -> bool:
@@ -46,8 +49,10 @@ class Int8Linear(nn.Linear):
         few_rows = x.numel() <= INT8_KERNEL_MAX_ROWS * x.shape[-1]
         if x.device.type != "cpu" or not few_rows or not int8_rows(self.weight):
             return super().forward(x)
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
-        y = torch.ops.aten._weight_int8pack_mm(rows, self.weight.qdata, self.weight.scale.reshape(-1).to(x.dtype))
+        weight, scale = self.weight.qdata, self.weight.scale.reshape(-1).to(x.dtype)
+        rows = x.reshape(-1, x.shape[-1]).contiguous().split(INT8_KERNEL_ROWS_PER_CALL)
+        products = [torch.ops.aten._weight_int8pack_mm(part, weight, scale) for part in rows]
+        y = products[0] if len(products) == 1 else torch.cat(products)
         y = y.reshape(*x.shape[:-1], y.shape[-1])
         return y if self.bias is None else y + self.bias
 
