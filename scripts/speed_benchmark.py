@@ -166,14 +166,19 @@ def model_peer(name: str, model: torch.nn.Module, autotune: bool = True) -> Mode
     return ModelPeer(name, model, step_bytes=sum(tensor_bytes(p) for p in model.parameters()), autotune=autotune)
 
 
+def load_options(dtype: str) -> dict:
+    """`from_pretrained`'s arguments for `dtype`, SDPA; "int8": bfloat16 with int8 weights (`int8_weight_only`)."""
+    if dtype == "int8":
+        return dict(dtype=torch.bfloat16, attn_implementation="sdpa", quantization_config=int8_weight_only())
+    return dict(dtype=getattr(torch, dtype), attn_implementation="sdpa")
+
+
 def load_peers(folder: str, dtype: str, autotune: bool = True) -> tuple[ModelPeer, ...]:
     """GPT-2 ("hf") and TinyGPT loaded from the same folder in `dtype`, both SDPA; for "int8", TinyGPT in bfloat16
     too (INT8_PEER). `autotune`: the peers' CompiledDecoders'."""
-    int8 = dtype == "int8"
-    options = dict(dtype=torch.bfloat16 if int8 else getattr(torch, dtype), attn_implementation="sdpa")
-    quantized = options | {"quantization_config": int8_weight_only()} if int8 else options
-    loads = [("hf", GPT2LMHeadModel, quantized), ("tinygpt", TinyGPTForCausalLM, quantized)]
-    loads += [(INT8_PEER, TinyGPTForCausalLM, options)] if int8 else []
+    options = load_options(dtype)
+    loads = [("hf", GPT2LMHeadModel, options), ("tinygpt", TinyGPTForCausalLM, options)]
+    loads += [(INT8_PEER, TinyGPTForCausalLM, load_options("bfloat16"))] if dtype == "int8" else []
     return tuple(
         model_peer(name, cls.from_pretrained(folder, **kwargs).eval(), autotune) for name, cls, kwargs in loads
     )

@@ -135,6 +135,32 @@ def test_int8_decoders_of_two_models_of_one_shape_each_decode_with_their_own_wei
         assert (torch.stack(compiled.logits, dim=1).float() - full).abs().max() <= 2**-6 * full.abs().max()
 
 
+def test_an_int8_step_multiplies_with_inductors_int8_template_alone_at_any_batch(tmp_path):
+    """Autotuning times ATen's int8 kernel against inductor's template on weights that stay in cache, and picked it
+    for a product now and then, build by build; in a step, which reads every weight from memory, that product then
+    took 1.6x as long (scripts/README.md, "Where a step's time goes"). An int8 step compiles with the template alone,
+    as every step does at batch 1; bf16 and fp32 steps above batch 1 keep ATen's GEMMs, which win there."""
+    pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    from hf_tinygpt.tools.generate import int8_weight_only
+
+    tiny_model("rope", n_embd=64).save_pretrained(tmp_path)
+    bf16 = TinyGPTForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    assert (
+        CompiledDecoder(bf16, batch_size=8, max_length=16).inductor_settings["max_autotune_gemm_backends"] == "CPP,ATEN"
+    )
+    int8 = TinyGPTForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, quantization_config=int8_weight_only())
+    decoder = CompiledDecoder(int8.eval(), batch_size=8, max_length=16)
+    assert decoder.inductor_settings["max_autotune_gemm_backends"] == "CPP"
+
+    def aten_int8_calls(new_tokens):  # the prompt's eager forward calls ATen's int8 kernel too
+        prompt = torch.randint(1, VOCAB, (8, 3), generator=torch.Generator().manual_seed(0))
+        with torch.profiler.profile() as profile:
+            decoder.generate(prompt, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+        return sum(event.name == "aten::_weight_int8pack_mm" for event in profile.events())
+
+    assert aten_int8_calls(6) == aten_int8_calls(1)  # none in the five compiled steps
+
+
 def test_an_argument_that_would_compile_the_step_again_is_refused_and_the_decoder_goes_on():
     """`output_hidden_states=True` changes the step's graph. Compiled again after the build, the step would run
     unfrozen and untuned, and with int8 weights inductor failed outright: the decoder refuses such a call."""

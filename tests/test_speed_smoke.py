@@ -199,6 +199,31 @@ def test_speed_benchmark_script_smoke(tmp_path):
 
 
 @pytest.mark.slow
+def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp_path):
+    """scripts/step_breakdown.py on a tiny model: in each decoding step it finds one product call per weight, in the
+    order the model multiplies them (two at int8 batch 8: four rows a call), and gives each kind of weight its time.
+    No time is asserted."""
+    pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    args = ["--tiny", "--dtypes", "bfloat16", "int8", "--batches", "1", "8", "--json", tmp_path / "steps.json"]
+    out = run_module("step_breakdown", *args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads((tmp_path / "steps.json").read_text())["rows"]
+    assert [(row["dtype"], row["batch"]) for row in rows] == [
+        ("bfloat16", 1),
+        ("bfloat16", 8),
+        ("int8", 1),
+        ("int8", 8),
+    ]
+    assert [row["product_calls_per_weight"] for row in rows] == [1, 1, 1, 2]
+    for row in rows:
+        kinds = {kind: entry["weights"] for kind, entry in row["products"].items()}
+        assert kinds == {"attn.c_attn": 2, "attn.c_proj": 2, "mlp.c_fc": 2, "mlp.c_proj": 2, "lm_head": 1}
+        assert all(entry["s"] > 0 for entry in row["products"].values())
+        assert row["parts_s"]["products"] == pytest.approx(sum(entry["s"] for entry in row["products"].values()))
+    assert "| lm_head |" in out.stdout and "| compiled step's call |" in out.stdout
+
+
+@pytest.mark.slow
 def test_training_benchmark_script_smoke(tmp_path):
     """Both training loops for real (nanoGPT's train.py from ../shared/nanogpt, `hf-tinygpt train`) on a tiny model,
     eager and compiled, fp32 and bf16, with accumulation; no speed is asserted (that is what the script is for)."""

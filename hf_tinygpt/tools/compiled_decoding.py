@@ -32,6 +32,7 @@ import torch
 from transformers import CompileConfig, StaticCache
 
 from ..model.compat import CACHE_FIELD
+from ..model.int8 import Int8Linear
 
 # The last two keep autotuning from printing every candidate kernel's timing to stderr; older torch lacks them.
 _QUIET_AUTOTUNE = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
@@ -42,8 +43,9 @@ AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,AT
     key: value for key, value in _QUIET_AUTOTUNE.items() if hasattr(torch._inductor.config, key)
 }
 # Autotuning times each candidate GEMM on weights that stay in cache, while a decoding step reads every weight from
-# memory once: at batch 1 its pick is slower than inductor's CPP template alone; from a few rows on, ATen's GEMMs are
-# worth having (scripts/README.md, "Why CompiledDecoder is set up as it is").
+# memory once: at batch 1, and for int8 products at any batch, its pick is slower than inductor's CPP template alone;
+# from a few rows on, ATen's bf16 and fp32 GEMMs are worth having (scripts/README.md, "Why CompiledDecoder is set up
+# as it is").
 GEMV_AUTOTUNE_SETTINGS = AUTOTUNE_SETTINGS | {"max_autotune_gemm_backends": "CPP"}
 DYNAMO_SETTINGS = {"recompile_limit": 64}
 # The step's guards leave out the decoder's private modules (most of a step's guards, and measurably faster decoding):
@@ -99,6 +101,13 @@ def weights_fingerprint(model) -> tuple:
     return tuple((t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers()))
 
 
+def int8_products_only(model) -> bool:
+    """Whether every linear layer of `model` multiplies int8 weights in int8 (`Int8Linear`), as TinyGPT's do when
+    loaded with `int8_weight_only()`."""
+    linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
+    return bool(linears) and all(isinstance(module, Int8Linear) for module in linears)
+
+
 def private_copy(model):
     """A copy of `model`'s modules and config that shares its parameters and buffers (no weight is copied)."""
     shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
@@ -140,8 +149,10 @@ class CompiledDecoder:
         self.compile_config._compile_all_devices = True
         self._one_at_a_time = threading.Lock()
         self.weights = weights_fingerprint(model)
-        autotuning = GEMV_AUTOTUNE_SETTINGS if batch_size == 1 else AUTOTUNE_SETTINGS
+        template_only = batch_size == 1 or int8_products_only(model)
+        autotuning = GEMV_AUTOTUNE_SETTINGS if template_only else AUTOTUNE_SETTINGS
         settings = INDUCTOR_SETTINGS | (autotuning if autotune else {})
+        self.inductor_settings = settings  # what the step was compiled under
         with _BUILDING, torch._inductor.config.patch(settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
             # Two decoding steps through the compiled path: the step compiles, frozen, with this decoder's cache.
             prompt = torch.zeros(batch_size, 1, dtype=torch.long, device=model.device)

@@ -1,0 +1,189 @@
+"""Where a decoding step of TinyGPT's CompiledDecoder spends its time: every weight product (by kind, with the GB/s at
+which it reads its weights, against the memory probe), attention and the other compiled kernels, the compiled step's
+call (dynamo's lookup, guards, the graph's wrapper), eager ops around it, and what the profiler does not see
+(generate's Python). The speed benchmark says how fast a step is; this says where its time goes. scripts/README.md,
+"Speed", has what it found.
+
+    python -m scripts.step_breakdown [--model GPT2_FOLDER] [--dtypes bfloat16 int8] [--batches 1 8] [--json OUT.json]
+    python -m scripts.step_breakdown --tiny                  # a smoke run on a tiny model, no autotuning
+"""
+
+import argparse
+import json
+import re
+import statistics
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt.checkpoints.verify import random_gpt2_folder
+from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
+from scripts.measure import cpu_line, machine, memory_bandwidth, timed
+from scripts.speed_benchmark import TINY_GPT2, load_options, tensor_bytes
+
+# The profiler's names for a weight product: ATen's (eager, or a compiled step's extern kernel) and, with inductor's
+# kernel profiling on, its own GEMM templates ("graph_0_gemm_m1n768k768_kernel", "graph_1_kernel"; its other kernels
+# are "graph_N_cpp_fused_...").
+ATEN_PRODUCTS = {"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise", "aten::_weight_int8pack_mm"}
+COMPILED_KERNEL = re.compile(r"graph_\d+_")
+# What it costs to enter a compiled step: dynamo's cache lookup and guards, the compiled region, the graph's wrappers.
+STEP_CALL_EVENTS = ("TorchDynamo Cache Lookup", "Torch-Compiled Region", "## Call CompiledFxGraph", "AOTDispatcher")
+
+TOP_EVENTS = 12  # the costliest profiler events per step, by name, kept in the results (which kernels ran)
+PARTS = ("products", "attention kernels", "other compiled kernels", "compiled step's call", "eager ops")
+
+
+def event_part(name: str) -> str:
+    """Which of `PARTS` a profiler event of this name belongs to."""
+    if name in ATEN_PRODUCTS or (COMPILED_KERNEL.match(name) and "cpp_fused" not in name):
+        return "products"
+    if COMPILED_KERNEL.match(name):
+        return "attention kernels" if "softmax" in name else "other compiled kernels"
+    return "compiled step's call" if name.startswith(STEP_CALL_EVENTS) else "eager ops"
+
+
+def weight_products(model) -> list[tuple[str, int]]:
+    """(kind, weight bytes) of every linear layer in the order a step multiplies them: the blocks' ("attn.c_attn",
+    ...), then the head ("lm_head")."""
+    linears = [(name, module) for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
+    return [(re.sub(r"^transformer\.h\.\d+\.", "", name), tensor_bytes(module.weight)) for name, module in linears]
+
+
+def _profiled(generate, new_tokens: int):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        wall = timed(lambda: generate(new_tokens))
+    events = sorted(profile.events(), key=lambda event: event.time_range.start)
+    return wall, [(event.name, event.self_cpu_time_total / 1e6) for event in events]
+
+
+def _products_by_kind(products: list[tuple[str, int]], long_events, short_events, new_tokens: int):
+    """The last `new_tokens` steps' product calls of the long run, matched in order to `products` (`calls` per
+    weight), summed by kind: ({kind: {weights, bytes, s, GBps}}, calls), or ({}, None) where they do not match."""
+    long_products = [seconds for name, seconds in long_events if event_part(name) == "products"]
+    prefill = sum(event_part(name) == "products" for name, _ in short_events)
+    calls, left = divmod(len(long_products) - prefill, new_tokens * len(products))
+    if not calls or left:
+        return {}, None
+    steps = torch.tensor(long_products[prefill:]).reshape(new_tokens, len(products), calls).sum(-1)
+    by_kind = {}
+    for (kind, weight_bytes), seconds in zip(products, steps.mean(0).tolist(), strict=True):
+        entry = by_kind.setdefault(kind, {"weights": 0, "bytes": 0, "s": 0.0})
+        entry["weights"] += 1
+        entry["bytes"] += weight_bytes
+        entry["s"] += seconds
+    return {kind: entry | {"GBps": entry["bytes"] / entry["s"] / 1e9} for kind, entry in by_kind.items()}, calls
+
+
+def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, autotune: bool = True) -> dict:
+    """One CompiledDecoder of `model` for `batch`, profiled over a `generate` of `new_tokens` + 1 and of 1 (the
+    prefill alone): the difference, per step. Every profiled event's own time goes to one of `PARTS`; "unprofiled"
+    is the rest of the wall time. The products' events are matched, in order, to `weight_products` (several calls
+    per weight where a product is split); without a match only their total is given."""
+    with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
+        decoder = CompiledDecoder(model, batch_size=batch, max_length=prompt_length + new_tokens + 1, autotune=autotune)
+    ids = torch.randint(0, model.config.vocab_size, (batch, prompt_length))
+    options = dict(eos_token_id=None, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))
+
+    def generate(tokens):
+        return decoder.generate(ids, max_new_tokens=tokens, **options)
+
+    generate(new_tokens + 1)
+    plain = [timed(lambda: generate(new_tokens + 1)) - timed(lambda: generate(1)) for _ in range(3)]
+    (long_wall, long_events), (short_wall, short_events) = _profiled(generate, new_tokens + 1), _profiled(generate, 1)
+    per_step, per_name = defaultdict(float), defaultdict(float)
+    for events, sign in ((long_events, 1), (short_events, -1)):
+        for name, seconds in events:
+            per_step[event_part(name)] += sign * seconds / new_tokens
+            per_name[name] += sign * seconds / new_tokens
+    products = weight_products(model)
+    by_kind, calls = _products_by_kind(products, long_events, short_events, new_tokens)
+    if by_kind:  # the steps' own product calls, rather than the difference of two runs' (their prefills differ)
+        per_step["products"] = sum(entry["s"] for entry in by_kind.values())
+    profiled_s = (long_wall - short_wall) / new_tokens
+    parts = {part: per_step[part] for part in PARTS} | {"unprofiled": profiled_s - sum(per_step.values())}
+    return {
+        "batch": batch,
+        "new_tokens": new_tokens,
+        "step_s": statistics.median(plain) / new_tokens,
+        "profiled_step_s": profiled_s,
+        "parts_s": parts,
+        "product_calls_per_weight": calls,
+        "products": by_kind,
+        "weight_bytes": sum(weight_bytes for _, weight_bytes in products),
+        "top_events_s": dict(sorted(per_name.items(), key=lambda item: -item[1])[:TOP_EVENTS]),
+    }
+
+
+def run_step_breakdown(
+    folder: str, dtypes, batches, new_tokens: int, autotune: bool = True, probe_bytes: int = 512 * 2**20
+) -> dict:
+    rows = []
+    for dtype in dtypes:
+        model = TinyGPTForCausalLM.from_pretrained(folder, **load_options(dtype)).eval()
+        for batch in batches:
+            probe = memory_bandwidth(probe_bytes)
+            rows.append(
+                {"dtype": dtype, "probe_GBps": probe / 1e9}
+                | step_breakdown(model, batch, new_tokens, autotune=autotune)
+            )
+    return {"threads": torch.get_num_threads(), "rows": rows, "machine": machine()}
+
+
+def format_step_breakdown(result: dict) -> str:
+    lines = [f"# Where a CompiledDecoder step's time goes ({cpu_line(result['machine'])}, {result['threads']} threads)"]
+    for row in result["rows"]:
+        step = row["profiled_step_s"]
+        lines += [
+            "",
+            f"## {row['dtype']}, batch {row['batch']}: {row['step_s'] * 1e3:.2f} ms a step ({row['profiled_step_s'] * 1e3:.2f}"
+            f" profiled); the weights at {row['weight_bytes'] / row['step_s'] / 1e9:.1f} GB/s over the whole step;"
+            f" probe {row['probe_GBps']:.1f} GB/s",
+            "",
+            "| part | ms / step | share | weights | GB/s | % of probe |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for kind, entry in row["products"].items():
+            percent = 100 * entry["GBps"] / row["probe_GBps"]
+            lines.append(
+                f"| {kind} | {entry['s'] * 1e3:.3f} | {entry['s'] / step:.0%} | {entry['weights']} |"
+                f" {entry['GBps']:.1f} | {percent:.0f} % |"
+            )
+        for part, seconds in row["parts_s"].items():
+            label = "products, all" if part == "products" else part
+            lines.append(f"| {label} | {seconds * 1e3:.3f} | {seconds / step:.0%} | | | |")
+        top = ", ".join(f"{name[:60]} {seconds * 1e3:.2f}" for name, seconds in row["top_events_s"].items())
+        lines.append(f"\nCostliest events (ms / step): {top}")
+        if row["product_calls_per_weight"] is None:
+            lines.append("\nThe product calls did not match the weights one to one: only their total is given.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a GPT-2 folder (default: GPT-2 small's shape, random weights, made here)")
+    parser.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "int8"], default=["bfloat16", "int8"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--json", help="also write the measurements here")
+    parser.add_argument("--tiny", action="store_true", help="tiny model, few tokens, no autotuning: checks the script")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.model or random_gpt2_folder(str(Path(scratch) / "gpt2"), **(TINY_GPT2 if args.tiny else {}))
+        result = run_step_breakdown(
+            folder,
+            args.dtypes,
+            args.batches,
+            4 if args.tiny else args.new_tokens,
+            autotune=not args.tiny,
+            probe_bytes=2**20 if args.tiny else 512 * 2**20,
+        )
+    print(format_step_breakdown(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
