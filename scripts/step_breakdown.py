@@ -1,8 +1,9 @@
 """Where a decoding step of TinyGPT's CompiledDecoder spends its time: every weight product (by kind, with the GB/s at
 which it reads its weights, against the memory probe), attention and the other compiled kernels, the compiled step's
 call (dynamo's lookup, guards, the graph's wrapper), eager ops around it, and what the profiler does not see
-(generate's Python). The speed benchmark says how fast a step is; this says where its time goes. scripts/README.md,
-"Speed", has what it found.
+(generate's Python); and how many GEMM kernels inductor generated with AMX tiles, which it ranks first wherever the
+CPU has them. The speed benchmark says how fast a step is; this says where its time goes. scripts/README.md,
+"Where a step's time goes", has what it found.
 
     python -m scripts.step_breakdown [--model GPT2_FOLDER] [--dtypes bfloat16 int8] [--batches 1 8] [--json OUT.json]
     python -m scripts.step_breakdown --tiny                  # a smoke run on a tiny model, no autotuning
@@ -17,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from torch._dynamo.utils import counters
 
 from hf_tinygpt import TinyGPTForCausalLM
 from hf_tinygpt.checkpoints.verify import random_gpt2_folder
@@ -82,8 +84,10 @@ def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, 
     prefill alone): the difference, per step. Every profiled event's own time goes to one of `PARTS`; "unprofiled"
     is the rest of the wall time. The products' events are matched, in order, to `weight_products` (several calls
     per weight where a product is split); without a match only their total is given."""
+    amx_before = counters["inductor"]["cpp_micro_gemm_amx_counter"]
     with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
         decoder = CompiledDecoder(model, batch_size=batch, max_length=prompt_length + new_tokens + 1, autotune=autotune)
+    amx_kernels = counters["inductor"]["cpp_micro_gemm_amx_counter"] - amx_before
     ids = torch.randint(0, model.config.vocab_size, (batch, prompt_length))
     options = dict(eos_token_id=None, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))
 
@@ -111,6 +115,7 @@ def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, 
         "profiled_step_s": profiled_s,
         "parts_s": parts,
         "product_calls_per_weight": calls,
+        "amx_gemm_kernels_generated": amx_kernels,
         "products": by_kind,
         "weight_bytes": sum(weight_bytes for _, weight_bytes in products),
         "top_events_s": dict(sorted(per_name.items(), key=lambda item: -item[1])[:TOP_EVENTS]),
@@ -120,15 +125,17 @@ def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, 
 def run_step_breakdown(
     folder: str, dtypes, batches, new_tokens: int, autotune: bool = True, probe_bytes: int = 512 * 2**20
 ) -> dict:
+    """`step_breakdown` of TinyGPT loaded from `folder` in each of `dtypes`, at each of `batches`, with the memory
+    probe read before and after each: this machine's bandwidth swings within minutes, and a product is set against
+    the higher of the two."""
     rows = []
     for dtype in dtypes:
         model = TinyGPTForCausalLM.from_pretrained(folder, **load_options(dtype)).eval()
         for batch in batches:
-            probe = memory_bandwidth(probe_bytes)
-            rows.append(
-                {"dtype": dtype, "probe_GBps": probe / 1e9}
-                | step_breakdown(model, batch, new_tokens, autotune=autotune)
-            )
+            before = memory_bandwidth(probe_bytes) / 1e9
+            row = step_breakdown(model, batch, new_tokens, autotune=autotune)
+            probes = [before, memory_bandwidth(probe_bytes) / 1e9]
+            rows.append({"dtype": dtype, "probes_GBps": probes, "probe_GBps": max(probes)} | row)
     return {"threads": torch.get_num_threads(), "rows": rows, "machine": machine()}
 
 
@@ -138,11 +145,11 @@ def format_step_breakdown(result: dict) -> str:
         step = row["profiled_step_s"]
         lines += [
             "",
-            f"## {row['dtype']}, batch {row['batch']}: {row['step_s'] * 1e3:.2f} ms a step ({row['profiled_step_s'] * 1e3:.2f}"
-            f" profiled); the weights at {row['weight_bytes'] / row['step_s'] / 1e9:.1f} GB/s over the whole step;"
-            f" probe {row['probe_GBps']:.1f} GB/s",
+            f"## {row['dtype']}, batch {row['batch']}: {row['step_s'] * 1e3:.2f} ms a step ({step * 1e3:.2f} profiled);"
+            f" the weights at {row['weight_bytes'] / row['step_s'] / 1e9:.1f} GB/s over the whole step;"
+            f" probe {row['probes_GBps'][0]:.1f} and {row['probes_GBps'][1]:.1f} GB/s before and after",
             "",
-            "| part | ms / step | share | weights | GB/s | % of probe |",
+            "| part | ms / step | share | weights | GB/s | % of the higher probe |",
             "|---|---:|---:|---:|---:|---:|",
         ]
         for kind, entry in row["products"].items():
@@ -156,6 +163,8 @@ def format_step_breakdown(result: dict) -> str:
             lines.append(f"| {label} | {seconds * 1e3:.3f} | {seconds / step:.0%} | | | |")
         top = ", ".join(f"{name[:60]} {seconds * 1e3:.2f}" for name, seconds in row["top_events_s"].items())
         lines.append(f"\nCostliest events (ms / step): {top}")
+        if row["amx_gemm_kernels_generated"]:
+            lines.append(f"Inductor generated {row['amx_gemm_kernels_generated']} GEMM kernels with AMX tiles for it.")
         if row["product_calls_per_weight"] is None:
             lines.append("\nThe product calls did not match the weights one to one: only their total is given.")
     return "\n".join(lines)
