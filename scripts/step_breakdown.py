@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from torch._dynamo.utils import counters
+from torch._dynamo.utils import counters  # private: inductor counts its AMX GEMM kernels there, and nowhere public
 
 from hf_tinygpt import TinyGPTForCausalLM
 from hf_tinygpt.checkpoints.verify import random_gpt2_folder
@@ -85,6 +85,7 @@ def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, 
     is the rest of the wall time. The products' events are matched, in order, to `weight_products` (several calls
     per weight where a product is split); without a match only their total is given."""
     amx_before = counters["inductor"]["cpp_micro_gemm_amx_counter"]
+    # Inductor's own switch for a profiler event per compiled kernel; without it the step is one event.
     with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
         decoder = CompiledDecoder(model, batch_size=batch, max_length=prompt_length + new_tokens + 1, autotune=autotune)
     amx_kernels = counters["inductor"]["cpp_micro_gemm_amx_counter"] - amx_before
@@ -175,7 +176,7 @@ def main(argv=None) -> None:
     parser.add_argument("--model", help="a GPT-2 folder (default: GPT-2 small's shape, random weights, made here)")
     parser.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "int8"], default=["bfloat16", "int8"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
-    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--json", help="also write the measurements here")
     parser.add_argument("--tiny", action="store_true", help="tiny model, few tokens, no autotuning: checks the script")
     args = parser.parse_args(argv)

@@ -219,7 +219,6 @@ def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp
         kinds = {kind: entry["weights"] for kind, entry in row["products"].items()}
         assert kinds == {"attn.c_attn": 2, "attn.c_proj": 2, "mlp.c_fc": 2, "mlp.c_proj": 2, "lm_head": 1}
         assert all(entry["s"] > 0 for entry in row["products"].values())
-        assert row["parts_s"]["products"] == pytest.approx(sum(entry["s"] for entry in row["products"].values()))
     assert "| lm_head |" in out.stdout and "| compiled step's call |" in out.stdout
 
 
