@@ -58,14 +58,14 @@ def _profiled(generate, new_tokens: int):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         wall = timed(lambda: generate(new_tokens))
     events = sorted(profile.events(), key=lambda event: event.time_range.start)
-    return wall, [(event.name, event.self_cpu_time_total / 1e6) for event in events]
+    return wall, [(event.name, event_part(event.name), event.self_cpu_time_total / 1e6) for event in events]
 
 
 def _products_by_kind(products: list[tuple[str, int]], long_events, short_events, new_tokens: int):
     """The last `new_tokens` steps' product calls of the long run, matched in order to `products` (`calls` per
     weight), summed by kind: ({kind: {weights, bytes, s, GBps}}, calls), or ({}, None) where they do not match."""
-    long_products = [seconds for name, seconds in long_events if event_part(name) == "products"]
-    prefill = sum(event_part(name) == "products" for name, _ in short_events)
+    long_products = [seconds for _, part, seconds in long_events if part == "products"]
+    prefill = sum(part == "products" for _, part, _ in short_events)
     calls, left = divmod(len(long_products) - prefill, new_tokens * len(products))
     if not calls or left:
         return {}, None
@@ -100,8 +100,8 @@ def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, 
     (long_wall, long_events), (short_wall, short_events) = _profiled(generate, new_tokens + 1), _profiled(generate, 1)
     per_step, per_name = defaultdict(float), defaultdict(float)
     for events, sign in ((long_events, 1), (short_events, -1)):
-        for name, seconds in events:
-            per_step[event_part(name)] += sign * seconds / new_tokens
+        for name, part, seconds in events:
+            per_step[part] += sign * seconds / new_tokens
             per_name[name] += sign * seconds / new_tokens
     products = weight_products(model)
     by_kind, calls = _products_by_kind(products, long_events, short_events, new_tokens)

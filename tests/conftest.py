@@ -311,6 +311,13 @@ REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
 )
 
 
+def int8_kernel_rows(run) -> list[int]:
+    """The rows of activations in each eager call of ATen's int8 kernel while `run()` runs."""
+    with torch.profiler.profile(record_shapes=True) as profile:
+        run()
+    return [event.input_shapes[0][0] for event in profile.events() if event.name == "aten::_weight_int8pack_mm"]
+
+
 def run_module(name, *args):
     """`python -m scripts.NAME ARGS` from the repository root, as scripts/README.md runs them."""
     return subprocess.run(

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import HAMLET, VOCAB, random_gpt2, save_with_tokenizer, text_model, tiny_model
+from conftest import HAMLET, VOCAB, int8_kernel_rows, random_gpt2, save_with_tokenizer, text_model, tiny_model
 from safetensors import safe_open
 from torch import nn
 from transformers import AutoModelForCausalLM, pipeline
@@ -75,13 +75,6 @@ def test_many_rows_of_activations_take_torchaos_product():
     many = torch.randn(1, INT8_KERNEL_MAX_ROWS + 1, 64, dtype=torch.bfloat16)
     assert not torch.equal(linear(few), nn.Linear.forward(linear, few))  # the int8 kernel rounds once
     assert torch.equal(linear(many), nn.Linear.forward(linear, many))
-
-
-def int8_kernel_rows(run) -> list[int]:
-    """The rows of activations in each call of the int8 kernel while `run()` runs."""
-    with torch.profiler.profile(record_shapes=True) as profile:
-        run()
-    return [event.input_shapes[0][0] for event in profile.events() if event.name == "aten::_weight_int8pack_mm"]
 
 
 def test_a_batch_of_eight_goes_to_the_int8_kernel_four_rows_at_a_time():
