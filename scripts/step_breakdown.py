@@ -26,10 +26,16 @@ from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
 from scripts.measure import cpu_line, machine, memory_bandwidth, timed
 from scripts.speed_benchmark import TINY_GPT2, load_options, tensor_bytes
 
-# The profiler's names for a weight product: ATen's (eager, or a compiled step's extern kernel) and, with inductor's
-# kernel profiling on, its own GEMM templates ("graph_0_gemm_m1n768k768_kernel", "graph_1_kernel"; its other kernels
+# The profiler's names for a weight product: ATen's and ours (eager, or a compiled step's extern kernel) and, with
+# inductor's kernel profiling on, its own GEMM templates ("graph_0_gemm_m1n768k768_kernel", "graph_1_kernel"; its other kernels
 # are "graph_N_cpp_fused_...").
-ATEN_PRODUCTS = {"aten::mm", "aten::addmm", "mkldnn::_linear_pointwise", "aten::_weight_int8pack_mm"}
+EXTERN_PRODUCTS = {
+    "aten::mm",
+    "aten::addmm",
+    "mkldnn::_linear_pointwise",
+    "aten::_weight_int8pack_mm",
+    "hf_tinygpt::int8_dot_products",
+}
 COMPILED_KERNEL = re.compile(r"graph_\d+_")
 # What it costs to enter a compiled step: dynamo's cache lookup and guards, the compiled region, the graph's wrappers.
 STEP_CALL_EVENTS = ("TorchDynamo Cache Lookup", "Torch-Compiled Region", "## Call CompiledFxGraph", "AOTDispatcher")
@@ -40,7 +46,7 @@ PARTS = ("products", "attention kernels", "other compiled kernels", "compiled st
 
 def event_part(name: str) -> str:
     """Which of `PARTS` a profiler event of this name belongs to."""
-    if name in ATEN_PRODUCTS or (COMPILED_KERNEL.match(name) and "cpp_fused" not in name):
+    if name in EXTERN_PRODUCTS or (COMPILED_KERNEL.match(name) and "cpp_fused" not in name):
         return "products"
     if COMPILED_KERNEL.match(name):
         return "attention kernels" if "softmax" in name else "other compiled kernels"
@@ -117,6 +123,7 @@ def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, 
         "parts_s": parts,
         "product_calls_per_weight": calls,
         "amx_gemm_kernels_generated": amx_kernels,
+        "int8_dot_products": decoder.int8_dot_products,
         "products": by_kind,
         "weight_bytes": sum(weight_bytes for _, weight_bytes in products),
         "top_events_s": dict(sorted(per_name.items(), key=lambda item: -item[1])[:TOP_EVENTS]),
@@ -164,6 +171,8 @@ def format_step_breakdown(result: dict) -> str:
             lines.append(f"| {label} | {seconds * 1e3:.3f} | {seconds / step:.0%} | | | |")
         top = ", ".join(f"{name[:60]} {seconds * 1e3:.2f}" for name, seconds in row["top_events_s"].items())
         lines.append(f"\nCostliest events (ms / step): {top}")
+        if row["int8_dot_products"]:
+            lines.append("Its int8 products ran on `int8_dot_products` (AVX-512 BF16 dot products).")
         if row["amx_gemm_kernels_generated"]:
             lines.append(f"Inductor generated {row['amx_gemm_kernels_generated']} GEMM kernels with AMX tiles for it.")
         if row["product_calls_per_weight"] is None:

@@ -162,6 +162,40 @@ def test_an_int8_step_multiplies_with_inductors_int8_template_alone_at_any_batch
     assert aten_int8_calls(6) == aten_int8_calls(1)  # none in the five compiled steps
 
 
+def test_an_int8_step_above_four_rows_multiplies_with_bf16_dot_products_once_per_weight(tmp_path):
+    """Inductor's int8 kernel takes 8 rows as two calls of 4, each converting every weight again, and the `cat`
+    that joins them keeps bias and GELU out of its epilogue: above 4 rows a decoder multiplies with
+    `int8_dot_products` instead (where the CPU has AVX-512 BF16), once per weight and step, in its private copy of
+    the model, and decodes as the eager model does."""
+    pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    from hf_tinygpt.model.int8 import Int8Linear
+    from hf_tinygpt.tools.generate import int8_weight_only
+    from hf_tinygpt.tools.int8_dot_products import int8_dot_products_available
+
+    if not int8_dot_products_available():
+        pytest.skip("int8_dot_products: this CPU lacks AVX-512 BF16, or the op could not be built")
+    tiny_model("rope", n_embd=64).save_pretrained(tmp_path)
+    int8 = TinyGPTForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, quantization_config=int8_weight_only())
+    linears = [module for module in int8.modules() if isinstance(module, torch.nn.Linear)]
+    assert not CompiledDecoder(int8.eval(), batch_size=4, max_length=16, autotune=False).int8_dot_products
+    decoder = CompiledDecoder(int8, batch_size=8, max_length=16, autotune=False)
+    assert decoder.int8_dot_products and all(type(module) is Int8Linear for module in linears)  # the model's own
+
+    prompt = torch.randint(1, VOCAB, (8, 3), generator=torch.Generator().manual_seed(0))  # 24 rows: torchao's
+
+    def op_calls(new_tokens):
+        with torch.profiler.profile() as profile:
+            out = decoder.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **GREEDY)
+        return out, sum(event.name == "hf_tinygpt::int8_dot_products" for event in profile.events())
+
+    compiled, calls = op_calls(6)
+    assert calls - op_calls(1)[1] == 5 * len(linears)  # five compiled steps
+    with torch.no_grad():
+        full = int8(compiled.sequences).logits[:, 2:-1].float()
+    # The op in the step and torch's int8 kernel in the eager model each round their bf16 outputs their own way.
+    assert (torch.stack(compiled.logits, dim=1).float() - full).abs().max() <= 2**-6 * full.abs().max()
+
+
 def test_an_argument_that_would_compile_the_step_again_is_refused_and_the_decoder_goes_on():
     """`output_hidden_states=True` changes the step's graph. Compiled again after the build, the step would run
     unfrozen and untuned, and with int8 weights inductor failed outright: the decoder refuses such a call."""

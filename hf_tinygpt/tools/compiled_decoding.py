@@ -32,7 +32,8 @@ import torch
 from transformers import CompileConfig, StaticCache
 
 from ..model.compat import CACHE_FIELD
-from ..model.int8 import Int8Linear
+from ..model.int8 import INT8_KERNEL_ROWS_PER_CALL, Int8Linear
+from .int8_dot_products import use_int8_dot_products
 
 # The last two keep autotuning from printing every candidate kernel's timing to stderr; older torch lacks them.
 _QUIET_AUTOTUNE = {"autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
@@ -140,6 +141,8 @@ class CompiledDecoder:
             )
         self.model = private_copy(model).eval()
         self.model.set_attn_implementation("eager")
+        # More rows than inductor's int8 kernel takes in one call go to AVX-512 BF16 dot products, where the CPU has them.
+        self.int8_dot_products = batch_size > INT8_KERNEL_ROWS_PER_CALL and use_int8_dot_products(self.model)
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_length)
         self.backend = StepBackend()
         self.compile_config = CompileConfig(

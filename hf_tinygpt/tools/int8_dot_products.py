@@ -1,0 +1,69 @@
+"""int8 products of 5 to 16 rows of activations with AVX-512 BF16 dot products, for compiled decoding at batch 8.
+
+Inductor's int8 GEMM for few rows takes twice as long for 8 rows in one call as for 4 (its 8-row micro-kernel keeps
+its sums on the stack with GCC 12), so `Int8Linear` splits 8 rows into two calls of 4; each call reads the weights
+and converts them to fp32 again, and the `cat` that joins them keeps bias, GELU and residual out of the GEMM's own
+epilogue. `int8_dot_products` (int8_dot_products.cpp, a torch op built on first use with torch's C++ extension
+builder) converts each weight to bf16 once for all rows and multiplies with VDPBF16PS, two products per lane and
+instruction. At 4 rows and fewer inductor's own kernel is faster: it stays in use there (scripts/README.md, "int8 at
+batch 8", has the measurements).
+"""
+
+import functools
+import warnings
+from pathlib import Path
+
+import torch
+from torch.utils.cpp_extension import load
+
+from ..model.int8 import INT8_KERNEL_MAX_ROWS, INT8_KERNEL_ROWS_PER_CALL, Int8Linear, int8_rows
+
+SOURCE = Path(__file__).with_suffix(".cpp")
+
+
+@functools.cache
+def int8_dot_products_available() -> bool:
+    """Whether `torch.ops.hf_tinygpt.int8_dot_products` can run here: built (once per machine; a C++ compiler,
+    which torch.compile needs too, and ninja), loaded (once per process), and the CPU has AVX-512 BF16."""
+    try:
+        load(
+            name="hf_tinygpt_int8_dot_products",
+            sources=[str(SOURCE)],
+            extra_cflags=["-O3", "-fopenmp"],  # -fopenmp: ATen's parallel_for runs on one thread without it
+            extra_ldflags=["-fopenmp"],
+            is_python_module=False,
+        )
+    except (OSError, RuntimeError, ImportError) as error:
+        lines = str(error).splitlines() or [type(error).__name__]
+        reason = next((line for line in lines if " error: " in line), lines[0])  # the compiler's, if it failed
+        warnings.warn(
+            f"int8_dot_products could not be built ({reason}); int8 products keep inductor's kernel", stacklevel=3
+        )
+        return False
+    return torch.ops.hf_tinygpt.int8_dot_products_supported()
+
+
+class Int8DotProductsLinear(Int8Linear):
+    """`Int8Linear` whose products of more rows than one call of inductor's int8 kernel takes well (5 to 16 bf16
+    rows) go to `int8_dot_products`; any other takes `Int8Linear`'s path."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        few_rows = INT8_KERNEL_ROWS_PER_CALL < rows <= INT8_KERNEL_MAX_ROWS
+        if not few_rows or x.dtype != torch.bfloat16 or x.device.type != "cpu" or not int8_rows(self.weight):
+            return super().forward(x)
+        scale = self.weight.scale.reshape(-1).to(x.dtype)
+        y = torch.ops.hf_tinygpt.int8_dot_products(x.reshape(rows, x.shape[-1]), self.weight.qdata, scale)
+        y = y.reshape(*x.shape[:-1], y.shape[-1])
+        return y if self.bias is None else y + self.bias
+
+
+def use_int8_dot_products(model: torch.nn.Module) -> bool:
+    """Switches `model`'s `Int8Linear` modules to `Int8DotProductsLinear` where the kernel is available; whether it
+    did."""
+    linears = [module for module in model.modules() if type(module) is Int8Linear]
+    if not linears or not int8_dot_products_available():
+        return False
+    for module in linears:
+        module.__class__ = Int8DotProductsLinear
+    return True
