@@ -2,10 +2,12 @@
 
 A decoding step's speed is set by how fast the weights stream from memory. In eager mode on a CPU, slow GEMV
 kernels, many small kernels of Python and dispatch, and SDPA's CPU kernel for one query keep it far from that limit
-(scripts/README.md, "Speed", has the measurements). `CompiledDecoder` removes all three without a kernel of its own:
+(scripts/README.md, "Speed", has the measurements). `CompiledDecoder` removes all three with torch's own kernels:
 a `StaticCache` lets `generate` compile the step (transformers' auto-compile); inductor *freezing* folds the weights
 into it as constants, so that inductor pre-packs them and picks its GEMM by measuring; attention runs as eager
-matmul + softmax, which inductor fuses. Nothing outside the decoder changes: it decodes with a private copy of the
+matmul + softmax, which inductor fuses. One kernel is ours: int8 products of 5 to 16 rows (batch 8) go to
+`int8_dot_products`, where inductor's int8 GEMM is slow (int8_dot_products.py says why). Nothing outside the decoder
+changes: it decodes with a private copy of the
 model's modules and config (sharing the parameters), a cache of its own, and a backend of its own, so that dynamo
 never reuses another decoder's frozen step (it reuses a step under an equal backend, and two "inductor" are equal).
 
