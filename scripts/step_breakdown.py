@@ -27,8 +27,8 @@ from scripts.measure import cpu_line, machine, memory_bandwidth, timed
 from scripts.speed_benchmark import TINY_GPT2, load_options, tensor_bytes
 
 # The profiler's names for a weight product: ATen's and ours (eager, or a compiled step's extern kernel) and, with
-# inductor's kernel profiling on, its own GEMM templates ("graph_0_gemm_m1n768k768_kernel", "graph_1_kernel"; its other kernels
-# are "graph_N_cpp_fused_...").
+# inductor's kernel profiling on, its own GEMM templates ("graph_0_gemm_m1n768k768_kernel", "graph_1_kernel"; its
+# other kernels are "graph_N_cpp_fused_...").
 EXTERN_PRODUCTS = {
     "aten::mm",
     "aten::addmm",

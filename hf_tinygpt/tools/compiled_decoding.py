@@ -7,9 +7,9 @@ a `StaticCache` lets `generate` compile the step (transformers' auto-compile); i
 into it as constants, so that inductor pre-packs them and picks its GEMM by measuring; attention runs as eager
 matmul + softmax, which inductor fuses. One kernel is ours: int8 products of 5 to 16 rows (batch 8) go to
 `int8_dot_products`, where inductor's int8 GEMM is slow (int8_dot_products.py says why). Nothing outside the decoder
-changes: it decodes with a private copy of the
-model's modules and config (sharing the parameters), a cache of its own, and a backend of its own, so that dynamo
-never reuses another decoder's frozen step (it reuses a step under an equal backend, and two "inductor" are equal).
+changes: it decodes with a private copy of the model's modules and config (sharing the parameters), a cache of its
+own, and a backend of its own, so that dynamo never reuses another decoder's frozen step (it reuses a step under an
+equal backend, and two "inductor" are equal).
 
 The private APIs it needs, and why:
 - `CompileConfig._compile_all_devices`: transformers auto-compiles the decoding step only on CUDA/XPU unless it is
@@ -143,7 +143,7 @@ class CompiledDecoder:
             )
         self.model = private_copy(model).eval()
         self.model.set_attn_implementation("eager")
-        # More rows than inductor's int8 kernel takes in one call go to AVX-512 BF16 dot products, where the CPU has them.
+        # Above 4 rows, int8 products go to AVX-512 BF16 dot products where the CPU has them (int8_dot_products.py).
         self.int8_dot_products = batch_size > INT8_KERNEL_ROWS_PER_CALL and use_int8_dot_products(self.model)
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_length)
         self.backend = StepBackend()
