@@ -50,12 +50,17 @@ class Int8Linear(nn.Linear):
         few_rows = x.numel() <= INT8_KERNEL_MAX_ROWS * x.shape[-1]
         if x.device.type != "cpu" or not few_rows or not int8_rows(self.weight):
             return super().forward(x)
-        weight, scale = self.weight.qdata, self.weight.scale.reshape(-1).to(x.dtype)
-        rows = x.reshape(-1, x.shape[-1]).contiguous().split(INT8_KERNEL_ROWS_PER_CALL)
-        products = [torch.ops.aten._weight_int8pack_mm(part, weight, scale) for part in rows]
-        y = products[0] if len(products) == 1 else torch.cat(products)
+        scale = self.weight.scale.reshape(-1).to(x.dtype)
+        y = self.multiply_rows(x.reshape(-1, x.shape[-1]).contiguous(), self.weight.qdata, scale)
         y = y.reshape(*x.shape[:-1], y.shape[-1])
         return y if self.bias is None else y + self.bias
+
+    def multiply_rows(self, rows: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """`(rows @ weight.T) * scale` for at most `INT8_KERNEL_MAX_ROWS` rows, with torch's int8 kernel."""
+        products = [
+            torch.ops.aten._weight_int8pack_mm(part, weight, scale) for part in rows.split(INT8_KERNEL_ROWS_PER_CALL)
+        ]
+        return products[0] if len(products) == 1 else torch.cat(products)
 
 
 class Int8Embedding(nn.Embedding):

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
-from ..model.int8 import INT8_KERNEL_MAX_ROWS, INT8_KERNEL_ROWS_PER_CALL, Int8Linear, int8_rows
+from ..model.int8 import INT8_KERNEL_ROWS_PER_CALL, Int8Linear
 
 SOURCE = Path(__file__).with_suffix(".cpp")
 
@@ -44,18 +44,13 @@ def int8_dot_products_available() -> bool:
 
 
 class Int8DotProductsLinear(Int8Linear):
-    """`Int8Linear` whose products of more rows than one call of inductor's int8 kernel takes well (5 to 16 bf16
-    rows) go to `int8_dot_products`; any other takes `Int8Linear`'s path."""
+    """`Int8Linear` whose products of more bf16 rows than one call of inductor's int8 kernel takes well (5 to
+    `INT8_KERNEL_MAX_ROWS`) go to `int8_dot_products`; any other goes where `Int8Linear` sends it."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1]
-        few_rows = INT8_KERNEL_ROWS_PER_CALL < rows <= INT8_KERNEL_MAX_ROWS
-        if not few_rows or x.dtype != torch.bfloat16 or x.device.type != "cpu" or not int8_rows(self.weight):
-            return super().forward(x)
-        scale = self.weight.scale.reshape(-1).to(x.dtype)
-        y = torch.ops.hf_tinygpt.int8_dot_products(x.reshape(rows, x.shape[-1]), self.weight.qdata, scale)
-        y = y.reshape(*x.shape[:-1], y.shape[-1])
-        return y if self.bias is None else y + self.bias
+    def multiply_rows(self, rows: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        if len(rows) <= INT8_KERNEL_ROWS_PER_CALL or rows.dtype != torch.bfloat16:
+            return super().multiply_rows(rows, weight, scale)
+        return torch.ops.hf_tinygpt.int8_dot_products(rows, weight, scale)
 
 
 def use_int8_dot_products(model: torch.nn.Module) -> bool:
