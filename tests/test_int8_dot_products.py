@@ -3,7 +3,13 @@ step multiplies with at batch 8. The references are the exact product (in float6
 `_weight_int8pack_mm`, which computes the same thing; the op has to round like it, once, to bf16.
 """
 
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,3 +102,34 @@ def test_when_the_op_cannot_be_built_decoders_keep_inductors_kernel(monkeypatch)
         assert type(model[0]) is Int8Linear
     finally:
         dot_products.int8_dot_products_available.cache_clear()
+
+
+@pytest.mark.slow
+def test_a_venv_that_was_not_activated_builds_the_op_with_its_own_ninja(tmp_path):
+    """`.venv/bin/python` run by its path: the [int8] extra's ninja sits beside the interpreter, not on PATH, where
+    torch's extension builder looks for it. The build finds it there, fresh (its own extensions folder), and leaves
+    PATH as it was."""
+    scripts = Path(sysconfig.get_path("scripts"))
+    if not (scripts / "ninja").exists():
+        pytest.skip("no ninja installed beside this interpreter (the [int8] extra's)")
+    path = []  # PATH as it is, each folder holding a ninja replaced by links to everything else in it
+    for index, folder in enumerate(os.environ["PATH"].split(os.pathsep)):
+        if not (Path(folder) / "ninja").exists():
+            path.append(folder)
+            continue
+        links = tmp_path / f"path{index}"
+        links.mkdir()
+        for program in Path(folder).iterdir():
+            if program.name != "ninja":
+                (links / program.name).symlink_to(program)
+        path.append(str(links))
+    path = os.pathsep.join(path)
+    assert shutil.which("ninja", path=path) is None
+    check = (
+        "import os; from hf_tinygpt.tools.int8_dot_products import int8_dot_products_available as available; "
+        "print(available(), os.environ['PATH'] == os.environ['EXPECTED_PATH'])"
+    )
+    environment = os.environ | {"PATH": path, "EXPECTED_PATH": path, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    run = subprocess.run([sys.executable, "-W", "error", "-c", check], env=environment, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["True", "True"]
