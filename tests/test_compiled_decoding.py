@@ -8,8 +8,10 @@ from functools import partial
 
 import pytest
 import torch
+import transformers
 from conftest import VOCAB, int8_kernel_rows, random_gpt2, tiny_model
 from torch._dynamo.utils import counters
+from transformers.testing_utils import CaptureLogger
 
 from hf_tinygpt import POSITION_SCHEMES, TinyGPTForCausalLM
 from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
@@ -291,3 +293,11 @@ def test_decoders_are_safe_to_call_from_several_threads():
     for (_, prompt), result, want in zip(jobs, results, expected + expected, strict=True):
         assert torch.equal(result.sequences, want)
         assert step_logits_against_full_forward(model, prompt.shape[1], result) < 1e-5
+
+
+def test_building_a_batched_decoder_logs_no_padding_warning():
+    """The build decodes a prompt of pad ids; generate must not take it for a right-padded batch."""
+    logger = transformers.utils.logging.get_logger("transformers.generation.utils")
+    with CaptureLogger(logger) as logged:
+        CompiledDecoder(tiny_model("rope"), batch_size=2, max_length=16, autotune=False)
+    assert "padding" not in logged.out

@@ -159,9 +159,11 @@ class CompiledDecoder:
         settings = INDUCTOR_SETTINGS | (autotuning if autotune else {})
         self.inductor_settings = settings  # what the step was compiled under
         with _BUILDING, torch._inductor.config.patch(settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
-            # Two decoding steps through the compiled path: the step compiles, frozen, with this decoder's cache.
+            # Two decoding steps through the compiled path: the step compiles, frozen, with this decoder's cache. The
+            # mask says the prompt of pad ids is no padding (without it, generate warns of right padding).
             prompt = torch.zeros(batch_size, 1, dtype=torch.long, device=model.device)
-            self.generate(prompt, max_new_tokens=3, do_sample=False, eos_token_id=None, pad_token_id=0)
+            options = dict(do_sample=False, eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(prompt))
+            self.generate(prompt, max_new_tokens=3, **options)
         self.backend.building = False
 
     @torch.no_grad()
