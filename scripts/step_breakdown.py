@@ -3,13 +3,17 @@ which it reads its weights, against the memory probe), attention and the other c
 call (dynamo's lookup, guards, the graph's wrapper), eager ops around it, and what the profiler does not see
 (generate's Python); and how many GEMM kernels inductor generated with AMX tiles, which it ranks first wherever the
 CPU has them. The speed benchmark says how fast a step is; this says where its time goes. scripts/README.md,
-"Where a step's time goes", has what it found.
+"Where a step's time goes", has what it found. With `--rounds N` it also times, without the profiler and in the
+same rounds between memory probes, a step of `generate`, the compiled forward alone and the weight products alone
+(what `generate`'s loop adds, and what the step's other kernels and its call add).
 
-    python -m scripts.step_breakdown [--model GPT2_FOLDER] [--dtypes bfloat16 int8] [--batches 1 8] [--json OUT.json]
+    python -m scripts.step_breakdown [--model GPT2_FOLDER] [--dtypes bfloat16 int8] [--batches 1 8] [--rounds N]
+                                     [--json OUT.json]
     python -m scripts.step_breakdown --tiny                  # a smoke run on a tiny model, no autotuning
 """
 
 import argparse
+import functools
 import json
 import re
 import statistics
@@ -130,12 +134,93 @@ def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, 
     }
 
 
+class ProductsInOrder(torch.nn.Module):
+    """A model's linear layers, each applied to an input of its own: the weight products of a step, one after
+    another, without the kernels between them."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.linears = torch.nn.ModuleList(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+    def forward(self, inputs):
+        return [linear(x) for linear, x in zip(self.linears, inputs, strict=True)]
+
+
+def nested_timings(
+    model,
+    batch: int,
+    new_tokens: int,
+    rounds: int,
+    prompt_length: int = 32,
+    autotune: bool = True,
+    probe_bytes: int = 512 * 2**20,
+) -> list[dict]:
+    """`rounds` rounds, each between two memory probes, of three timings without the profiler, each a part of the
+    one before: a `generate` step of a CompiledDecoder (difference of `new_tokens` + 1 tokens and 1, per token); its
+    compiled forward alone, called `new_tokens` times after a prefill with one decoding step's inputs, as `generate`
+    makes them (the positions advance with the cache, the mask stays that of the first step); the products alone,
+    the decoder's linear layers one after another, compiled under the settings its step compiled under (best of 5). The differences are what `generate`'s loop adds, and what the step's other kernels and
+    dynamo's call add."""
+    if not rounds:
+        return []
+    decoder = CompiledDecoder(model, batch_size=batch, max_length=prompt_length + new_tokens + 1, autotune=autotune)
+    ids = torch.randint(0, model.config.vocab_size, (batch, prompt_length))
+    options = dict(eos_token_id=None, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))
+    step_inputs = []
+    prepare = decoder.model.prepare_inputs_for_generation
+
+    @functools.wraps(prepare)  # generate checks its arguments against this signature
+    def recording(*args, **kwargs):
+        step_inputs.append(prepare(*args, **kwargs))
+        return step_inputs[-1]
+
+    decoder.model.prepare_inputs_for_generation = recording  # the decoder's private copy: no one else calls it
+    decoder.generate(ids, max_new_tokens=2, **options)
+    del decoder.model.prepare_inputs_for_generation
+    forward, inputs = decoder.model.get_compiled_call(decoder.compile_config), step_inputs[-1]
+    products = ProductsInOrder(decoder.model).eval()
+    activations = [torch.randn(batch, 1, linear.in_features).to(model.dtype) for linear in products.linears]
+    with torch.no_grad(), torch._inductor.config.patch(decoder.inductor_settings):
+        products_step = torch.compile(products, fullgraph=True, dynamic=False)
+        products_step(activations)
+
+    def forward_steps():
+        with torch.no_grad():
+            for _ in range(new_tokens):
+                forward(**inputs, return_dict=True)
+
+    results = []
+    for _ in range(rounds):
+        probe = memory_bandwidth(probe_bytes) / 1e9
+        many = timed(lambda: decoder.generate(ids, max_new_tokens=new_tokens + 1, **options))
+        # The prefill alone, last: the forward's calls go on from its cache, where a decode's steps would.
+        one = timed(lambda: decoder.generate(ids, max_new_tokens=1, **options))
+        forward_s = timed(forward_steps) / new_tokens
+        with torch.no_grad():
+            products_s = min(timed(lambda: products_step(activations)) for _ in range(5))
+        results.append(
+            {
+                "probes_GBps": [probe, memory_bandwidth(probe_bytes) / 1e9],
+                "generate_step_s": (many - one) / new_tokens,
+                "forward_alone_s": forward_s,
+                "products_alone_s": products_s,
+            }
+        )
+    return results
+
+
 def run_step_breakdown(
-    folder: str, dtypes, batches, new_tokens: int, autotune: bool = True, probe_bytes: int = 512 * 2**20
+    folder: str,
+    dtypes,
+    batches,
+    new_tokens: int,
+    autotune: bool = True,
+    probe_bytes: int = 512 * 2**20,
+    rounds: int = 0,
 ) -> dict:
     """`step_breakdown` of TinyGPT loaded from `folder` in each of `dtypes`, at each of `batches`, with the memory
     probe read before and after each: this machine's bandwidth swings within minutes, and a product is set against
-    the higher of the two."""
+    the higher of the two. With `rounds`, each row also gets `nested_timings`."""
     rows = []
     for dtype in dtypes:
         model = TinyGPTForCausalLM.from_pretrained(folder, **load_options(dtype)).eval()
@@ -143,6 +228,7 @@ def run_step_breakdown(
             before = memory_bandwidth(probe_bytes) / 1e9
             row = step_breakdown(model, batch, new_tokens, autotune=autotune)
             probes = [before, memory_bandwidth(probe_bytes) / 1e9]
+            row["rounds"] = nested_timings(model, batch, new_tokens, rounds, autotune=autotune, probe_bytes=probe_bytes)
             rows.append({"dtype": dtype, "probes_GBps": probes, "probe_GBps": max(probes)} | row)
     return {"threads": torch.get_num_threads(), "rows": rows, "machine": machine()}
 
@@ -177,6 +263,21 @@ def format_step_breakdown(result: dict) -> str:
             lines.append(f"Inductor generated {row['amx_gemm_kernels_generated']} GEMM kernels with AMX tiles for it.")
         if row["product_calls_per_weight"] is None:
             lines.append("\nThe product calls did not match the weights one to one: only their total is given.")
+        if row["rounds"]:
+            lines += [
+                "",
+                "Unprofiled, round by round (ms; in brackets the weights' bytes ÷ the time, as % of the probe before):",
+                "",
+                "| probe before, after (GB/s) | generate's step | forward alone | products alone |",
+                "|---|---:|---:|---:|",
+            ]
+        for timing in row["rounds"]:
+            before, after = timing["probes_GBps"]
+            cells = [
+                f"{timing[key] * 1e3:.2f} ({100 * row['weight_bytes'] / timing[key] / 1e9 / before:.0f} %)"
+                for key in ("generate_step_s", "forward_alone_s", "products_alone_s")
+            ]
+            lines.append(f"| {before:.1f}, {after:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -186,6 +287,7 @@ def main(argv=None) -> None:
     parser.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16", "int8"], default=["bfloat16", "int8"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=0, help="unprofiled rounds of nested timings per row")
     parser.add_argument("--json", help="also write the measurements here")
     parser.add_argument("--tiny", action="store_true", help="tiny model, few tokens, no autotuning: checks the script")
     args = parser.parse_args(argv)
@@ -198,6 +300,7 @@ def main(argv=None) -> None:
             4 if args.tiny else args.new_tokens,
             autotune=not args.tiny,
             probe_bytes=2**20 if args.tiny else 512 * 2**20,
+            rounds=args.rounds,
         )
     print(format_step_breakdown(result))
     if args.json:

@@ -202,11 +202,25 @@ def test_speed_benchmark_script_smoke(tmp_path):
 def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp_path):
     """scripts/step_breakdown.py on a tiny model: in each decoding step it finds one product call per weight, in the
     order the model multiplies them (at int8 batch 8, our `int8_dot_products` where the CPU has AVX-512 BF16, else
-    two calls of inductor's kernel: four rows a call), and gives each kind of weight its time. No time is asserted."""
+    two calls of inductor's kernel: four rows a call), and gives each kind of weight its time; with `--rounds`, each
+    row's unprofiled rounds time a generate step, the compiled forward alone and the products alone. No time is
+    asserted."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
     from hf_tinygpt.tools.int8_dot_products import int8_dot_products_available
 
-    args = ["--tiny", "--dtypes", "bfloat16", "int8", "--batches", "1", "8", "--json", tmp_path / "steps.json"]
+    args = [
+        "--tiny",
+        "--dtypes",
+        "bfloat16",
+        "int8",
+        "--batches",
+        "1",
+        "8",
+        "--rounds",
+        "1",
+        "--json",
+        tmp_path / "steps.json",
+    ]
     out = run_module("step_breakdown", *args)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads((tmp_path / "steps.json").read_text())["rows"]
@@ -223,7 +237,11 @@ def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp
         kinds = {kind: entry["weights"] for kind, entry in row["products"].items()}
         assert kinds == {"attn.c_attn": 2, "attn.c_proj": 2, "mlp.c_fc": 2, "mlp.c_proj": 2, "lm_head": 1}
         assert all(entry["s"] > 0 for entry in row["products"].values())
-    assert "| lm_head |" in out.stdout and "| compiled step's call |" in out.stdout
+        [timings] = row["rounds"]
+        assert all(timings[key] > 0 for key in ("generate_step_s", "forward_alone_s", "products_alone_s"))
+    assert (
+        "| lm_head |" in out.stdout and "| compiled step's call |" in out.stdout and "| forward alone |" in out.stdout
+    )
 
 
 @pytest.mark.slow
