@@ -3,8 +3,10 @@ where the ids fit, else uint32) beside `tokens.json`, kept in a cache that later
 tokenizer stay the same, and memory-mapped by training, which reads only the blocks of each step. Text files, a token
 folder, or a 🤗 dataset go in; the batches, losses and perplexities are those of the old in-memory packing."""
 
+import fcntl
 import json
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +99,51 @@ def test_a_second_run_on_the_same_files_reuses_their_token_file(texts, tokenizer
     again = text_tokens(files_of(texts), tokenizer, "the same tokenizer, elsewhere", tmp_path / "cache")
     assert again.folder == first.folder and (again.folder / TOKENS).stat().st_ino == inode
     assert again.tokens.tolist() == first.tokens.tolist()
+
+
+def test_runs_started_at_once_on_the_same_files_tokenize_them_once(texts, tokenizer, tmp_path, monkeypatch):
+    """A second run reaching the cache while the first still writes its token folder waits for it and reads it (it
+    used to fail on the folder's lock), tokenizing nothing itself."""
+    tokenizing, first_writing, second_at_lock, go_on = [], threading.Event(), threading.Event(), threading.Event()
+    file_token_ids, flock = token_files.file_token_ids, fcntl.flock
+
+    def first_run_held_mid_write(*args):
+        tokenizing.append(threading.current_thread().name)
+        first_writing.set()
+        go_on.wait(timeout=120)  # holding the folder's lock, as a long tokenization does
+        yield from file_token_ids(*args)
+
+    def watched_flock(fd, operation):
+        if threading.current_thread().name == "second":
+            second_at_lock.set()
+        return flock(fd, operation)
+
+    monkeypatch.setattr(token_files, "file_token_ids", first_run_held_mid_write)
+    monkeypatch.setattr(fcntl, "flock", watched_flock)
+    made, failed = {}, {}
+
+    def run():
+        name = threading.current_thread().name
+        try:
+            made[name] = text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache", progress=False)
+        except Exception as error:
+            failed[name] = error
+        finally:
+            if name == "second":
+                second_at_lock.set()  # had it failed before reaching the lock, nothing would wait for it
+
+    first = threading.Thread(target=run, name="first")
+    first.start()
+    first_writing.wait(timeout=120)
+    second = threading.Thread(target=run, name="second")
+    second.start()
+    second_at_lock.wait(timeout=120)
+    go_on.set()
+    first.join()
+    second.join()
+    assert failed == {} and tokenizing == ["first"]
+    assert made["second"].folder == made["first"].folder
+    assert made["second"].tokens.tolist() == made["first"].tokens.tolist()
 
 
 def test_a_changed_source_is_tokenized_again_into_a_new_token_file(texts, tokenizer, tmp_path):

@@ -309,8 +309,9 @@ def _listed(problems: list[str]) -> str:
 
 
 @contextlib.contextmanager
-def _locked(out: Path) -> Iterator[None]:
-    """An exclusive lock on OUT for this process (flock on `.OUT.lock`); a second writer fails at once."""
+def _locked(out: Path, wait: bool = False) -> Iterator[None]:
+    """An exclusive lock on OUT for this process (flock on `.OUT.lock`); a second writer fails at once, or with
+    `wait` waits until the first is done."""
     out.parent.mkdir(parents=True, exist_ok=True)
     path = _lock_path(out)
     while True:
@@ -325,7 +326,7 @@ def _locked(out: Path) -> Iterator[None]:
                 f"{path} is a symbolic link: hf-tinygpt locks {out} with that file; remove the link"
             ) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise FileExistsError(
@@ -438,12 +439,16 @@ def move_into_place(staging: Path, out: Path, *, replace: bool):
 
 
 @contextlib.contextmanager
-def output_folder(out, *, force: bool = False, protect: Iterable = (), kind: str = "model") -> Iterator[Path]:
+def output_folder(
+    out, *, force: bool = False, protect: Iterable = (), kind: str = "model", wait: bool = False
+) -> Iterator[Path]:
     """Yield an empty staging folder; when the block ends, it gets its manifest (`kind` says what it is) and
     becomes OUT atomically. On an error in the block (or a kill) OUT is untouched and the staging folder is
-    removed (by the next writer, after a kill). `force` replaces an OUT proven ours (see `check_output`)."""
+    removed (by the next writer, after a kill). `force` replaces an OUT proven ours (see `check_output`). Where
+    another process is writing OUT, this fails at once, or with `wait` waits for it and then checks OUT again
+    (without `force`, the OUT it wrote is then an error)."""
     out = check_output(out, force=force, protect=protect)
-    with _locked(out):
+    with _locked(out, wait=wait):
         clean_leftovers(out)
         check_output(out, force=force, protect=protect)  # a put-back old folder counts too
         staging = _new_staging(out, kind)

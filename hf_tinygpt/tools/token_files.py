@@ -135,13 +135,13 @@ def file_token_ids(files: Iterable[Path], tokenizer, progress: bool = False) -> 
             yield [tokenizer.eos_token_id]
 
 
-def write_token_folder(out, ids: Iterable, info: dict, *, force: bool = False) -> TokenFile:
+def write_token_folder(out, ids: Iterable, info: dict, *, force: bool = False, wait: bool = False) -> TokenFile:
     """Write OUT (a token folder) from `ids` (lists or arrays of token ids, in order), streaming, atomically.
     `info` (tokens.json) names the tokenizer, the sources and how many `documents` (each followed by the end-of-text
-    token) they hold; the dtype and the token count are added here."""
+    token) they hold; the dtype and the token count are added here. `wait`: see `output_folder`."""
     dtype = token_dtype(info["tokenizer"]["vocab_size"])
     tokens = 0
-    with output_folder(out, force=force, kind=KIND) as staging:
+    with output_folder(out, force=force, kind=KIND, wait=wait) as staging:
         with open(staging / TOKENS, "wb") as f:
             for chunk in ids:
                 array = np.asarray(chunk, dtype=dtype)  # an id that does not fit raises (numpy >= 2)
@@ -205,14 +205,19 @@ def _source(path: Path) -> dict:
 
 
 def cached(cache: Path, info: dict, ids) -> TokenFile:
-    """The token folder for `info` (tokenizer and sources) in `cache`, written from `ids()` the first time."""
+    """The token folder for `info` (tokenizer and sources) in `cache`, written from `ids()` the first time. Runs
+    that start on the same sources at once tokenize them once: the others wait for the first one's folder."""
     key = {name: value for name, value in info.items() if name != "tokenizer"} | {
         "format": FORMAT,
         "tokenizer": {name: value for name, value in info["tokenizer"].items() if name != "name"},
     }
     folder = cache / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
     if not folder.exists():
-        return write_token_folder(folder, ids(), info)
+        try:
+            return write_token_folder(folder, ids(), info, wait=True)  # `ids()` is lazy: nothing runs while waiting
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
     return read_token_folder(folder, info["tokenizer"])  # or why it cannot be used
 
 
