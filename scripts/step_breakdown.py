@@ -159,8 +159,8 @@ def nested_timings(
     one before: a `generate` step of a CompiledDecoder (difference of `new_tokens` + 1 tokens and 1, per token); its
     compiled forward alone, called `new_tokens` times after a prefill with one decoding step's inputs, as `generate`
     makes them (the positions advance with the cache, the mask stays that of the first step); the products alone,
-    the decoder's linear layers one after another, compiled under the settings its step compiled under (best of 5). The differences are what `generate`'s loop adds, and what the step's other kernels and
-    dynamo's call add."""
+    the decoder's linear layers one after another, compiled under the settings its step compiled under (best of
+    5). The differences are what `generate`'s loop adds, and what the step's other kernels and dynamo's call add."""
     if not rounds:
         return []
     decoder = CompiledDecoder(model, batch_size=batch, max_length=prompt_length + new_tokens + 1, autotune=autotune)
