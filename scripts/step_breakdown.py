@@ -64,9 +64,22 @@ def weight_products(model) -> list[tuple[str, int]]:
     return [(re.sub(r"^transformer\.h\.\d+\.", "", name), tensor_bytes(module.weight)) for name, module in linears]
 
 
+def greedy_decoding(decoder, ids):
+    """`generate(max_new_tokens=N)`: the decoder's greedy decoding of `ids` to exactly N new tokens (no EOS)."""
+    options = dict(eos_token_id=None, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))
+    return functools.partial(decoder.generate, ids, **options)
+
+
+def seconds_per_step(generate, new_tokens: int) -> float:
+    """A `generate` of `new_tokens` + 1 tokens less one of 1 (the prefill alone, run last), per token."""
+    return (
+        timed(lambda: generate(max_new_tokens=new_tokens + 1)) - timed(lambda: generate(max_new_tokens=1))
+    ) / new_tokens
+
+
 def _profiled(generate, new_tokens: int):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        wall = timed(lambda: generate(new_tokens))
+        wall = timed(lambda: generate(max_new_tokens=new_tokens))
     events = sorted(profile.events(), key=lambda event: event.time_range.start)
     return wall, [(event.name, event_part(event.name), event.self_cpu_time_total / 1e6) for event in events]
 
@@ -100,13 +113,9 @@ def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, 
         decoder = CompiledDecoder(model, batch_size=batch, max_length=prompt_length + new_tokens + 1, autotune=autotune)
     amx_kernels = counters["inductor"]["cpp_micro_gemm_amx_counter"] - amx_before
     ids = torch.randint(0, model.config.vocab_size, (batch, prompt_length))
-    options = dict(eos_token_id=None, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))
-
-    def generate(tokens):
-        return decoder.generate(ids, max_new_tokens=tokens, **options)
-
-    generate(new_tokens + 1)
-    plain = [timed(lambda: generate(new_tokens + 1)) - timed(lambda: generate(1)) for _ in range(3)]
+    generate = greedy_decoding(decoder, ids)
+    generate(max_new_tokens=new_tokens + 1)
+    plain = [seconds_per_step(generate, new_tokens) for _ in range(3)]
     (long_wall, long_events), (short_wall, short_events) = _profiled(generate, new_tokens + 1), _profiled(generate, 1)
     per_step, per_name = defaultdict(float), defaultdict(float)
     for events, sign in ((long_events, 1), (short_events, -1)):
@@ -122,7 +131,7 @@ def step_breakdown(model, batch: int, new_tokens: int, prompt_length: int = 32, 
     return {
         "batch": batch,
         "new_tokens": new_tokens,
-        "step_s": statistics.median(plain) / new_tokens,
+        "step_s": statistics.median(plain),
         "profiled_step_s": profiled_s,
         "parts_s": parts,
         "product_calls_per_weight": calls,
@@ -165,7 +174,7 @@ def nested_timings(
         return []
     decoder = CompiledDecoder(model, batch_size=batch, max_length=prompt_length + new_tokens + 1, autotune=autotune)
     ids = torch.randint(0, model.config.vocab_size, (batch, prompt_length))
-    options = dict(eos_token_id=None, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))
+    generate = greedy_decoding(decoder, ids)
     step_inputs = []
     prepare = decoder.model.prepare_inputs_for_generation
 
@@ -175,7 +184,7 @@ def nested_timings(
         return step_inputs[-1]
 
     decoder.model.prepare_inputs_for_generation = recording  # the decoder's private copy: no one else calls it
-    decoder.generate(ids, max_new_tokens=2, **options)
+    generate(max_new_tokens=2)
     del decoder.model.prepare_inputs_for_generation
     forward, inputs = decoder.model.get_compiled_call(decoder.compile_config), step_inputs[-1]
     products = ProductsInOrder(decoder.model).eval()
@@ -192,16 +201,15 @@ def nested_timings(
     results = []
     for _ in range(rounds):
         probe = memory_bandwidth(probe_bytes) / 1e9
-        many = timed(lambda: decoder.generate(ids, max_new_tokens=new_tokens + 1, **options))
-        # The prefill alone, last: the forward's calls go on from its cache, where a decode's steps would.
-        one = timed(lambda: decoder.generate(ids, max_new_tokens=1, **options))
+        # Its prefill alone runs last: the forward's calls go on from that cache, where a decode's steps would.
+        generate_step_s = seconds_per_step(generate, new_tokens)
         forward_s = timed(forward_steps) / new_tokens
         with torch.no_grad():
             products_s = min(timed(lambda: products_step(activations)) for _ in range(5))
         results.append(
             {
                 "probes_GBps": [probe, memory_bandwidth(probe_bytes) / 1e9],
-                "generate_step_s": (many - one) / new_tokens,
+                "generate_step_s": generate_step_s,
                 "forward_alone_s": forward_s,
                 "products_alone_s": products_s,
             }
