@@ -29,7 +29,21 @@ def _interrupted_while_starting(signum, frame):
     os._exit(130)
 
 
-if sys.argv and os.path.basename(sys.argv[0]) == "hf-tinygpt":  # the console script; `hf_tinygpt.cli.main` puts it back
+def _starting_the_command() -> bool:
+    """Whether this process is the `hf-tinygpt` command starting up: its console script, or `python -m hf_tinygpt`
+    (or `hf_tinygpt.cli`), for which Python sets `sys.argv[0]` to "-m" while it imports this package to find the
+    module, and keeps the module's name in `sys.orig_argv`."""
+    if sys.argv and os.path.basename(sys.argv[0]) == "hf-tinygpt":
+        return True
+    if sys.argv[:1] != ["-m"]:
+        return False
+    words = getattr(sys, "orig_argv", [])
+    modules = [after for word, after in zip(words, words[1:]) if word == "-m"]
+    modules += [word[2:] for word in words if word.startswith("-m") and len(word) > 2]
+    return any(module in ("hf_tinygpt", "hf_tinygpt.cli") for module in modules)
+
+
+if _starting_the_command():  # `hf_tinygpt.cli.main` puts Python's own handler back once it runs
     signal.signal(signal.SIGINT, _interrupted_while_starting)
     for name in START_UP_NOISE:
         logging.getLogger(name).addFilter(not_start_up_noise)

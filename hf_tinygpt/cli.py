@@ -56,11 +56,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     """--help shows each flag's default (where it has one) and keeps the examples' line breaks."""
 
     def _get_help_string(self, action):  # argparse's hook for this: no "(default: None)" on optional flags
-        return action.help if action.default in (None, False) else super()._get_help_string(action)
+        return action.help if action.default is None or action.default is False else super()._get_help_string(action)
 
 
 def add_hub_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("--revision", help="Hub revision of the model: branch, tag or commit")
+    parser.add_argument("--revision", help="Hub revision of the model: branch, tag or commit (default: main)")
     parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
 
 
@@ -113,8 +113,10 @@ def add_generate_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate")
     parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy decoding")
     parser.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest tokens (0: all)")
-    parser.add_argument("--top-p", type=float, help="nucleus sampling: the smallest set with this probability")
-    parser.add_argument("--seed", type=int, help="for reproducible sampling")
+    parser.add_argument(
+        "--top-p", type=float, help="nucleus sampling: the smallest set with this probability (default: off)"
+    )
+    parser.add_argument("--seed", type=int, help="for reproducible sampling (default: a fresh seed each run)")
     parser.add_argument(
         "--int8",
         action="store_true",
@@ -268,16 +270,26 @@ def add_convert_arguments(parser: argparse.ArgumentParser):
         "learned, sinusoidal or no positions; gpt_neox for rope)",
     )
     add_tokenizer_argument(parser)
-    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="store the weights in this dtype")
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "float16", "bfloat16"],
+        help="store the weights in this dtype (default: as SRC stores them)",
+    )
     parser.add_argument(
         "--verify",
         action="store_true",
         help="compare with GPT2LMHeadModel before writing (always done with --to gpt2 | gpt_neox)",
     )
     add_tolerance_argument(parser, "that --verify accepts")
-    parser.add_argument("--n-head", type=int_at_least(1), help="heads, for a lone weights file without config.json")
     parser.add_argument(
-        "--trim-vocab", type=int_at_least(1), help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304)"
+        "--n-head",
+        type=int_at_least(1),
+        help="heads, for a lone weights file without config.json (default: n_embd / 64, as every released GPT-2)",
+    )
+    parser.add_argument(
+        "--trim-vocab",
+        type=int_at_least(1),
+        help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304; default: keep them all)",
     )
     parser.add_argument("--base-model", help="Hub id of the source, for the model card (default: SRC if a Hub id)")
     parser.add_argument("--license", help="licence for the model card (default: mit, as GPT-2's weights)")
@@ -348,15 +360,19 @@ def add_train_arguments(parser: argparse.ArgumentParser):
         help="text files or folders (folders: files matching --glob), or one token folder",
     )
     data.add_argument(
-        "--validation", nargs="+", help="held-out text files (left out of --train folders), or one token folder"
+        "--validation",
+        nargs="+",
+        help="held-out text files (left out of --train folders), or one token folder (default: none, no perplexity)",
     )
     data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use")
     data.add_argument(
         "--dataset",
         help="instead of --train: a Hugging Face dataset ([datasets] extra), a save_to_disk folder or what "
-        "load_dataset takes (a Hub id, a folder of data files)",
+        "load_dataset takes (a Hub id, a folder of data files; default: --train)",
     )
-    data.add_argument("--dataset-config", help="the --dataset configuration (load_dataset's name)")
+    data.add_argument(
+        "--dataset-config", help="the --dataset configuration (load_dataset's name; default: the dataset's own)"
+    )
     data.add_argument("--dataset-split", default="train", help="the --dataset split to train on")
     data.add_argument("--text-column", default="text", help="the --dataset column that holds the text")
     data.add_argument(
@@ -376,10 +392,10 @@ def add_train_arguments(parser: argparse.ArgumentParser):
         "--init-from",
         metavar="MODEL",
         help="start from this tinygpt or GPT-2 folder or Hub id (its shape; only --dropout may change) instead of "
-        "random weights",
+        "random weights (default: none, random weights)",
     )
     add_hub_arguments(model)
-    model.add_argument("--config", help="JSON file of TinyGPTConfig fields")
+    model.add_argument("--config", help="JSON file of TinyGPTConfig fields (default: the small model below)")
     model.add_argument("--position", choices=POSITION_SCHEMES, help="position scheme (default: learned)")
     model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
     model.add_argument("--n-embd", type=int, help=f"width (default: {SMALL_MODEL['n_embd']})")
@@ -408,7 +424,11 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     add_output_arguments(out, "run folder: checkpoints/ and the final model/")
     out.add_argument("--eval-every", type=int, default=200, help="steps between validation perplexities")
     out.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
-    out.add_argument("--save-dtype", choices=["float32", "bfloat16", "float16"], help="dtype of the final weights")
+    out.add_argument(
+        "--save-dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="dtype of the final weights (default: float32, as trained)",
+    )
     out.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint in --out")
     out.add_argument(
         "--report-to",
@@ -494,7 +514,9 @@ def add_push_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("src", help="tinygpt folder or Hub id, or any GPT-2 source (converted and verified first)")
     parser.add_argument("repo_id", help="owner/name on the Hub")
     parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
-    parser.add_argument("--revision", "--branch", dest="revision", help="branch to commit to (created if needed)")
+    parser.add_argument(
+        "--revision", "--branch", dest="revision", help="branch to commit to, created if needed (default: main)"
+    )
     parser.add_argument("--commit-message", help="commit message (default: says what was uploaded)")
     parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
     parser.add_argument(
@@ -509,11 +531,15 @@ def add_push_arguments(parser: argparse.ArgumentParser):
         help="seconds a network request may make no progress before the push fails",
     )
     parser.add_argument("--dry-run", action="store_true", help="only stage the files into --out and list them")
-    parser.add_argument("--out", metavar="DIR", help="with --dry-run: the folder to stage into (written atomically)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="with --dry-run: the folder to stage into, written atomically (default: none; required with --dry-run)",
+    )
     parser.add_argument("--force", action="store_true", help="with --dry-run: replace an earlier output at --out")
     add_tokenizer_argument(parser)
     add_tolerance_argument(parser, "when a GPT-2 SRC is converted first")
-    parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card")
+    parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card (default: SRC if a Hub id)")
     parser.add_argument("--license", help="licence for the model card (default: mit)")
     parser.add_argument(
         "--keep-local-paths",
@@ -655,7 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verb(
         "train",
-        "train a TinyGPT from scratch on text files ([train] extra: accelerate)",
+        "train a TinyGPT, from random weights or --init-from, on text files or a --dataset ([train] extra)",
         add_train_arguments,
         run_train,
     )

@@ -1,10 +1,13 @@
 """`hf-tinygpt`: one convention across verbs, help that shows defaults and an example, and a version."""
 
 import importlib.metadata
+import shutil
+import subprocess
+import sys
 
 import pytest
 
-from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.cli import build_parser, main
 
 VERBS = ["generate", "params", "plot-positions", "verify-gpt2", "convert", "train", "push"]
@@ -31,9 +34,14 @@ def test_help_shows_defaults_and_an_example(verb, capsys):
         main([verb, "--help"])
     text = capsys.readouterr().out
     assert f"example:\n  hf-tinygpt {verb}" in text
+    flat = " ".join(text.split())
     for action in options(verb).values():
-        if action.default not in (None, False) and action.help and action.option_strings != ["-h", "--help"]:
-            assert f"(default: {action.default})" in " ".join(text.split()), action.option_strings
+        if not action.help or action.option_strings == ["-h", "--help"] or action.nargs == 0 or action.required:
+            continue  # a switch (store_true) is off unless given
+        if action.default is None:  # the help says what happens without the option
+            assert "default: " in action.help, action.option_strings
+        else:
+            assert f"(default: {action.default})" in flat, action.option_strings
 
 
 def test_the_same_idea_has_the_same_flag_in_every_verb():
@@ -62,25 +70,39 @@ def test_push_dry_run_needs_out(capsys):
     assert "--dry-run needs --out DIR" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_the_installed_console_script_runs():
-    import shutil
-    import subprocess
+# The command as the console script starts it, and as `python -m hf_tinygpt` does: the same in every way.
+COMMANDS = {"console script": ["hf-tinygpt"], "python -m": [sys.executable, "-m", "hf_tinygpt"]}
 
-    run = subprocess.run([shutil.which("hf-tinygpt"), "--version"], capture_output=True, text=True)
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_installed_command_runs(command):
+    start = [shutil.which(word) or word for word in COMMANDS[command]]
+    run = subprocess.run([*start, "--version"], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == f"hf-tinygpt {importlib.metadata.version('hf-tinygpt')}"
 
 
 @pytest.mark.slow
-def test_the_console_script_prints_no_third_party_start_up_noise():
+def test_python_m_hf_tinygpt_is_the_console_script():
+    def run(command, *args):
+        return subprocess.run(
+            [shutil.which(COMMANDS[command][0]) or COMMANDS[command][0], *COMMANDS[command][1:], *args],
+            capture_output=True,
+            text=True,
+        )
+
+    for args in (["--help"], ["train", "--help"], ["params", str(DEFAULT_MODEL_DIR)], ["params", "nowhere"]):
+        script, module = run("console script", *args), run("python -m", *args)
+        assert (script.returncode, script.stdout, script.stderr) == (module.returncode, module.stdout, module.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_command_prints_no_third_party_start_up_noise(command):
     """With the [int8] extra installed, importing transformers imports torchao, which logs the GPU extensions it
     cannot load, and torch logs a deprecation about torchao's enums: none of it reaches a command's stderr."""
-    import shutil
-    import subprocess
-
-    from hf_tinygpt import DEFAULT_MODEL_DIR
-
-    run = subprocess.run([shutil.which("hf-tinygpt"), "params", str(DEFAULT_MODEL_DIR)], capture_output=True, text=True)
+    start = [shutil.which(word) or word for word in COMMANDS[command]]
+    run = subprocess.run([*start, "params", str(DEFAULT_MODEL_DIR)], capture_output=True, text=True)
     assert run.returncode == 0 and run.stderr == "", run.stderr
 
 

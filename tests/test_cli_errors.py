@@ -368,11 +368,12 @@ def test_ctrl_c_during_convert_leaves_no_output_and_no_leftovers(gpt2_50257, tmp
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path):
-    """A fresh `hf-tinygpt` interrupted while it still imports torch and transformers."""
-    script = Path(sys.executable).with_name("hf-tinygpt")
+@pytest.mark.parametrize("command", ["hf-tinygpt", "python -m hf_tinygpt", "python -m hf_tinygpt.cli"])
+def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path, command):
+    """A fresh `hf-tinygpt` interrupted while it still imports torch and transformers, however it was started."""
+    start = [str(Path(sys.executable).with_name("hf-tinygpt"))] if command == "hf-tinygpt" else [sys.executable, "-m"]
     process = subprocess.Popen(
-        [script, "params", "hf_tinygpt/default_model"],
+        [*start, *command.split()[2:], "params", "hf_tinygpt/default_model"],
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPOSITORY,

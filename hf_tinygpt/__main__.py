@@ -1,0 +1,7 @@
+"""`python -m hf_tinygpt`: the `hf-tinygpt` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
