@@ -16,6 +16,7 @@ import re
 import shlex
 import signal
 import sys
+import warnings
 
 from huggingface_hub.errors import HfHubHTTPError
 
@@ -715,8 +716,19 @@ def main(argv=None) -> int:
         print(f"hf-tinygpt {args.verb}: error: {in_flags(message, args.flags)}", file=sys.stderr)
         return 2
 
+    package, python_shows = os.path.dirname(os.path.abspath(__file__)) + os.sep, warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        """The library's own warnings as one line in flags, like its errors; any other as Python shows it."""
+        if os.path.abspath(filename).startswith(package):
+            print(f"hf-tinygpt {args.verb}: warning: {in_flags(str(message), args.flags)}", file=sys.stderr)
+        else:
+            python_shows(message, category, filename, lineno, file, line)
+
     try:
-        return args.run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = show
+            return args.run(args)
     except (ValueError, OSError, ImportError, HfHubHTTPError) as error:
         return failed(str(error))
     except (TypeError, KeyError, IndexError, AttributeError) as error:  # a value of the wrong type in some file

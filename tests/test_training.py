@@ -421,3 +421,18 @@ def test_init_from_a_private_hub_repo_at_a_revision_with_a_token_that_no_file_ke
 
     without = train_cli("--init-from", "me/start", "--revision", "v2", *args, "--force", cwd=tmp_path, env=env)
     assert without.returncode != 0 and "me/start" in without.stderr  # private: no token, no weights
+
+
+@pytest.mark.parametrize("has_bf16", [False, True])
+def test_bf16_on_a_cpu_without_bf16_instructions_warns_once_naming_the_flag(
+    plays, tmp_path, cli, monkeypatch, has_bf16
+):
+    monkeypatch.setattr("hf_tinygpt.tools.training.cpu_has_bf16_instructions", lambda: has_bf16)
+    run = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--bf16", "--out", tmp_path / "run")
+    assert run.returncode == 0, run.stderr[-3000:]
+    warned = [line for line in run.stderr.splitlines() if "warning" in line]
+    if has_bf16:
+        assert warned == []
+    else:
+        assert len(warned) == 1 and warned[0].startswith("hf-tinygpt train: warning: --bf16: this CPU has no bf16")
+        assert "14x slower than float32" in warned[0] and "leave --bf16 out" in warned[0]
