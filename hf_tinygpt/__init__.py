@@ -38,7 +38,7 @@ def _starting_the_command() -> bool:
     if sys.argv[:1] != ["-m"]:
         return False
     words = getattr(sys, "orig_argv", [])
-    modules = [after for word, after in zip(words, words[1:]) if word == "-m"]
+    modules = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "-m"]
     modules += [word[2:] for word in words if word.startswith("-m") and len(word) > 2]
     return any(module in ("hf_tinygpt", "hf_tinygpt.cli") for module in modules)
 

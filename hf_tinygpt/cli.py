@@ -192,7 +192,7 @@ def add_plot_arguments(parser: argparse.ArgumentParser):
 
 def run_plot_positions(args) -> int:
     from .checkpoints.outputs import output_folder
-    from .tools.plots import load_for_plots, plot_positions, written_files
+    from .tools.plots import WHERE_POSITIONS_ACT, load_for_plots, plot_positions, written_files
 
     with no_progress_bars():
         model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
@@ -216,10 +216,14 @@ def run_plot_positions(args) -> int:
     tokens = arrays["token_vs_position"]
     if tokens["pair"]:
         first, second = tokens["pair"]
-        print(
-            f"repeated token {tokens['tokens'][first]!r} at positions {first} and {second}: cosine similarity "
-            f"{tokens['before']:.4f} before positions, {tokens['after']:.4f} after"
-        )
+        repeated = f"repeated token {tokens['tokens'][first]!r} at positions {first} and {second}"
+        scheme = model.config.position_embedding_type
+        if scheme in WHERE_POSITIONS_ACT:  # nothing is added to the embeddings: the two rows stay one row
+            print(
+                f"{repeated}: the same row before and after positions, as it should be ({WHERE_POSITIONS_ACT[scheme]})"
+            )
+        else:
+            print(f"{repeated}: cosine similarity {tokens['before']:.4f} before positions, {tokens['after']:.4f} after")
     return 0
 
 

@@ -12,6 +12,7 @@ from hf_tinygpt.checkpoints.outputs import MANIFEST
 from hf_tinygpt.cli import main
 from hf_tinygpt.tools.plots import (
     PICTURES,
+    WHERE_POSITIONS_ACT,
     load_for_plots,
     plot_alibi_bias,
     plot_cosine_similarity,
@@ -256,3 +257,13 @@ def test_cli_refuses_with_exit_code_2_and_a_message(tmp_path, capsys, args, mess
 def test_plots_refuse_more_positions_than_a_picture_holds(tmp_path, capsys):
     code, err = run_cli(capsys, "plot-positions", "alibi", "--out", tmp_path / "plots", "--max-positions", 10**9)
     assert code == 2 and "cannot plot 1000000000 positions" in err
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "none"])
+def test_cli_says_why_a_repeated_token_is_unchanged_by_a_scheme_that_adds_nothing(scheme, tmp_path, capsys):
+    """RoPE, ALiBi and no positions add nothing to the embeddings: a similarity of 1.0000 "after positions" would
+    read like a bug, so the line says where the scheme acts instead."""
+    assert main(["plot-positions", scheme, "--out", str(tmp_path / "plots"), "--max-positions", "16"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("repeated token")]
+    assert "the same row before and after positions" in line and WHERE_POSITIONS_ACT[scheme] in line
+    assert "cosine similarity" not in line
