@@ -219,9 +219,7 @@ def run_plot_positions(args) -> int:
         repeated = f"repeated token {tokens['tokens'][first]!r} at positions {first} and {second}"
         scheme = model.config.position_embedding_type
         if scheme in WHERE_POSITIONS_ACT:  # nothing is added to the embeddings: the two rows stay one row
-            print(
-                f"{repeated}: the same row before and after positions, as it should be ({WHERE_POSITIONS_ACT[scheme]})"
-            )
+            print(f"{repeated}: the same row before and after positions ({WHERE_POSITIONS_ACT[scheme]})")
         else:
             print(f"{repeated}: cosine similarity {tokens['before']:.4f} before positions, {tokens['after']:.4f} after")
     return 0
@@ -373,7 +371,7 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     data.add_argument(
         "--dataset",
         help="instead of --train: a Hugging Face dataset ([datasets] extra), a save_to_disk folder or what "
-        "load_dataset takes (a Hub id, a folder of data files; default: --train)",
+        "load_dataset takes (a Hub id, a folder of data files; default: none, the files of --train)",
     )
     data.add_argument(
         "--dataset-config", help="the --dataset configuration (load_dataset's name; default: the dataset's own)"
