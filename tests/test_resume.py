@@ -12,6 +12,7 @@ import signal
 import pytest
 import torch
 from conftest import TINY_RUN, TINY_TRAINING, RunsCode, copied_manifest_folder, last_line, run_cli
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from hf_tinygpt.checkpoints.outputs import MANIFEST, _new_staging, seal
@@ -80,6 +81,11 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(plays
         return [(row["step"], row["train_loss"]) for row in history]
 
     assert losses("cut") == losses("straight")  # the whole run's, not only what came after resuming
+
+    def command(run):  # the recipe a card publishes: the command that started the run, not the one that resumed it
+        return ModelCard.load(tmp_path / run / "model" / "README.md").data.tinygpt["training"]["command"]
+
+    assert "--resume" not in command("cut") and command("cut").replace("cut", "straight") == command("straight")
 
 
 def test_resume_falls_back_past_a_checkpoint_cut_short_by_a_kill(corpus, tmp_path, capsys):

@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -597,9 +597,10 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
         return _train(settings, accelerator, out, start, tokenizer_from, train_description, train_blocks, validation)
 
 
-def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> tuple[int, list[dict], float]:
+def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> tuple[int, list[dict], float, str]:
     """Load the newest checkpoint that loads (an unreadable one is reported and skipped); the step it was at, the
-    history up to it and the seconds spent training so far.
+    history up to it, the seconds spent training so far and the command that started the run (what its card
+    records: the recipe, not the command that resumed it).
     Checkpoints a kill cut short are removed first: only those the run's manifest proves ours."""
     if accelerator.is_main_process:
         for name in (read_manifest(out) or {}).get("outputs", []):
@@ -639,8 +640,8 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> tup
             continue
         if accelerator.is_main_process:
             tqdm.write(f"resumed from {folder} (step {step})")
-        return step, history, wall
-    return 0, [], 0.0
+        return step, history, wall, saved.get("command") or settings.command
+    return 0, [], 0.0, settings.command
 
 
 def _report(accelerator, out: Path, metrics: dict, step: int):
@@ -683,8 +684,9 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_description,
     model, optimizer = accelerator.prepare(model, optimizer)
     if settings.compile:  # not accelerate's dynamo_backend: the first Accelerator of a process fixes that for all
         model = torch.compile(model)
-    resumed = _resume(out, settings, accelerator, model, optimizer, schedule) if settings.resume else (0, [], 0.0)
-    step, history, wall_before = resumed
+    resumed = _resume(out, settings, accelerator, model, optimizer, schedule) if settings.resume else None
+    step, history, wall_before, command = resumed or (0, [], 0.0, settings.command)
+    settings = replace(settings, command=command)
     if step == settings.steps and (out / FINAL).is_dir() and (out / "summary.json").is_file():
         if main:
             tqdm.write(f"{out}: this run already finished at step {step}; nothing to do", file=sys.stderr)
