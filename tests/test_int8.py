@@ -206,6 +206,21 @@ def test_compiled_int8_decoding_gives_the_eager_int8_tokens():
     prompt = tokenizer("ROMEO: What light through yonder window breaks?", return_tensors="pt").input_ids
     eager = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
     compiled = CompiledDecoder(model, max_length=48, autotune=False)
-    assert torch.equal(
-        compiled.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0), eager
-    )
+    tokens = compiled.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert_same_greedy_tokens_up_to_a_bf16_tie(model, tokens, eager)
+
+
+def assert_same_greedy_tokens_up_to_a_bf16_tie(model, tokens, expected):
+    """The same greedy tokens, or the same up to a step where the model's logits for the two tokens chosen lie within
+    two bf16 steps of each other: the compiled and the eager step add in another order, so a tie in bf16 may go
+    either way, and the two continuations part there (the shipped model meets one at its 19th new token here)."""
+    assert tokens.shape == expected.shape
+    if torch.equal(tokens, expected):
+        return
+    step = int((tokens != expected)[0].nonzero()[0])
+    assert torch.equal(tokens[:, :step], expected[:, :step])
+    with torch.no_grad():
+        logits = model(expected[:, :step]).logits[0, -1].float()
+    ours, theirs = logits[tokens[0, step]], logits[expected[0, step]]
+    assert theirs == logits.max() and ours >= logits.topk(2).values[1]  # the eager choice and the runner-up
+    assert theirs - ours <= 2 * torch.finfo(torch.bfloat16).eps * theirs.abs(), (step, theirs.item(), ours.item())
