@@ -74,25 +74,23 @@ def test_push_dry_run_needs_out(capsys):
 COMMANDS = {"console script": ["hf-tinygpt"], "python -m": [sys.executable, "-m", "hf_tinygpt"]}
 
 
+def run_command(command: str, *args) -> subprocess.CompletedProcess:
+    """`hf-tinygpt ARGS` in a fresh process, started the way `command` names."""
+    start = [shutil.which(word) or word for word in COMMANDS[command]]
+    return subprocess.run([*start, *args], capture_output=True, text=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS)
 def test_the_installed_command_runs(command):
-    start = [shutil.which(word) or word for word in COMMANDS[command]]
-    run = subprocess.run([*start, "--version"], capture_output=True, text=True)
+    run = run_command(command, "--version")
     assert run.returncode == 0 and run.stdout.strip() == f"hf-tinygpt {importlib.metadata.version('hf-tinygpt')}"
 
 
 @pytest.mark.slow
 def test_python_m_hf_tinygpt_is_the_console_script():
-    def run(command, *args):
-        return subprocess.run(
-            [shutil.which(COMMANDS[command][0]) or COMMANDS[command][0], *COMMANDS[command][1:], *args],
-            capture_output=True,
-            text=True,
-        )
-
     for args in (["--help"], ["train", "--help"], ["params", str(DEFAULT_MODEL_DIR)], ["params", "nowhere"]):
-        script, module = run("console script", *args), run("python -m", *args)
+        script, module = run_command("console script", *args), run_command("python -m", *args)
         assert (script.returncode, script.stdout, script.stderr) == (module.returncode, module.stdout, module.stderr)
 
 
@@ -101,8 +99,7 @@ def test_python_m_hf_tinygpt_is_the_console_script():
 def test_the_command_prints_no_third_party_start_up_noise(command):
     """With the [int8] extra installed, importing transformers imports torchao, which logs the GPU extensions it
     cannot load, and torch logs a deprecation about torchao's enums: none of it reaches a command's stderr."""
-    start = [shutil.which(word) or word for word in COMMANDS[command]]
-    run = subprocess.run([*start, "params", str(DEFAULT_MODEL_DIR)], capture_output=True, text=True)
+    run = run_command(command, "params", str(DEFAULT_MODEL_DIR))
     assert run.returncode == 0 and run.stderr == "", run.stderr
 
 
