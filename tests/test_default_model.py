@@ -106,14 +106,13 @@ def test_card_states_the_shipped_weights_measured_perplexity():
 
 
 def test_card_shows_the_runs_loss_curve_drawn_from_its_history():
-    image = re.search(r"!\[training and validation loss\]\((.+?)\)", ModelCard.load(CARD).text).group(1)
+    card = ModelCard.load(CARD)
+    image = re.search(r"!\[training and validation loss\]\((.+?)\)", card.text).group(1)
     assert image == LOSS_CURVE
-    history = read_history(DEFAULT_MODEL_DIR)
+    history, training = read_history(DEFAULT_MODEL_DIR), card.data.tinygpt["training"]
     assert (DEFAULT_MODEL_DIR / image).read_bytes() == loss_curve_png(history)
-    assert history[-1]["step"] == ModelCard.load(CARD).data.tinygpt["training"]["steps"]
-    assert history[-1]["validation_perplexity"] == pytest.approx(
-        ModelCard.load(CARD).data.tinygpt["training"]["validation_perplexity"], rel=1e-3
-    )
+    assert history[-1]["step"] == training["steps"]
+    assert history[-1]["validation_perplexity"] == pytest.approx(training["validation_perplexity"], rel=1e-3)
 
 
 def test_a_dry_run_push_of_the_shipped_folder_publishes_its_card(tmp_path, cli):
