@@ -363,3 +363,106 @@ def test_a_users_file_named_like_the_lock_survives(gpt2_folder, tmp_path, capsys
     (tmp_path / ".out.lock").write_text("my notes about out")
     assert run_cli(capsys, "convert", gpt2_folder, "--out", tmp_path / "out", "--tokenizer", "gpt2")[0] == 0
     assert (tmp_path / ".out.lock").read_text() == "my notes about out"
+
+
+# ---- every input of every verb, from the parser: OUT may neither be, contain nor lie inside one ---------------------
+
+# The string options that name no path (a new one must be added here or be an `input_path`: none is forgotten).
+NOT_PATHS = {
+    "prompt",
+    "text",
+    "revision",
+    "token",
+    "out",
+    "base_model",
+    "license",
+    "glob",
+    "dataset_config",
+    "dataset_split",
+    "text_column",
+    "report_to",
+    "repo_id",
+    "commit_message",
+}
+
+
+def verbs_and_actions():
+    from hf_tinygpt.cli import build_parser
+
+    [subparsers] = [action for action in build_parser()._actions if action.dest == "verb"]
+    return {name: parser._actions for name, parser in subparsers.choices.items()}
+
+
+def test_every_string_option_of_every_verb_is_either_an_input_path_or_named_as_none():
+    from hf_tinygpt.cli import input_path
+
+    for verb, actions in verbs_and_actions().items():
+        for action in actions:
+            takes_text = action.nargs != 0 and action.type in (None, input_path) and action.choices is None
+            if takes_text and action.dest != "help":
+                assert (action.type is input_path) != (action.dest in NOT_PATHS), (verb, action.dest)
+
+
+def input_cases():
+    from hf_tinygpt.cli import input_path
+
+    for verb, actions in verbs_and_actions().items():
+        if any(action.dest == "out" for action in actions):
+            for action in actions:
+                if action.type is input_path:
+                    for relation in ("is", "is inside", "contains"):
+                        yield pytest.param(verb, action.dest, relation, id=f"{verb}-{action.dest}-{relation}")
+
+
+@pytest.mark.parametrize(("verb", "dest", "relation"), list(input_cases()))
+def test_no_input_of_any_verb_can_be_its_output(verb, dest, relation, tmp_path, capsys):
+    """OUT an earlier output of ours, so that `--force` would replace it: an input is OUT, lies in it (OUT contains
+    it), or holds it (OUT is inside it)."""
+    from hf_tinygpt.checkpoints.outputs import output_folder
+
+    earlier = tmp_path / "earlier"
+    with output_folder(earlier) as staging:
+        (staging / "inner").mkdir()
+        (staging / "inner" / "config.json").write_text("{}")
+    (tmp_path / "input").mkdir()
+    (tmp_path / "input" / "corpus.txt").write_text("to be")
+    (tmp_path / "other.txt").write_text("not this one")
+    out, value = {
+        "is": (earlier, earlier),
+        "contains": (earlier, earlier / "inner" / "config.json"),
+        "is inside": (tmp_path / "input" / "out", tmp_path / "input"),
+    }[relation]
+    before = tree(tmp_path)
+    argv = [verb]
+    for action in verbs_and_actions()[verb]:
+        if not action.option_strings:  # the positionals, in order
+            argv.append(value if action.dest == dest else "me/model" if action.dest == "repo_id" else "other.txt")
+        elif action.dest == dest:
+            argv += [max(action.option_strings, key=len), value]
+    argv += ["--out", out, "--force", *(["--dry-run"] if verb == "push" else [])]
+    code, err = run_cli(capsys, *argv)
+    named = next(a for a in verbs_and_actions()[verb] if a.dest == dest).option_strings
+    assert code == 2, err
+    assert f"output {out} {relation} the input {Path(value).resolve()} " in err
+    assert (max(named, key=len) if named else f"`{dest}`") in err
+    assert tree(tmp_path) == before
+
+
+def test_protect_takes_named_paths_not_a_string_to_spell_out(tmp_path):
+    from hf_tinygpt.checkpoints.outputs import check_output
+
+    with pytest.raises(TypeError, match="`protect` must map each input's name to its path"):
+        check_output(tmp_path / "out", protect=str(tmp_path / "out"))
+
+
+def test_training_refuses_to_replace_the_model_it_starts_from(tmp_path, corpus, capsys):
+    """In Python too: `train --init-from X --out X --force` exited 0 having replaced X."""
+    from hf_tinygpt.tools.training import TrainingSettings, train
+
+    assert run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--out", tmp_path / "run")[0] == 0
+    start = tmp_path / "run" / "model"
+    before = tree(start)
+    for out in (start, tmp_path / "run"):
+        with pytest.raises(ValueError, match=r"the input .* \(`TrainingSettings.init_from`\)"):
+            train(TrainingSettings(out=str(out), train=[str(corpus)], init_from=str(start), force=True, steps=1))
+    assert tree(start) == before

@@ -130,6 +130,19 @@ def test_resume_takes_the_same_folder_spelled_differently(corpus, tmp_path, caps
     assert code == 0 and "already finished" in err
 
 
+def test_resume_refuses_training_text_that_changed_since_the_checkpoint(corpus, tmp_path, capsys):
+    """Even at the same size and time (`cp -p`, `rsync -t`): the run would go on with other data than it began on."""
+    run = tmp_path / "run"
+    assert train_run(capsys, corpus, run)[0] == 0
+    text = corpus / "a.txt"
+    before = text.stat()
+    text.write_text(text.read_text().replace("question", "qvestion"))
+    os.utime(text, ns=(before.st_atime_ns, before.st_mtime_ns))
+    code, err = train_run(capsys, corpus, run, "--resume")
+    assert code == 2, err
+    assert f"--resume: the data changed since {run / 'checkpoints' / 'step-000004'} was saved: {text} (train)" in err
+
+
 # ---- what stops it, named in one line --------------------------------------------------------------------------------
 
 

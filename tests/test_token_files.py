@@ -4,8 +4,10 @@ tokenizer stay the same, and memory-mapped by training, which reads only the blo
 folder, or a 🤗 dataset go in; the batches, losses and perplexities are those of the old in-memory packing."""
 
 import fcntl
+import hashlib
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import torch
 from conftest import HAMLET, TINY_RUN, run_module, tiny_model
 
 from hf_tinygpt import gpt2_tokenizer
-from hf_tinygpt.checkpoints.outputs import MANIFEST, unproven
+from hf_tinygpt.checkpoints.outputs import MANIFEST, seal, unproven
 from hf_tinygpt.tools import token_files
 from hf_tinygpt.tools.token_files import (
     INFO,
@@ -80,7 +82,8 @@ def test_a_token_folder_holds_the_tokens_and_says_where_they_came_from(texts, to
     assert info["dtype"] == "uint16" and info["tokens"] == len(expected) and info["documents"] == 2
     assert info["eos"] == "after each source"
     assert info["sources"] == [
-        {"path": str(f.resolve()), "size": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files
+        {"path": str(f.resolve()), "size": f.stat().st_size, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}
+        for f in files
     ]
     assert made.folder.parent == tmp_path / "cache" and not unproven(made.folder)  # an output of ours, proven
 
@@ -180,6 +183,93 @@ def test_a_token_file_changed_since_it_was_written_is_not_trusted(tamper, texts,
     tamper(folder)
     with pytest.raises(ValueError, match=f"{folder} is not a token folder as hf-tinygpt wrote it"):
         text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache")
+
+
+# ---- the cache proves what it holds: contents, not names, sizes or times --------------------------------------------
+
+
+@pytest.fixture
+def corpora(tmp_path):
+    """Two corpora of one size each, and their token folders in one cache."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder, line in ((first, "To be, or not to be"), (second, "Now is the winter")):
+        folder.mkdir()
+        (folder / "play.txt").write_text(f"{line}, that is the question.\n" * 40)
+    made = [text_tokens(files_of(folder), gpt2_tokenizer(), "gpt2", tmp_path / "cache") for folder in (first, second)]
+    return first, second, made[0].folder, made[1].folder
+
+
+def test_token_folders_swapped_in_the_cache_are_refused_by_name(corpora, tokenizer, tmp_path):
+    first, _, first_folder, second_folder = corpora
+    first_folder.rename(tmp_path / "swap")
+    second_folder.rename(first_folder)
+    (tmp_path / "swap").rename(second_folder)
+    with pytest.raises(ValueError, match=f"{first_folder}, the token cache of this data, holds other tokens"):
+        text_tokens(files_of(first), tokenizer, "gpt2", tmp_path / "cache")
+
+
+def test_a_cache_key_linked_to_another_corpus_folder_is_refused(corpora, tokenizer, tmp_path):
+    first, _, first_folder, second_folder = corpora
+    shutil.rmtree(first_folder)
+    first_folder.symlink_to(second_folder)
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        text_tokens(files_of(first), tokenizer, "gpt2", tmp_path / "cache")
+
+
+def test_tokens_edited_in_place_at_their_size_are_refused(corpora, tokenizer, tmp_path):
+    first, _, first_folder, _ = corpora
+    with open(first_folder / TOKENS, "r+b") as f:
+        f.seek(6)
+        f.write(b"\x01\x00")
+    with pytest.raises(ValueError, match=r"tokens\.bin \(changed since hf-tinygpt wrote it\)"):
+        text_tokens(files_of(first), tokenizer, "gpt2", tmp_path / "cache")
+
+
+def test_a_planted_folder_with_a_resealed_manifest_is_refused(corpora, tokenizer, tmp_path):
+    """A folder that names the first corpus's sources and hashes, holding the second's tokens, manifest made anew."""
+    first, _, first_folder, second_folder = corpora
+    shutil.copyfile(second_folder / TOKENS, first_folder / TOKENS)
+    info = json.loads((first_folder / INFO).read_text())
+    info["tokens"] = (first_folder / TOKENS).stat().st_size // 2
+    (first_folder / INFO).write_text(json.dumps(info, indent=1) + "\n")
+    seal(first_folder, "tokens")
+    with pytest.raises(ValueError, match="but its ids are not those of the text"):
+        text_tokens(files_of(first), tokenizer, "gpt2", tmp_path / "cache")
+
+
+def test_a_source_rewritten_with_its_size_and_time_put_back_is_tokenized_again(corpora, tokenizer, tmp_path):
+    first, _, first_folder, _ = corpora
+    play = first / "play.txt"
+    before = play.stat()
+    play.write_text(play.read_text().replace("question", "quaestio"[:8]))
+    os.utime(play, ns=(before.st_atime_ns, before.st_mtime_ns))  # what `cp -p` and `rsync -t` do
+    assert play.stat().st_size == before.st_size and play.stat().st_mtime_ns == before.st_mtime_ns
+    again = text_tokens(files_of(first), tokenizer, "gpt2", tmp_path / "cache")
+    assert again.folder != first_folder
+    assert again.tokens.tolist() == tokenize_files(files_of(first), tokenizer).tolist()
+
+
+def test_a_source_changed_while_it_is_tokenized_leaves_no_token_folder(texts, tokenizer, tmp_path, monkeypatch):
+    hashed = token_files._source
+
+    def then_changed(file):  # between the hash that keys the cache and the reading that tokenizes
+        source = hashed(file)
+        if file.name == "a.txt":
+            file.write_text("something else entirely")
+        return source
+
+    monkeypatch.setattr(token_files, "_source", then_changed)
+    with pytest.raises(ValueError, match="a.txt changed while it was being tokenized"):
+        text_tokens(files_of(texts), tokenizer, "gpt2", tmp_path / "cache")
+    assert not any((tmp_path / "cache").iterdir())
+
+
+@pytest.mark.parametrize("home", ["", "relative/home"])
+def test_a_home_that_is_not_an_absolute_path_is_named_not_written_under(home, monkeypatch):
+    monkeypatch.delenv("HF_TINYGPT_CACHE", raising=False)
+    monkeypatch.setenv("HOME", home)
+    with pytest.raises(ValueError, match=f"HOME is {home!r}, not an absolute path"):
+        token_files.cache_folder()
 
 
 # ---- streaming: a large file is tokenized in pieces, exactly as whole ----------------------------------------------

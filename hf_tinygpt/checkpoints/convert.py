@@ -248,7 +248,9 @@ def gpt2_to_tinygpt(
 
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"`dtype` must be one of {sorted(DTYPES)}, got {dtype!r}")
-    with output_folder(out, force=force, protect=[src, tokenizer]) as staging:  # checks OUT before any expensive work
+    with output_folder(
+        out, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}
+    ) as staging:  # checks OUT before any expensive work
         source = read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
         tokenizer_from = tokenizer or source.tokenizer_from
         if tokenizer_from is None:
@@ -343,7 +345,7 @@ def export_tinygpt(
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"`dtype` must be one of {sorted(DTYPES)}, got {dtype!r}")
     export, target_class = EXPORTS[to]
-    with output_folder(out, force=force, protect=[src, tokenizer]) as staging:
+    with output_folder(out, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}) as staging:
         with reading_checkpoint(src):
             model = load_strictly(src, **hub_kwargs)
         scheme = model.config.position_embedding_type

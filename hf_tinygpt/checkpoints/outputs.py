@@ -1,6 +1,6 @@
 """Writing output folders so that nothing is ever lost: the one helper every verb that writes a folder uses.
 
-    with output_folder(out, force=force, protect=[src]) as staging:
+    with output_folder(out, force=force, protect={"`src`": src}) as staging:
         ...write everything into `staging`...
     # here OUT is the complete new folder; on any error (or a kill) it is still the complete old one
 
@@ -8,7 +8,8 @@
   it wrote with its size and sha256, each folder it made, and each nested output (a folder with a manifest of its
   own). `force=True` replaces OUT only when OUT is proven ours: the manifest is there and OUT holds nothing it does
   not list, no symbolic link, no file changed since it was written. Anything else is refused, by name.
-- Before any work, OUT is also refused if it is (or contains) an input or the working folder.
+- Before any work, OUT is also refused if it is, contains or lies inside an input, or is or contains the working
+  folder (`refuse_inputs`).
 - A lock (`.OUT.lock`, beside OUT) keeps a second writer of the same OUT out for the whole run.
 - The new folder is built in a sibling `.OUT.partial-PID-HEX` (its manifest is written first, so a leftover one is
   provably ours), given the umask's permissions (safetensors alone would leave the weights readable by their owner
@@ -32,8 +33,9 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from safetensors import SafetensorError
 
@@ -68,7 +70,8 @@ def _lock_path(out: Path) -> Path:
 # ---- the manifest: what a folder of ours holds ---------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes, read a MiB at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -77,14 +80,14 @@ def _sha256(path: Path) -> str:
 
 
 def _file_record(path: Path) -> dict:
-    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return {"size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
 def _matches_a_version(path: Path, versions: list) -> bool:
     """Whether the file is one of the recorded versions (hashed only when its size is one of theirs)."""
     size = path.stat().st_size
     same_size = [v for v in versions if isinstance(v, dict) and v.get("size") == size]
-    return bool(same_size) and {"size": size, "sha256": _sha256(path)} in same_size
+    return bool(same_size) and {"size": size, "sha256": sha256_file(path)} in same_size
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -261,22 +264,45 @@ def unproven(folder: Path, *, contents: bool = True) -> list[str]:
 # ---- checking and locking OUT ----------------------------------------------------------------------------------
 
 
-def check_output(out, *, force: bool = False, protect: Iterable = (), reuse: bool = False) -> Path:
-    """OUT as an absolute path, or an error that says why writing there could lose something. Nothing is touched.
-
-    `protect`: local paths (inputs: sources, tokenizers, data) that OUT must neither be nor contain; the working
-    folder is always one. `reuse`: an existing OUT is continued, not replaced (a resumed training run), which needs
-    it to be a run proven ours."""
+def refuse_inputs(out: Path, protect: Mapping):
+    """A ValueError when OUT is, contains or lies inside one of the inputs `protect` names ({name: path or list of
+    paths}; a `Path` is local even before it exists, a str that names nothing on disk is taken for a Hub id), or is or contains the
+    working folder: writing there could destroy what the command reads."""
+    if not isinstance(protect, Mapping):
+        raise TypeError(
+            f"`protect` must map each input's name to its path ({{'`src`': path}}), got {type(protect).__name__}"
+        )
     out = Path(out).absolute()
     resolved = out.resolve()
-    for path in [Path.cwd(), *(Path(p) for p in protect if p is not None)]:
-        if not path.exists():
-            continue  # a Hub id, say
-        path = path.resolve()
-        if path == resolved or resolved in path.parents:
-            what = "the working folder" if path == Path.cwd().resolve() else f"the input {path}"
-            relation = "is" if path == resolved else "contains"
-            raise ValueError(f"output {out} {relation} {what}: writing there could destroy it; choose another output")
+    cwd = Path.cwd().resolve()
+    if cwd == resolved or resolved in cwd.parents:
+        relation = "is" if cwd == resolved else "contains"
+        raise ValueError(
+            f"output {out} {relation} the working folder: writing there could destroy it; choose another output"
+        )
+    for name, given in protect.items():
+        for value in given if isinstance(given, (list, tuple)) else [given]:
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise TypeError(f"`protect`: a path of {name} must be a str or a Path, got {type(value).__name__}")
+            if value is None or (isinstance(value, str) and not os.path.lexists(value)):
+                continue  # not given, or a Hub id
+            path = Path(value).absolute().resolve()
+            if path == resolved or resolved in path.parents or path in resolved.parents:
+                relation = "is" if path == resolved else "contains" if resolved in path.parents else "is inside"
+                raise ValueError(
+                    f"output {out} {relation} the input {path} ({name}): writing there could destroy it or change "
+                    "what is read; choose another output"
+                )
+
+
+def check_output(out, *, force: bool = False, protect: Mapping = MappingProxyType({}), reuse: bool = False) -> Path:
+    """OUT as an absolute path, or an error that says why writing there could lose something. Nothing is touched.
+
+    `protect`: the inputs, {name: path} (sources, tokenizers, data; see `refuse_inputs`), that OUT must neither be,
+    contain nor lie inside; the working folder is always protected. `reuse`: an existing OUT is continued, not
+    replaced (a resumed training run), which needs it to be a run proven ours."""
+    out = Path(out).absolute()
+    refuse_inputs(out, protect)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise FileExistsError(
             f"{out} exists and is not a folder; hf-tinygpt will not replace it, even with `force=True`"
@@ -440,7 +466,7 @@ def move_into_place(staging: Path, out: Path, *, replace: bool):
 
 @contextlib.contextmanager
 def output_folder(
-    out, *, force: bool = False, protect: Iterable = (), kind: str = "model", wait: bool = False
+    out, *, force: bool = False, protect: Mapping = MappingProxyType({}), kind: str = "model", wait: bool = False
 ) -> Iterator[Path]:
     """Yield an empty staging folder; when the block ends, it gets its manifest (`kind` says what it is) and
     becomes OUT atomically. On an error in the block (or a kill) OUT is untouched and the staging folder is
@@ -471,7 +497,9 @@ def output_folder(
 
 
 @contextlib.contextmanager
-def run_folder(out, *, force: bool = False, resume: bool = False, protect: Iterable = ()) -> Iterator[Path]:
+def run_folder(
+    out, *, force: bool = False, resume: bool = False, protect: Mapping = MappingProxyType({})
+) -> Iterator[Path]:
     """A folder that is written while the command runs (a training run's checkpoints), locked for its whole life;
     what goes into it is `record`ed in its manifest as it is written. With `resume` an existing run of ours is
     continued; with `force` an earlier output there is swapped for an empty run folder in one step (then deleted);

@@ -3,15 +3,19 @@
     FOLDER/tokens.bin   every token id, in order, as a raw little-endian array: uint16 where the tokenizer's ids fit
                         (up to 65,536 tokens: GPT-2's 50,257 do), else uint32
     FOLDER/tokens.json  what it holds: the tokenizer (its name and a sha256 of its full definition), the dtype, the
-                        token count, and its sources (each file's resolved path, size and mtime, or a dataset's
-                        fingerprint), each source followed by the end-of-text token
+                        token count, and its sources (each file's resolved path, size and sha256, or a dataset's
+                        fingerprint and the sha256 of its files), each source followed by the end-of-text token
 
 The folder is an output of this tool (`checkpoints/outputs.py`): written beside its place and renamed in whole, with
-a manifest that proves it ours. Token files made for a run are kept in a cache (`$HF_TINYGPT_CACHE/tokens`, default
-`~/.cache/hf_tinygpt/tokens`) under a key of the tokenizer and the sources as they are now, so a later run on the same
-data reuses them, a changed source gets a new one, and every process of a data-parallel run maps the same file.
+a manifest that proves it ours (the sha256 of tokens.bin among them). Token files made for a run are kept in a cache
+(`$HF_TINYGPT_CACHE/tokens`, default `~/.cache/hf_tinygpt/tokens`) under a key of the tokenizer and the sources'
+contents, so a later run on the same data reuses them, a changed source gets a new one, and every process of a
+data-parallel run maps the same file. Names, sizes and times prove nothing (`cp -p` puts a time back): a run reads a
+cached folder only after hashing its sources and its tokens.bin, checking that the folder was made from exactly those
+sources, and tokenizing the start of the first one again to see the same ids (scripts/README.md measures the cost).
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,11 +27,11 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checkpoints.outputs import output_folder, read_manifest, unproven
+from ..checkpoints.outputs import output_folder, read_manifest, sha256_file, unproven
 from . import needs_extra
 
 TOKENS, INFO, KIND = "tokens.bin", "tokens.json", "tokens"
-FORMAT = 1  # of tokens.json: a change of layout gets new cache keys
+FORMAT = 2  # of tokens.json: a change of layout gets new cache keys (2: sources by sha256, not size and mtime)
 _DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 # How much text one tokenizer call gets: a file is read and tokenized this much at a time. Small, because after
 # each call on 1 MiB glibc's malloc kept ~40 MB that the tokenizer had freed (a 500 MB file peaked at 4 GB); at
@@ -59,7 +63,15 @@ def cache_folder(setting: str | None = None) -> Path:
     ~/.cache/hf_tinygpt/tokens."""
     if setting is not None:
         return Path(setting)
-    return Path(os.environ.get("HF_TINYGPT_CACHE") or Path.home() / ".cache" / "hf_tinygpt") / "tokens"
+    if root := os.environ.get("HF_TINYGPT_CACHE"):
+        return Path(root) / "tokens"
+    home = os.environ.get("HOME", str(Path.home()))
+    if not os.path.isabs(home):  # an empty HOME would put the cache under the working folder or `/`
+        raise ValueError(
+            f"HOME is {home!r}, not an absolute path, so there is no ~/.cache for tokenized data: set HOME, or "
+            "HF_TINYGPT_CACHE, or `TrainingSettings.data_cache`"
+        )
+    return Path(home) / ".cache" / "hf_tinygpt" / "tokens"
 
 
 @dataclass
@@ -67,6 +79,12 @@ class TokenFile:
     folder: Path
     info: dict  # tokens.json
     tokens: np.ndarray  # memory-mapped, read-only
+    sha256: str  # of tokens.bin, as its manifest records and a read checked
+
+    def identity(self) -> dict:
+        """What the tokens are made of, as a checkpoint records it: their sources (or dataset) and their sha256."""
+        made_of = {key: self.info[key] for key in ("sources", "dataset") if key in self.info}
+        return {**made_of, "tokens_sha256": self.sha256}
 
 
 # ---- writing ---------------------------------------------------------------------------------------------------
@@ -101,12 +119,15 @@ def _last_cut(data: bytes) -> int:
     return 0
 
 
-def text_pieces(file: Path, piece_bytes: int | None = PIECE_BYTES) -> Iterator[str]:
-    """The text of `file`, in pieces of about `piece_bytes` cut where `_last_cut` says (None: whole)."""
+def text_pieces(file: Path, piece_bytes: int | None = PIECE_BYTES, digest=None) -> Iterator[str]:
+    """The text of `file`, in pieces of about `piece_bytes` cut where `_last_cut` says (None: whole). `digest` (a
+    hashlib object) is fed every byte read, so that what was tokenized is what was hashed."""
     offset, rest = 0, b""
     with open(file, "rb") as f:
         while True:
             data = f.read(piece_bytes or -1)
+            if digest is not None:
+                digest.update(data)
             buffer = rest + data
             cut = _last_cut(buffer) if data and piece_bytes else len(buffer)
             piece, rest = buffer[:cut], buffer[cut:]
@@ -122,16 +143,22 @@ def text_pieces(file: Path, piece_bytes: int | None = PIECE_BYTES) -> Iterator[s
                 return
 
 
-def file_token_ids(files: Iterable[Path], tokenizer, progress: bool = False) -> Iterator[list[int]]:
-    """The token ids of each file, a piece at a time, each file followed by the end-of-text token."""
+def file_token_ids(
+    files: Iterable[Path], tokenizer, progress: bool = False, sha256: list[str] | None = None
+) -> Iterator[list[int]]:
+    """The token ids of each file, a piece at a time, each file followed by the end-of-text token. With `sha256`
+    (one per file), a file whose bytes as read differ from it (changed since it was hashed) is an error."""
     files = list(files)
     piece_bytes = PIECE_BYTES if _pieces_are_exact(tokenizer) else None
     total = sum(file.stat().st_size for file in files)
     with tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=not progress) as bar:
-        for file in files:
-            for text in text_pieces(file, piece_bytes):
+        for index, file in enumerate(files):
+            digest = hashlib.sha256()
+            for text in text_pieces(file, piece_bytes, digest):
                 yield tokenizer(text, verbose=False).input_ids  # verbose: no warning that it exceeds the context
                 bar.update(len(text.encode()))
+            if sha256 is not None and digest.hexdigest() != sha256[index]:
+                raise ValueError(f"{file} changed while it was being tokenized; nothing was kept: run again")
             yield [tokenizer.eos_token_id]
 
 
@@ -162,20 +189,16 @@ def is_token_folder(path) -> bool:
 
 def read_token_folder(folder, tokenizer: dict | None = None, what: str = "`TrainingSettings.train`") -> TokenFile:
     """A token folder, its tokens memory-mapped, once proven ours and whole: nothing in it the manifest does not
-    list, every file the size it was written at, tokens.json unchanged. (tokens.bin is not hashed: that would read
-    every byte at each start; a file cut short, grown or swapped for another shows in its size.)
+    list, every file (tokens.bin too: one read at ~1 GB/s, scripts/README.md) the sha256 it was written with.
     With `tokenizer` (a `tokenizer_identity`), it must have been made with that tokenizer."""
     folder = Path(folder)
     manifest = read_manifest(folder)
-    problems = unproven(folder, contents=False)
+    problems = [f"{folder.name} is a symbolic link ({os.readlink(folder)})"] if folder.is_symlink() else []
+    problems += unproven(folder, contents=True)
     if manifest is not None and manifest.get("kind") != KIND:
         problems.append(f"a {manifest.get('kind')} folder, not tokens")
-    for name, versions in (manifest or {}).get("files", {}).items():
-        path, recorded = folder / name, versions[-1]
-        if not path.is_file() or path.stat().st_size != recorded.get("size"):
-            problems.append(f"{name} (changed since hf-tinygpt wrote it)")
-        elif name == INFO and hashlib.sha256(path.read_bytes()).hexdigest() != recorded.get("sha256"):
-            problems.append(f"{name} (changed since hf-tinygpt wrote it)")
+    if manifest is not None and (INFO not in manifest["files"] or TOKENS not in manifest["files"]):
+        problems.append(f"no {INFO} and {TOKENS}")
     if problems:
         raise ValueError(
             f"{folder} is not a token folder as hf-tinygpt wrote it: {', '.join(problems[:5])}; delete it (a token "
@@ -193,43 +216,67 @@ def read_token_folder(folder, tokenizer: dict | None = None, what: str = "`Train
     if (folder / TOKENS).stat().st_size != info["tokens"] * dtype.itemsize:
         raise ValueError(f"{folder}: {TOKENS} does not hold the {info['tokens']} tokens {INFO} says")
     tokens = np.memmap(folder / TOKENS, dtype=dtype, mode="r") if info["tokens"] else np.zeros(0, dtype)
-    return TokenFile(folder, info, tokens)
+    return TokenFile(folder, info, tokens, manifest["files"][TOKENS][-1]["sha256"])
 
 
 # ---- the cache -------------------------------------------------------------------------------------------------
 
 
 def _source(path: Path) -> dict:
-    status = path.stat()
-    return {"path": str(path.resolve()), "size": status.st_size, "mtime_ns": status.st_mtime_ns}
+    return {"path": str(path.resolve()), "size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def cached(cache: Path, info: dict, ids) -> TokenFile:
+def cached(cache: Path, info: dict, ids, first_ids=None) -> TokenFile:
     """The token folder for `info` (tokenizer and sources) in `cache`, written from `ids()` the first time. Runs
-    that start on the same sources at once tokenize them once: the others wait for the first one's folder."""
+    that start on the same sources at once tokenize them once: the others wait for the first one's folder.
+
+    A folder found there is used only when it is ours and whole (`read_token_folder`), was made from exactly these
+    sources, and, with `first_ids()` (the ids the first source starts with, made again), starts with those ids:
+    anything else (a folder swapped, linked or planted there) is refused by name."""
     key = {name: value for name, value in info.items() if name != "tokenizer"} | {
         "format": FORMAT,
         "tokenizer": {name: value for name, value in info["tokenizer"].items() if name != "name"},
     }
     folder = cache / hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    if not folder.exists():
+    if not (folder.exists() or folder.is_symlink()):
         try:
             return write_token_folder(folder, ids(), info, wait=True)  # `ids()` is lazy: nothing runs while waiting
         except FileExistsError:
             if not folder.is_dir():
                 raise
-    return read_token_folder(folder, info["tokenizer"])  # or why it cannot be used
+    found = read_token_folder(folder, info["tokenizer"])  # or why it cannot be used
+    made_of = {name: found.info.get(name) for name in key if name not in ("format", "tokenizer")}
+    asked = {name: info[name] for name in made_of}
+    start = None if first_ids is None or made_of != asked else np.asarray(first_ids(), dtype=np.int64)
+    if made_of != asked or (start is not None and not np.array_equal(found.tokens[: len(start)], start)):
+        named = [source["path"] for source in found.info.get("sources", [])] or [str(found.info.get("dataset"))]
+        raise ValueError(
+            f"{folder}, the token cache of this data, holds other tokens (its {INFO} names {', '.join(named[:3])}"
+            f"{'' if made_of != asked else ', but its ids are not those of the text'}): it was swapped, linked or "
+            "planted there; delete it (it is made again)"
+        )
+    return found
 
 
 def text_tokens(files: list[Path], tokenizer, tokenizer_name, cache: Path, progress: bool = True) -> TokenFile:
-    """`files` as a token file: tokenized once, then reused until a file or the tokenizer changes."""
+    """`files` as a token file: tokenized once, then reused until a file's contents or the tokenizer change."""
+    sources = [_source(file) for file in files]
     info = {
         "tokenizer": tokenizer_identity(tokenizer, tokenizer_name),
         "eos": "after each source",
-        "sources": [_source(file) for file in files],
+        "sources": sources,
         "documents": len(files),
     }
-    return cached(cache, info, lambda: file_token_ids(files, tokenizer, progress))
+    sha256 = [source["sha256"] for source in sources]
+
+    def first_ids():  # the first piece of the first file, which tokenizes as it does inside the whole text
+        piece_bytes = PIECE_BYTES if _pieces_are_exact(tokenizer) else None
+        if not files or (piece_bytes is None and files[0].stat().st_size > 16 * PIECE_BYTES):
+            return []  # a tokenizer that takes files whole: only a small first file is tokenized again
+        with contextlib.closing(text_pieces(files[0], piece_bytes)) as pieces:
+            return tokenizer(next(pieces), verbose=False).input_ids
+
+    return cached(cache, info, lambda: file_token_ids(files, tokenizer, progress, sha256), first_ids)
 
 
 # ---- 🤗 datasets ------------------------------------------------------------------------------------------------
@@ -278,6 +325,12 @@ def dataset_tokens(
         },
         "documents": loaded.num_rows,
     }
+    text_column_of = loaded.select_columns([text_column])
+
+    def first_ids():  # the first row and its end-of-text token
+        if not loaded.num_rows:
+            return []
+        return [*tokenizer(text_column_of[0][text_column], verbose=False).input_ids, tokenizer.eos_token_id]
 
     def ids():
         import datasets
@@ -300,4 +353,4 @@ def dataset_tokens(
             for batch in mapped.with_format("arrow").iter(batch_size=4096):  # the ids as one flat array, no copy
                 yield batch.column("ids").combine_chunks().flatten().to_numpy()
 
-    return cached(cache, info, ids)
+    return cached(cache, info, ids, first_ids)

@@ -39,7 +39,7 @@ from ..checkpoints.outputs import (
     unproven,
     write_recorded_file,
 )
-from ..checkpoints.reading import describe, load_strictly, read_json_object
+from ..checkpoints.reading import describe, load_strictly, read_config_dict, read_json_object
 from ..checkpoints.training_history import LOSS_CURVE, checked_history, loss_curve_png, write_history
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
@@ -272,8 +272,8 @@ def training_data(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str]:
     return data, f"{len(files)} text files ({', '.join(settings.train)}, `{settings.glob}`)"
 
 
-def validation_data(settings, tokenizer, tokenizer_from) -> np.ndarray | None:
-    """The held-out tokens (memory-mapped, cut to `validation_tokens`), or None without validation files."""
+def validation_data(settings, tokenizer, tokenizer_from) -> TokenFile | None:
+    """The held-out tokens (memory-mapped), or None without validation files."""
     if not settings.validation:
         return None
     data = _token_folder(settings.validation, "validation", tokenizer, tokenizer_from) or text_tokens(
@@ -281,7 +281,7 @@ def validation_data(settings, tokenizer, tokenizer_from) -> np.ndarray | None:
     )
     if data.info["tokens"] <= data.info["documents"]:  # nothing but the end-of-text token after each
         raise ValueError(f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on")
-    return data.tokens[: settings.validation_tokens]
+    return data
 
 
 def batch_indices(step: int, batch_size: int, n_blocks: int, seed: int) -> torch.Tensor:
@@ -457,6 +457,21 @@ def _changed_settings(saved: dict, now: dict) -> list[str]:
     return sorted(key for key in now if key not in free and saved.get(key, default[key]) != now[key])
 
 
+def _changed_data(saved, now: dict) -> list[str]:
+    """What differs between the data a checkpoint was saved on and the run's now (both `TokenFile.identity`s, by
+    split): each source by its path, else the split's tokens."""
+    changed = []
+    for split in ("train", "validation"):
+        before, after = (saved or {}).get(split) or {}, now.get(split) or {}
+        if before == after:
+            continue
+        sources = {s.get("path"): s for s in before.get("sources", []) if isinstance(s, dict)}
+        paths = [s["path"] for s in after.get("sources", []) if sources.get(s["path"]) != s]
+        paths += sorted(set(sources) - {s["path"] for s in after.get("sources", [])})
+        changed += [f"{path} ({split})" for path in paths] or [f"the {split} tokens"]
+    return changed
+
+
 def _comparable(settings: TrainingSettings) -> dict:
     """The settings as a checkpoint records them: paths absolute, so that `data` and `./data` are one setting."""
 
@@ -485,6 +500,12 @@ def starting_model(settings: TrainingSettings, vocab_size: int, token: str | Non
             f"({settings.init_from}) fixes; only dropout ({', '.join(DROPOUT_FIELDS)}) may change"
         )
     hub = {"revision": settings.init_revision, "token": token}
+    if quantized := read_config_dict(settings.init_from, **hub).get("quantization_config"):
+        method = quantized.get("quant_method", "quantized") if isinstance(quantized, dict) else "quantized"
+        raise ValueError(
+            f"{settings.init_from} (`TrainingSettings.init_from`) holds {method} weights (its config.json has a "
+            "quantization_config): training needs float weights; start from the model it was quantized from"
+        )
     model = load_strictly(settings.init_from, dtype=torch.float32, **hub, **settings.config)  # the run's dropout
     if vocab_size > model.config.vocab_size:
         raise ValueError(
@@ -535,6 +556,19 @@ def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int)
     return config
 
 
+def inputs_of(settings: TrainingSettings) -> dict:
+    """Every path a run reads (or, for the data cache, writes besides OUT), by its setting: OUT may neither be,
+    contain nor lie inside any of them (`refuse_inputs`)."""
+    return {
+        "`TrainingSettings.train`": settings.train,
+        "`TrainingSettings.validation`": settings.validation,
+        "`TrainingSettings.tokenizer`": settings.tokenizer,
+        "`TrainingSettings.dataset`": settings.dataset,
+        "`TrainingSettings.init_from`": settings.init_from,
+        "`TrainingSettings.data_cache`": cache_folder(settings.data_cache),  # a Path: protected before it exists
+    }
+
+
 def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[TinyGPTForCausalLM, dict]:
     """Run (or resume) a training run; returns (this process's model, a summary). The final model is written to
     OUT/model, its summary (loss history, validation perplexities, wall time) to OUT/summary.json. `token`: for a
@@ -543,7 +577,7 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
     Everything that can be wrong with the settings, OUT or the data is found before the run folder is touched."""
     from ..checkpoints.bundled import load_tokenizer
 
-    protect = [*settings.train, *settings.validation, settings.tokenizer, settings.dataset]
+    protect = inputs_of(settings)
     out = check_output(settings.out, force=settings.force, protect=protect, reuse=settings.resume)
     if settings.resume and (out / FINAL).exists():  # it is written again at the end: say now if that would lose work
         check_output(out / FINAL, force=True)
@@ -573,7 +607,10 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
     # The main process tokenizes into the data cache (once: later runs reuse it); the others then map its files.
     with accelerator.main_process_first():
         train_data, train_description = training_data(settings, tokenizer, tokenizer_from)
-        validation = validation_data(settings, tokenizer, tokenizer_from)
+        validation_file = validation_data(settings, tokenizer, tokenizer_from)
+    validation = None if validation_file is None else validation_file.tokens[: settings.validation_tokens]
+    # What the tokens are made of: a resumed run must go on with the very data it started on.
+    data = {"train": train_data.identity(), "validation": validation_file and validation_file.identity()}
     what = ", ".join(settings.train) or settings.dataset
     train_blocks = pack(train_data.tokens, settings.block_size, what=what)
     if settings.batch_size > len(train_blocks):
@@ -594,10 +631,12 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
         else contextlib.nullcontext()
     ):
         accelerator.wait_for_everyone()
-        return _train(settings, accelerator, out, start, tokenizer_from, train_description, train_blocks, validation)
+        return _train(
+            settings, accelerator, out, start, tokenizer_from, train_description, train_blocks, validation, data
+        )
 
 
-def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> tuple[int, list[dict], float, str]:
+def _resume(out: Path, settings, data, accelerator, model, optimizer, schedule) -> tuple[int, list[dict], float, str]:
     """Load the newest checkpoint that loads (an unreadable one is reported and skipped); the step it was at, the
     history up to it, the seconds spent training so far and the command that started the run (what its card
     records: the recipe, not the command that resumed it).
@@ -629,6 +668,11 @@ def _resume(out: Path, settings, accelerator, model, optimizer, schedule) -> tup
         if changed := _changed_settings(saved, _comparable(settings)):
             raise ValueError(
                 f"`TrainingSettings.resume` needs the settings the run started with; changed: {', '.join(changed)}"
+            )
+        if "data" in progress and (changed := _changed_data(progress["data"], data)):
+            raise ValueError(
+                f"`TrainingSettings.resume`: the data changed since {folder} was saved: {', '.join(changed[:3])}; "
+                "continue on the data the run started on, or start a new run"
             )
         if step > settings.steps:
             raise ValueError(f"{folder} is at step {step}, past `TrainingSettings.steps` {settings.steps}")
@@ -668,8 +712,9 @@ def adamw(groups: list[dict], learning_rate: float) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95))
 
 
-def _train(settings, accelerator, out, start, tokenizer_from, train_description, train_blocks, validation):
-    """`start`: the model to train (from `init_from`), or the config of a new one."""
+def _train(settings, accelerator, out, start, tokenizer_from, train_description, train_blocks, validation, data):
+    """`start`: the model to train (from `init_from`), or the config of a new one; `data`: what its tokens are made
+    of (`TokenFile.identity`), recorded with each checkpoint."""
     main = accelerator.is_main_process
     set_seed(settings.seed)
     model = start if isinstance(start, TinyGPTForCausalLM) else TinyGPTForCausalLM(start)
@@ -684,7 +729,7 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_description,
     model, optimizer = accelerator.prepare(model, optimizer)
     if settings.compile:  # not accelerate's dynamo_backend: the first Accelerator of a process fixes that for all
         model = torch.compile(model)
-    resumed = _resume(out, settings, accelerator, model, optimizer, schedule) if settings.resume else None
+    resumed = _resume(out, settings, data, accelerator, model, optimizer, schedule) if settings.resume else None
     step, history, wall_before, command = resumed or (0, [], 0.0, settings.command)
     settings = replace(settings, command=command)
     if step == settings.steps and (out / FINAL).is_dir() and (out / "summary.json").is_file():
@@ -707,6 +752,7 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_description,
         at = {  # what progress.json records
             "step": step,
             "settings": _comparable(settings),
+            "data": data,
             "history": history,
             "wall_s": wall_before + time.perf_counter() - started,
         }
