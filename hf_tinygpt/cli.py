@@ -20,6 +20,7 @@ import warnings
 
 from huggingface_hub.errors import HfHubHTTPError
 
+from .checkpoints.outputs import refuse_inputs
 from .checkpoints.reading import describe, read_json_object, read_tinygpt_config
 from .model.configuration_tinygpt import POSITION_SCHEMES
 from .model.params import parameter_breakdown
@@ -60,6 +61,12 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return action.help if action.default is None or action.default is False else super()._get_help_string(action)
 
 
+def input_path(text: str) -> str:
+    """An argparse type that marks an argument as a path the verb reads (or a Hub id): `--out` may neither be,
+    contain nor lie inside any of them (`refuse_inputs`, checked for every verb before it runs)."""
+    return text
+
+
 def add_hub_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--revision", help="Hub revision of the model: branch, tag or commit (default: main)")
     parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
@@ -77,7 +84,10 @@ def add_output_arguments(parser: argparse.ArgumentParser, what: str):
 
 def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
     parser.add_argument(
-        "--tokenizer", metavar="gpt2|PATH", help=f"{what}: 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id"
+        "--tokenizer",
+        metavar="gpt2|PATH",
+        type=input_path,
+        help=f"{what}: 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id",
     )
 
 
@@ -110,7 +120,11 @@ def no_progress_bars():
 
 def add_generate_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("prompt", help="text to continue")
-    parser.add_argument("--model", help="tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)")
+    parser.add_argument(
+        "--model",
+        type=input_path,
+        help="tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate")
     parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy decoding")
     parser.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest tokens (0: all)")
@@ -150,7 +164,7 @@ def run_generate(args) -> int:
 
 
 def add_params_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("model", help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
+    parser.add_argument("model", type=input_path, help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
     add_hub_arguments(parser)
 
 
@@ -174,6 +188,7 @@ def run_params(args) -> int:
 def add_plot_arguments(parser: argparse.ArgumentParser):
     parser.add_argument(
         "model",
+        type=input_path,
         help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name "
         "(learned, sinusoidal, rope, alibi, none: an untrained small model)",
     )
@@ -197,7 +212,7 @@ def run_plot_positions(args) -> int:
     with no_progress_bars():
         model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
     prompt = {} if args.prompt is None else {"prompt": args.prompt}
-    with output_folder(args.out, force=args.force, protect=[args.model], kind="pictures") as staging:
+    with output_folder(args.out, force=args.force, protect={"`model`": args.model}, kind="pictures") as staging:
         arrays = plot_positions(
             model,
             staging,
@@ -229,7 +244,9 @@ def run_plot_positions(args) -> int:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("model", nargs="?", help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)")
+    parser.add_argument(
+        "model", nargs="?", type=input_path, help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)"
+    )
     parser.add_argument("--text", default="To be, or not to be, that is the question:", help="the prompt compared")
     add_tolerance_argument(parser, "accepted")
     add_hub_arguments(parser)
@@ -261,6 +278,7 @@ def run_verify_gpt2(args) -> int:
 def add_convert_arguments(parser: argparse.ArgumentParser):
     parser.add_argument(
         "src",
+        type=input_path,
         help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
         "(with --to gpt2: a tinygpt folder or Hub id)",
     )
@@ -359,17 +377,20 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     data.add_argument(
         "--train",
         nargs="+",
+        type=input_path,
         default=[],
         help="text files or folders (folders: files matching --glob), or one token folder",
     )
     data.add_argument(
         "--validation",
         nargs="+",
+        type=input_path,
         help="held-out text files (left out of --train folders), or one token folder (default: none, no perplexity)",
     )
     data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use")
     data.add_argument(
         "--dataset",
+        type=input_path,
         help="instead of --train: a Hugging Face dataset ([datasets] extra), a save_to_disk folder or what "
         "load_dataset takes (a Hub id, a folder of data files; default: none, the files of --train)",
     )
@@ -381,6 +402,7 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     data.add_argument(
         "--data-cache",
         metavar="FOLDER",
+        type=input_path,
         help="where tokenized data is kept for later runs (default: $HF_TINYGPT_CACHE/tokens, "
         "~/.cache/hf_tinygpt/tokens)",
     )
@@ -394,11 +416,14 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     model.add_argument(
         "--init-from",
         metavar="MODEL",
+        type=input_path,
         help="start from this tinygpt or GPT-2 folder or Hub id (its shape; only --dropout may change) instead of "
         "random weights (default: none, random weights)",
     )
     add_hub_arguments(model)
-    model.add_argument("--config", help="JSON file of TinyGPTConfig fields (default: the small model below)")
+    model.add_argument(
+        "--config", type=input_path, help="JSON file of TinyGPTConfig fields (default: the small model below)"
+    )
     model.add_argument("--position", choices=POSITION_SCHEMES, help="position scheme (default: learned)")
     model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
     model.add_argument("--n-embd", type=int, help=f"width (default: {SMALL_MODEL['n_embd']})")
@@ -514,7 +539,9 @@ def run_train(args) -> int:
 
 
 def add_push_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("src", help="tinygpt folder or Hub id, or any GPT-2 source (converted and verified first)")
+    parser.add_argument(
+        "src", type=input_path, help="tinygpt folder or Hub id, or any GPT-2 source (converted and verified first)"
+    )
     parser.add_argument("repo_id", help="owner/name on the Hub")
     parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
     parser.add_argument(
@@ -660,7 +687,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_arguments(sub)
         # The verb's own flags, {dest: --flag}, for `in_flags` (argparse lists a parser's actions only in _actions).
         flags = {action.dest: max(action.option_strings, key=len) for action in sub._actions if action.option_strings}
-        sub.set_defaults(run=run, flags=flags)
+        inputs = [action.dest for action in sub._actions if action.type is input_path]
+        sub.set_defaults(run=run, flags=flags, inputs=inputs)
 
     verb("generate", "continue a prompt, streaming tokens (the main job)", add_generate_arguments, run_generate)
     verb("params", "parameter breakdown of a model folder, Hub id or config.json", add_params_arguments, run_params)
@@ -730,9 +758,13 @@ def main(argv=None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = show
+            if getattr(args, "out", None) is not None:  # before the verb reads anything
+                refuse_inputs(args.out, {f"`{dest}`": getattr(args, dest) for dest in args.inputs})
             return args.run(args)
     except (ValueError, OSError, ImportError, HfHubHTTPError) as error:
-        return failed(str(error))
+        from .checkpoints.hub import hub_error_line  # only now: most errors never came from the Hub
+
+        return failed(hub_error_line(error, [getattr(args, "token", None)]))
     except (TypeError, KeyError, IndexError, AttributeError) as error:  # a value of the wrong type in some file
         if os.environ.get("HF_TINYGPT_TRACEBACK"):
             raise
@@ -740,8 +772,10 @@ def main(argv=None) -> int:
             f"{describe(error)} (a file of the model or tokenizer may hold a value of the wrong type; "
             "HF_TINYGPT_TRACEBACK=1 shows where)"
         )
-    except KeyboardInterrupt:  # every output is written whole or not at all (checkpoints/outputs.py)
-        print(f"\nhf-tinygpt {args.verb}: interrupted; nothing was left half-written", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # every output is written whole or not at all (checkpoints/outputs.py)
+        # An interrupt that says more says what is true beyond local files (a push: whether the commit may land).
+        said = str(interrupt) or "interrupted; nothing was left half-written"
+        print(f"\nhf-tinygpt {args.verb}: {said}", file=sys.stderr)
         return 130
 
 

@@ -26,6 +26,7 @@ import secrets
 import shutil
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path, PurePosixPath
@@ -39,9 +40,18 @@ API_SEGMENTS = {"models": "model", "datasets": "dataset", "spaces": "space"}  # 
 class HubError(Exception):
     """Answered as an HTTP error shaped like the Hub's, so huggingface_hub raises its usual exception class."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, commit: str | None = None, **body):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        commit: str | None = None,
+        headers: dict[str, str] | None = None,
+        **body,
+    ):
         super().__init__(message)
         self.status, self.message, self.code, self.commit, self.body = status, message, code, commit, body
+        self.headers = headers or {}
 
 
 @dataclass
@@ -67,6 +77,11 @@ class HubServer:
         self.tokens_seen: list[str] = []  # bearer tokens of all requests, in arrival order
         self.requests: list[tuple[str, str]] = []  # (method, path with query) of all requests
         self.errors: list[str] = []  # tracebacks of server bugs, so a test can assert there were none
+        # Failure modes, by route name (see `route_name`; "resolve:<path>" for one file): `failures` answers with
+        # (status, message, headers) instead, "{token}" in them replaced by the request's bearer token (a hostile
+        # or careless Hub quoting it back); `after` is called once a request was handled, before it is answered.
+        self.failures: dict[str, tuple[int, str, dict[str, str]]] = {}
+        self.after: dict[str, Callable[[], None]] = {}
         self._repos: dict[tuple[str, str], _Repo] = {}
         self._lock = threading.RLock()  # requests are served on several threads
         self._httpd: ThreadingHTTPServer | None = None
@@ -157,6 +172,23 @@ class HubServer:
         """Returns (status, headers, body) for one request; `raw_path` is still percent-encoded."""
         if token:
             self.tokens_seen.append(token)
+        segs = [unquote(s) for s in raw_path.strip("/").split("/")]
+        route = route_name(segs)
+        names = [f"resolve:{'/'.join(segs[4:])}", route] if route == "resolve" else [route]
+        if failure := next((self.failures[name] for name in names if name in self.failures), None):
+            status, message, headers = failure
+
+            def echo(text: str) -> str:
+                return text.replace("{token}", token or "")
+
+            raise HubError(status, echo(message), headers={name: echo(value) for name, value in headers.items()})
+        answer = self._answer(method, raw_path, query, body, token)
+        if hook := self.after.get(route):
+            hook()
+        return answer
+
+    def _answer(self, method: str, raw_path: str, query: dict, body: bytes, token: str | None):
+        if token:
             if self.tokens is not None and token not in self.tokens:
                 raise HubError(401, "Invalid credentials in Authorization header")
         # Segments are decoded one by one: clients percent-encode a revision like `refs/pr/1` into one segment.
@@ -352,6 +384,16 @@ class HubServer:
         return 200, headers, data
 
 
+def route_name(segs: list[str]) -> str:
+    """What `HubServer.failures` and `.after` call a request: "create", "validate-yaml", "preupload", "commit",
+    "branch", "discussions", "tree", "info" (repo info) or "resolve" (a file download)."""
+    if segs[0] != "api":
+        return "resolve"
+    if len(segs) < 4 or segs[1] not in API_SEGMENTS:
+        return "create" if segs[1:] == ["repos", "create"] else "/".join(segs[1:])
+    return segs[4] if len(segs) > 4 and segs[4] != "revision" else "info"
+
+
 def _json(obj, status: int = 200) -> tuple[int, dict, bytes]:
     return status, {"Content-Type": "application/json"}, json.dumps(obj).encode()
 
@@ -371,9 +413,12 @@ class _Handler(BaseHTTPRequestHandler):
             status, headers, payload = hub.handle(self.command, url.path, query, body, token)
         except HubError as e:
             status, payload = e.status, json.dumps({"error": e.message, **e.body}).encode()
-            headers = {"Content-Type": "application/json", "X-Error-Message": e.message}
+            # A header holds one line of printable text; the body keeps the message as it is.
+            one_line = "".join(c for c in " ".join(e.message.splitlines()) if c.isprintable())
+            headers = {"Content-Type": "application/json", "X-Error-Message": one_line}
             headers |= {"X-Error-Code": e.code} if e.code else {}
             headers |= {"X-Repo-Commit": e.commit} if e.commit else {}
+            headers |= e.headers
         except Exception:
             # A server bug. Not a 500: huggingface_hub retries those with backoff, turning a bug into a slow test.
             hub.errors.append(traceback.format_exc())

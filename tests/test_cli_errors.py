@@ -384,3 +384,28 @@ def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path, command):
     os.kill(process.pid, signal.SIGINT)
     _, err = process.communicate()
     assert process.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---- the Hub's answers: one line, never the token -------------------------------------------------------------------
+
+
+def test_a_hub_error_while_loading_by_hub_id_ends_in_one_line_without_the_token(hub, tmp_path):
+    """transformers wraps the Hub's answer in an OSError that quotes all of it, token and all, when the server puts
+    the token in its answer: the command says status, endpoint and reason in one line, and the token nowhere."""
+    from conftest import HUB_TOKEN, hub_subprocess_env
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
+    api.create_repo("tester/tiny")
+    api.upload_folder(repo_id="tester/tiny", folder_path=save_with_tokenizer(text_model(), tmp_path / "tiny"))
+    hub.failures["resolve:tokenizer.json"] = (403, "no: {token}\nBearer {token}", {"X-Request-Id": "{token}"})
+    run = subprocess.run(
+        [sys.executable, "-m", "hf_tinygpt.cli", "generate", "hi", "--model", "tester/tiny", "--token", HUB_TOKEN],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=hub_subprocess_env(hub, tmp_path),  # the token comes from --token only: huggingface_hub knows none
+    )
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert re.search(r"HTTP 403 on (GET|HEAD) /tester/tiny/resolve/\w+/tokenizer.json: no: <redacted>", run.stderr)
+    assert HUB_TOKEN not in run.stdout + run.stderr

@@ -15,16 +15,26 @@ import json
 import os
 import resource
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RUN, copied_manifest_folder, random_gpt2, run_cli, tiny_model
+from conftest import TINY_RUN, copied_manifest_folder, last_line, random_gpt2, run_cli, tiny_model
 from safetensors.torch import load_file
 
 from hf_tinygpt import gpt2_tokenizer
 from hf_tinygpt.checkpoints.outputs import MANIFEST, _new_staging
 
+# A manifest as hf-tinygpt writes one, listing nothing.
+EMPTY_MANIFEST = {
+    "written_by": "hf-tinygpt",
+    "version": "0",
+    "kind": "model",
+    "files": {},
+    "folders": [],
+    "outputs": [],
+}
 # A run of two steps with a checkpoint after each.
 TWO_STEPS = [*TINY_RUN, "--steps", "2", "--save-every", "1"]
 
@@ -466,3 +476,54 @@ def test_training_refuses_to_replace_the_model_it_starts_from(tmp_path, corpus, 
         with pytest.raises(ValueError, match=r"the input .* \(`TrainingSettings.init_from`\)"):
             train(TrainingSettings(out=str(out), train=[str(corpus)], init_from=str(start), force=True, steps=1))
     assert tree(start) == before
+
+
+# ---- what a hostile folder cannot do: nest past the parser's depth, or make a writer wait on itself ----------------
+
+
+def test_a_manifest_nested_too_deep_for_the_json_parser_is_no_manifest_of_ours(tmp_path, capsys, gpt2_folder):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MANIFEST).write_text("[" * 100_000 + "]" * 100_000)
+    code, err = run_cli(capsys, "convert", gpt2_folder, "--out", out, "--force", "--tokenizer", "gpt2")
+    assert code == 2 and "not proven to be an earlier output" in last_line(err)
+    assert (out / MANIFEST).stat().st_size == 200_000
+
+
+def test_outputs_nested_deeper_than_any_of_ours_are_refused_not_walked(tmp_path, capsys, gpt2_folder):
+    """Each folder an output of the one above (each with a manifest naming the next), 500 deep: past Python's
+    recursion limit for a walk that follows them."""
+    out = tmp_path / "out"
+    folders = [out / "/".join(["d"] * depth) for depth in range(500)]
+    for folder in folders:
+        folder.mkdir()
+        (folder / MANIFEST).write_text(json.dumps({**EMPTY_MANIFEST, "outputs": ["d"]}))
+    code, err = run_cli(capsys, "convert", gpt2_folder, "--out", out, "--force", "--tokenizer", "gpt2")
+    assert code == 2, err
+    assert "(folders nested more than 32 deep)" in last_line(err) and "Traceback" not in err
+    assert folders[-1].is_dir()
+    for folder in reversed(folders):  # deepest first: a recursive delete would meet the same limit
+        (folder / MANIFEST).unlink()
+        folder.rmdir()
+
+
+def test_a_writer_nested_inside_a_writer_of_the_same_output_fails_at_once_instead_of_waiting(tmp_path):
+    from hf_tinygpt.checkpoints.outputs import output_folder
+
+    outcome = []
+
+    def nested():
+        with output_folder(tmp_path / "out"):
+            try:
+                with output_folder(tmp_path / "out", wait=True):
+                    outcome.append("entered")
+            except FileExistsError as error:
+                outcome.append(str(error))
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "the inner writer waits on the outer one's lock"
+    assert outcome == [
+        f"{tmp_path / 'out'} is already being written by this process; it cannot be written twice at once"
+    ]

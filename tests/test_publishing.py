@@ -8,11 +8,13 @@ own tests are in test_hub_server.py)."""
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -299,7 +301,8 @@ def test_bad_inputs_fail_clearly_before_any_request(hub, tmp_path, capsys, case,
 
 
 class BrokenServer:
-    """A loopback TCP server that accepts connections and then never answers (`hang`) or hangs up (`drop`)."""
+    """A loopback TCP server that accepts connections and then never answers (`hang`), hangs up (`drop`), or answers
+    with something that is not HTTP, quoting the request's Authorization header back in it (`garble`)."""
 
     def __init__(self, mode: str):
         self.mode, self.connections = mode, 0
@@ -318,6 +321,11 @@ class BrokenServer:
             if self.mode == "drop":
                 connection.recv(65536)
                 connection.close()
+            elif self.mode == "garble":
+                lines = connection.recv(65536).split(b"\r\n")
+                quoted = [line.replace(b":", b"", 1) for line in lines if line.lower().startswith(b"authorization")]
+                connection.sendall(b"HTTP/1.1 401 Unauthorized\r\n" + b"\r\n".join(quoted) + b"\r\n\r\n")
+                connection.close()
             else:
                 self.held.append(connection)
 
@@ -327,7 +335,7 @@ class BrokenServer:
             connection.close()
 
 
-@pytest.mark.parametrize("mode", ["hang", "drop"])
+@pytest.mark.parametrize("mode", ["hang", "drop", "garble"])
 def test_a_hung_or_dropped_connection_ends_the_push_with_a_clear_error(mode, tmp_path, online):
     from hf_tinygpt.checkpoints.hub import push_to_hub
 
@@ -349,6 +357,7 @@ def test_a_hung_or_dropped_connection_ends_the_push_with_a_clear_error(mode, tmp
     assert not thread.is_alive(), "push never gave up"
     error = outcome["error"]
     assert isinstance(error, ConnectionError) and f"pushing to {server.url} failed" in str(error)
+    assert "hf_test" not in str(error)  # what httpx quotes of a garbled answer is the server's text too
     assert server.connections >= 1
 
 
@@ -556,3 +565,127 @@ def test_the_push_script_publishes_the_shipped_model_as_its_dry_run_staged_it(hu
     card = ModelCard(hub.repo_files(REPO)["README.md"].decode())
     assert card.data.tinygpt["training"]["validation_perplexity"] > 0 and "## Data and licences" in card.text
     assert HUB_TOKEN not in real.stdout + real.stderr
+
+
+# ---- what a Hub answers is data; Ctrl-C says what is true ------------------------------------------------------------
+
+# Shaped like a real Hub token, but not the one the push sent: a careless Hub may quote any token it knows.
+SOMEONE_ELSES = "hf_" + "Q7" * 17
+# An error answer that quotes the request's own token back ("{token}", see HubServer.failures) in its message, its
+# body (with a terminal escape and several lines of text) and the headers huggingface_hub copies into its errors.
+QUOTING = "Invalid token {token}\nsent as `Authorization: Bearer {token}`; also saw " + SOMEONE_ELSES + "\n\x1b[2J"
+QUOTING_HEADERS = {"X-Request-Id": "req-{token}", "X-Amzn-Trace-Id": "Bearer {token}"}
+
+
+def cli_against(hub, monkeypatch):
+    """`hf-tinygpt` in this process, pushing to the loopback Hub (push has no --endpoint flag: HfApi reads this), with
+    transformers' progress bars off so that stderr holds only what the command itself says."""
+    from huggingface_hub import constants
+    from transformers.utils import logging
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(logging, "_tqdm_active", False)
+
+
+@pytest.mark.parametrize(
+    "route, status, given",
+    [
+        ("create", 401, "--token"),
+        ("create", 500, "HF_TOKEN"),
+        ("preupload", 403, "--token"),
+        ("commit", 404, "HF_TOKEN"),
+        ("commit", 401, "--token"),
+    ],
+)
+def test_a_hub_error_ends_the_push_in_one_line_that_never_shows_the_token(
+    route, status, given, hub, tmp_path, capsys, monkeypatch
+):
+    cli_against(hub, monkeypatch)
+    _, folder = tinygpt_folder(tmp_path)
+    headers = QUOTING_HEADERS | ({"X-Error-Code": "RepoNotFound"} if status == 404 else {})
+    hub.failures[route] = (status, QUOTING, headers)
+    if given == "HF_TOKEN":
+        monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
+    token = ["--token", HUB_TOKEN] if given == "--token" else []
+    code = main(["push", str(folder), REPO, *token])
+    printed = capsys.readouterr()
+    assert hub.tokens_seen and set(hub.tokens_seen) == {HUB_TOKEN}  # the server did get it, and quoted it back
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1, printed.err
+    path = {"create": "/api/repos/create", "preupload": f"/api/models/{REPO}/preupload/main"}
+    endpoint = f"POST {path.get(route, f'/api/models/{REPO}/commit/main')}"
+    assert f"HTTP {status}" in printed.err and endpoint in printed.err and "Invalid token" in printed.err
+    for secret in (HUB_TOKEN, SOMEONE_ELSES, "\x1b"):
+        assert secret not in printed.out + printed.err
+    if route != "create":
+        assert hub.repo_files(REPO) == {}  # nothing was published
+
+
+def test_the_python_api_raises_the_same_one_line_error_without_the_token(hub, tmp_path):
+    from huggingface_hub.errors import HfHubHTTPError
+
+    _, folder = tinygpt_folder(tmp_path)
+    hub.failures["commit"] = (403, QUOTING, QUOTING_HEADERS)
+    with pytest.raises(OSError) as raised:
+        push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
+    message = str(raised.value)
+    assert len(message.splitlines()) == 1 and f"HTTP 403 on POST /api/models/{REPO}/commit/main" in message
+    assert HUB_TOKEN not in message + repr(raised.value.args) and SOMEONE_ELSES not in message
+    assert isinstance(raised.value.__cause__, HfHubHTTPError)  # the whole answer, for a caller who wants it
+
+
+@pytest.mark.slow
+def test_a_hub_src_that_answers_an_error_is_named_in_one_line_without_the_token(hub, tmp_path):
+    _, folder = tinygpt_folder(tmp_path)
+    push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
+    hub.failures["resolve:config.json"] = (403, QUOTING, QUOTING_HEADERS)
+    run = subprocess.run(
+        [sys.executable, "-m", "hf_tinygpt.cli", "push", REPO, "tester/copy", "--dry-run", "--out", "staged"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=HUB_TOKEN),
+    )
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert re.search(rf"HTTP 403 on (HEAD|GET) /{REPO}/resolve/\w+/config.json: Invalid token", run.stderr)
+    assert HUB_TOKEN not in run.stdout + run.stderr and SOMEONE_ELSES not in run.stderr
+
+
+def interrupt_main_thread():
+    """Ctrl-C, as the terminal sends it: SIGINT to the main thread, which is waiting on the Hub's answer."""
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    time.sleep(0.5)  # the answer comes late: the interrupt lands while the request is in flight
+
+
+@pytest.mark.parametrize("moment", ["staging", "preupload", "commit"])
+def test_ctrl_c_during_a_push_says_whether_the_commit_may_land(moment, hub, tmp_path, capsys, monkeypatch):
+    cli_against(hub, monkeypatch)
+    _, folder = tinygpt_folder(tmp_path)
+    if moment == "staging":
+        monkeypatch.setattr("hf_tinygpt.checkpoints.hub.stage_tinygpt_folder", interrupt)
+    else:
+        hub.after[moment] = interrupt_main_thread
+    code = main(["push", str(folder), REPO, "--token", HUB_TOKEN])
+    said = [line for line in capsys.readouterr().err.splitlines() if "interrupted" in line]
+    assert code == 130 and len(said) == 1 and REPO in said[0], said
+    if moment == "commit":  # it was received whole: the repo holds every file, and the message must not deny it
+        assert set(hub.repo_files(REPO)) == REPO_FILES
+        assert "may" in said[0] and f"{hub.url}/{REPO}" in said[0] and "before pushing again" in said[0]
+        assert "nothing was" not in said[0]
+    else:
+        assert "nothing was published" in said[0] or "no file was published" in said[0]
+        assert not [path for method, path in hub.requests if "/commit/" in path]
+    if moment == "staging":
+        assert hub.requests == []
+
+
+def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_the_python_api_says_the_same_when_interrupted_after_the_commit_was_sent(hub, tmp_path):
+    _, folder = tinygpt_folder(tmp_path)
+    hub.after["commit"] = interrupt_main_thread
+    with pytest.raises(KeyboardInterrupt) as raised:
+        push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
+    assert REPO in str(raised.value) and "may" in str(raised.value)
+    assert set(hub.repo_files(REPO)) == REPO_FILES

@@ -34,6 +34,7 @@ from .reading import (
     read_json_object,
     read_state_dict,
     reading_checkpoint,
+    refuse_revision_of_a_local_path,
 )
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -55,6 +56,7 @@ class Source:
 def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None = None, **hub_kwargs) -> Source:
     """Read any supported GPT-2-family source into a TinyGPT config and state dict: every tensor present, shaped
     as the config says, floating-point and finite, or a ValueError naming what is not."""
+    refuse_revision_of_a_local_path(src, hub_kwargs)
     with reading_checkpoint(src):
         source = _read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
     check_finite(source.state_dict, str(src))

@@ -6,7 +6,10 @@ logged or written into a staged file.
 """
 
 import contextlib
+import functools
+import http
 import os
+import re
 import shutil
 import stat
 import sys
@@ -14,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from huggingface_hub import HfApi, get_session, snapshot_download
+from huggingface_hub import HfApi, get_session, get_token, snapshot_download
+from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
@@ -24,6 +28,7 @@ from .outputs import MANIFEST, output_folder
 from .reading import (
     check_weights_index,
     describe,
+    first_line,
     has_tokenizer,
     load_strictly,
     read_config_dict,
@@ -40,6 +45,112 @@ WEIGHTS_LAYOUTS = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
+
+
+# ---- what the Hub answers is data: one line, never a token -----------------------------------------------------------
+
+# A Hub token's shape (`hf_` and letters or digits) and an Authorization header's value: redacted from any server
+# text passed on, whoever's token it is.
+_TOKEN_SHAPED = re.compile(r"hf_[A-Za-z0-9]{20,}|\b(?i:bearer)\s+\S+")
+REASON_CHARS = 100  # of the server's own words kept in an error
+
+
+class HubRequestError(ConnectionError):
+    """A request to the Hub that was answered with an error, said in one line: the HTTP status, the endpoint, the
+    server's reason cut short, every token redacted. The whole answer is its `__cause__`."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class PushInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `push_to_hub`; its message says what may have reached the repo, and what to do."""
+
+
+def redacted(text: str, tokens=()) -> str:
+    """`text` with each of `tokens`, the token huggingface_hub knows, any `hf_...`-shaped token and any `Bearer ...`
+    value replaced by `<redacted>`."""
+    with contextlib.suppress(Exception):  # a failing OIDC exchange raises: then there is no known token to add
+        tokens = (*tokens, get_token())
+    for token in sorted({t for t in tokens if isinstance(t, str) and t.strip()}, key=len, reverse=True):
+        text = text.replace(token, "<redacted>")
+    return _TOKEN_SHAPED.sub(lambda m: "<redacted>" if m[0].startswith("hf_") else "Bearer <redacted>", text)
+
+
+def _printable(text: str) -> str:
+    """One line of printable characters: line breaks, tabs and terminal escapes become single spaces."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
+def hub_answer(error: BaseException | None) -> HfHubHTTPError | None:
+    """The Hub's error answer behind `error`: `error` itself or what it was raised from (`__cause__`, and
+    `__context__` unless the code that raised `error` suppressed it, having said what matters)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, HfHubHTTPError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return None
+
+
+def describe_answer(answer: HfHubHTTPError, tokens=()) -> str:
+    """`HTTP 403 on POST /api/repos/create: <reason>`: the endpoint without its query, the server's own message cut
+    to REASON_CHARS printable characters (the status's name if it gave none), tokens redacted."""
+    status = answer.response.status_code
+    try:
+        where = f"{answer.response.request.method} {answer.response.request.url.path}"
+    except RuntimeError:  # a response built without its request
+        where = f"{answer.response.url.path}"
+    reason = redacted(_printable(answer.server_message or ""), tokens)
+    if not reason:
+        with contextlib.suppress(ValueError):  # a status code Python has no name for
+            reason = http.HTTPStatus(status).phrase
+    if len(reason) > REASON_CHARS:
+        reason = reason[: REASON_CHARS - 1].rstrip() + "…"
+    reason = reason.replace("`", "'")  # the server's words are not the library's: no `name` in them becomes a flag
+    return f"HTTP {status} on {redacted(_printable(where), tokens)}: {reason or 'no reason given'}"
+
+
+def hub_error_line(error: BaseException, tokens=()) -> str:
+    """What to say of any error in one line where the Hub's answer is behind it (after the first line of whatever
+    wrapped that answer, e.g. transformers' OSError); any other error as it is. Tokens redacted either way."""
+    answer = hub_answer(error)
+    if answer is None or isinstance(error, HubRequestError):
+        return redacted(str(error), tokens)
+    if error is answer:
+        return describe_answer(answer, tokens)
+    wrapped = redacted(_printable(first_line(error)), tokens).rstrip(":. ")
+    return f"{wrapped}: {describe_answer(answer, tokens)}"
+
+
+@contextlib.contextmanager
+def hub_answers_in_one_line(doing: str, tokens=()):
+    """Around requests to the Hub: an error answer ends the block as a HubRequestError `{doing} failed: HTTP ...`."""
+    try:
+        yield
+    except HubRequestError:
+        raise
+    except Exception as error:
+        if (answer := hub_answer(error)) is None:
+            raise
+        message = f"{doing} failed: {describe_answer(answer, tokens)}"
+        raise HubRequestError(message, answer.response.status_code) from error
+
+
+def _staging_says_hub_answers_in_one_line(stage):
+    """`stage_for_hub`, with an error answer to any request it makes (for a Hub SRC or tokenizer) in one line."""
+
+    @functools.wraps(stage)
+    def staging(src, staging, repo_id, **kwargs):
+        with hub_answers_in_one_line(f"staging {src}: reading from the Hub", [kwargs.get("token")]):
+            return stage(src, staging, repo_id, **kwargs)
+
+    return staging
+
+
+# ---- staging ---------------------------------------------------------------------------------------------------------
 
 
 def check_repo_id(repo_id: str) -> str:
@@ -164,6 +275,7 @@ def stage_tinygpt_folder(
         raise RuntimeError(f"staging {folder} for {repo_id}: the staged weights differ from the verified ones")
 
 
+@_staging_says_hub_answers_in_one_line
 def stage_for_hub(
     src: str,
     staging: str | Path,
@@ -185,7 +297,7 @@ def stage_for_hub(
     check_repo_id(repo_id)
     if not Path(src).exists() and (src.startswith((".", "/")) or src.count("/") > 1):
         raise FileNotFoundError(f"{src}: no such file or folder")
-    with output_folder(staging, force=force, protect=[src, tokenizer], kind="staged") as work:
+    with output_folder(staging, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}, kind="staged") as work:
         found = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
         if found is not None:
             stage_tinygpt_folder(
@@ -262,44 +374,89 @@ def push_to_hub(
     `on_staged(files)` is called with {path: bytes} once staging succeeded, before any network call.
 
     A request that makes no progress for `timeout` seconds ends the push with a ConnectionError naming the
-    endpoint (huggingface_hub retries some requests a few times first); the commit is one request, so an
-    interrupted push publishes nothing."""
+    endpoint (huggingface_hub retries some requests a few times first); an error answer ends it with a
+    HubRequestError, one line without the token. The commit is one request, so the repo gets all of it or none;
+    Ctrl-C raises a PushInterrupted (a KeyboardInterrupt) that says whether the commit had been sent, and so may
+    still land."""
     check_repo_id(repo_id)
     if not timeout > 0:
         raise ValueError(f"`timeout` must be a positive number of seconds, got {timeout}")
-    with tempfile.TemporaryDirectory() as scratch:
-        staged = Path(scratch) / "staged"
-        hub_kwargs = {} if token is None else {"token": token}  # also for reading a private Hub SRC
-        files = stage_for_hub(
-            src,
-            staged,
-            repo_id,
-            tokenizer=tokenizer,
-            base_model=base_model,
-            license=license,
-            verify_tolerance=verify_tolerance,
-            keep_local_paths=keep_local_paths,
-            **hub_kwargs,
+    api = HfApi(endpoint=endpoint, token=token)
+    sent = []  # (method, path) of every request of the push, recorded as it goes out
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            staged = Path(scratch) / "staged"
+            hub_kwargs = {} if token is None else {"token": token}  # also for reading a private Hub SRC
+            files = stage_for_hub(
+                src,
+                staged,
+                repo_id,
+                tokenizer=tokenizer,
+                base_model=base_model,
+                license=license,
+                verify_tolerance=verify_tolerance,
+                keep_local_paths=keep_local_paths,
+                **hub_kwargs,
+            )
+            if on_staged is not None:
+                on_staged(files)
+            try:
+                with (
+                    network_timeout(timeout),
+                    recording_requests(sent),
+                    hub_answers_in_one_line(f"pushing to {api.endpoint}", [token]),
+                ):
+                    api.create_repo(repo_id, private=private, exist_ok=True)
+                    if revision not in (None, "main"):
+                        api.create_branch(repo_id, branch=revision, exist_ok=True)
+                    return api.upload_folder(
+                        repo_id=repo_id,
+                        folder_path=staged,
+                        revision=revision,
+                        create_pr=create_pr,
+                        ignore_patterns=[MANIFEST],  # our record of what was staged, not part of the model
+                        commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
+                    )
+            except _transport_error() as error:
+                what = redacted(_printable(f"{type(error).__name__}: {error or 'no answer'}"), [token])
+                raise ConnectionError(
+                    f"pushing to {api.endpoint} failed: {what} (timeout {timeout:g} s). The upload is one commit, so "
+                    f"{repo_id} holds all of it or none of it: look at the repo, then push again"
+                ) from error
+    except KeyboardInterrupt as interrupt:
+        raise PushInterrupted(interrupted_push(sent, repo_id, f"{api.endpoint}/{repo_id}", revision)) from interrupt
+
+
+@contextlib.contextmanager
+def recording_requests(sent: list):
+    """Appends (method, path) of each request huggingface_hub's shared client sends in the block to `sent`, just
+    before it goes out: from then on the request may reach the Hub, whatever happens here."""
+
+    def record(request):
+        sent.append((request.method, request.url.path))
+
+    hooks = get_session().event_hooks["request"]
+    hooks.append(record)
+    try:
+        yield sent
+    finally:
+        hooks.remove(record)
+
+
+def interrupted_push(sent, repo_id: str, url: str, revision: str | None = None) -> str:
+    """What is true of `repo_id` (at `url`) after Ctrl-C, given the requests `sent` (see `recording_requests`)."""
+    writes = [path for method, path in sent if method == "POST"]
+    if any(f"/{repo_id}/commit/" in path for path in writes):
+        where = repo_id if revision in (None, "main") else f"{repo_id} (revision {revision})"
+        return (
+            f"interrupted after the commit to {where} was sent: it may still land, all files or none. "
+            f"Look at {url} before pushing again"
         )
-        if on_staged is not None:
-            on_staged(files)
-        api = HfApi(endpoint=endpoint, token=token)
-        try:
-            with network_timeout(timeout):
-                api.create_repo(repo_id, private=private, exist_ok=True)
-                if revision not in (None, "main"):
-                    api.create_branch(repo_id, branch=revision, exist_ok=True)
-                return api.upload_folder(
-                    repo_id=repo_id,
-                    folder_path=staged,
-                    revision=revision,
-                    create_pr=create_pr,
-                    ignore_patterns=[MANIFEST],  # our record of what was staged, not part of the model
-                    commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
-                )
-        except _transport_error() as error:
-            raise ConnectionError(
-                f"pushing to {api.endpoint} failed: {type(error).__name__}: {error or 'no answer'} (timeout "
-                f"{timeout:g} s). The upload is one commit, so {repo_id} holds all of it or none of it: look at the "
-                "repo, then push again"
-            ) from error
+    signs = {"the repo": "/api/repos/create", "its branch": f"/{repo_id}/branch/", "a pull request": "/discussions"}
+    made = [what for what, sign in signs.items() if any(sign in path for path in writes)]
+    if not made:
+        return f"interrupted before anything was sent to {repo_id}: nothing was published"
+    return (
+        f"interrupted before the commit was sent: no file was published to {repo_id} "
+        f"({' and '.join(made)} may have been created, empty)"
+    )

@@ -33,6 +33,7 @@ import re
 import secrets
 import shutil
 import stat
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -44,6 +45,8 @@ MANIFEST = ".hf-tinygpt-output.json"
 WRITTEN_BY = "hf-tinygpt"
 # Errors of the write itself (full disk, quota, file size limit, read-only or failing file system).
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
+# No folder of ours is nested deeper than this (a run's are 3 deep): past it, a tree is refused, not walked.
+MAX_DEPTH = 32
 # The temporary names a writer of NAME uses beside it: `.NAME.partial-PID-HEX`, `.NAME.old-PID-HEX`.
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<tag>partial|old)-\d+-[0-9a-f]{8}$")
 _MANIFEST_PARTIAL = re.compile(rf"^\.{re.escape(MANIFEST)}\.partial-\d+-[0-9a-f]{{8}}$")
@@ -100,7 +103,7 @@ def read_manifest_file(path: Path) -> dict | None:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return None
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # nested too deep for the parser: not ours
         return None
     if not isinstance(manifest, dict) or manifest.get("written_by") != WRITTEN_BY:
         return None
@@ -138,6 +141,8 @@ def seal(folder: Path, kind: str):
     manifest = _empty_manifest(kind)
 
     def walk(directory: Path, prefix: str):
+        if prefix.count("/") >= MAX_DEPTH:
+            raise ValueError(f"{directory}: folders nested more than {MAX_DEPTH} deep; hf-tinygpt writes none so deep")
         for entry in sorted(directory.iterdir()):
             name = prefix + entry.name
             if prefix == "" and entry.name == MANIFEST:
@@ -229,9 +234,10 @@ def _is_leftover_of_ours(entry: Path) -> bool:
     return not unproven(entry, contents=True)
 
 
-def unproven(folder: Path, *, contents: bool = True) -> list[str]:
+def unproven(folder: Path, *, contents: bool = True, depth: int = 0) -> list[str]:
     """What keeps `folder` from being proven ours (empty: it is): no manifest, or entries the manifest does not list
-    (files, folders, links, anything else), and with `contents`, files changed since they were written."""
+    (files, folders, links, anything else), and with `contents`, files changed since they were written. `depth`: how
+    deep `folder` lies in the output being proven (past `MAX_DEPTH`, nothing is ours)."""
     manifest = read_manifest(folder)
     if manifest is None:
         entries = sorted(entry.name + "/" * entry.is_dir() for entry in folder.iterdir())
@@ -240,6 +246,9 @@ def unproven(folder: Path, *, contents: bool = True) -> list[str]:
     problems = []
 
     def walk(directory: Path, prefix: str):
+        if prefix.count("/") + depth >= MAX_DEPTH:
+            problems.append(f"{prefix} (folders nested more than {MAX_DEPTH} deep)")
+            return
         for entry in sorted(directory.iterdir()):
             name = prefix + entry.name
             if (prefix == "" and entry.name == MANIFEST) or _is_leftover_of_ours(entry):
@@ -247,7 +256,8 @@ def unproven(folder: Path, *, contents: bool = True) -> list[str]:
             if entry.is_symlink():
                 problems.append(f"{name} (a symbolic link)")
             elif entry.is_dir() and name in outputs:
-                problems.extend(f"{name}/{problem}" for problem in unproven(entry, contents=contents))
+                nested = unproven(entry, contents=contents, depth=depth + name.count("/") + 1)
+                problems.extend(f"{name}/{problem}" for problem in nested)
             elif entry.is_dir() and name in folders:
                 walk(entry, name + "/")
             elif entry.is_dir() or name not in files:
@@ -334,12 +344,18 @@ def _listed(problems: list[str]) -> str:
     return ", ".join(shown) + (f" and {len(problems) - 5} more" if len(problems) > 5 else "")
 
 
+_HELD: set[tuple[int, Path]] = set()  # (thread, OUT) for each lock this process holds
+
+
 @contextlib.contextmanager
 def _locked(out: Path, wait: bool = False) -> Iterator[None]:
     """An exclusive lock on OUT for this process (flock on `.OUT.lock`); a second writer fails at once, or with
     `wait` waits until the first is done."""
     out.parent.mkdir(parents=True, exist_ok=True)
     path = _lock_path(out)
+    held = (threading.get_ident(), out.resolve())
+    if held in _HELD:  # flock is per open file: a second lock in this thread would wait on the first forever
+        raise FileExistsError(f"{out} is already being written by this process; it cannot be written twice at once")
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
@@ -364,9 +380,11 @@ def _locked(out: Path, wait: bool = False) -> Iterator[None]:
         except FileNotFoundError:
             pass
         os.close(fd)
+    _HELD.add(held)
     try:
         yield
     finally:
+        _HELD.discard(held)
         info = os.fstat(fd)
         with contextlib.suppress(FileNotFoundError):
             if info.st_size == 0 and os.stat(path).st_ino == info.st_ino:  # a lock file, not a file of someone's

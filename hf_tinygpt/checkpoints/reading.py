@@ -3,6 +3,7 @@
 
 import contextlib
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -72,10 +73,21 @@ def read_json_object(path, what: str | None = None) -> dict:
     return value
 
 
+def refuse_revision_of_a_local_path(path, hub_kwargs: dict):
+    """A Hub revision given with a local file or folder would be ignored by the loaders: an error instead."""
+    if hub_kwargs.get("revision") is not None and os.path.lexists(path):
+        kind = "folder" if Path(path).is_dir() else "file"
+        raise ValueError(
+            f"`revision` is a revision of a Hub repo, and {path} is a local {kind}, which has none: leave `revision` "
+            "out (or give a Hub id)"
+        )
+
+
 def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
     """The `config.json` of a folder or Hub repo as a dict (a FileNotFoundError or ValueError names what is wrong).
     A config that asks for code of its own (`auto_map`) is refused: this package never runs a folder's code."""
     path = str(path_or_repo_id)
+    refuse_revision_of_a_local_path(path, hub_kwargs)
     if Path(path).is_dir():
         if not (Path(path) / "config.json").is_file():
             raise FileNotFoundError(f"{path}: no config.json (expected a model folder)")
@@ -86,6 +98,14 @@ def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
         try:
             config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
         except OSError as error:
+            from .hub import HubRequestError, describe_answer, hub_answer  # here: hub.py imports this module
+
+            answer = hub_answer(error)
+            if answer is not None and answer.response.status_code != 404:  # answered, not missing: say what it said
+                said = describe_answer(answer, [hub_kwargs.get("token")])
+                raise HubRequestError(
+                    f"reading {path} from the Hub failed: {said}", answer.response.status_code
+                ) from error
             raise FileNotFoundError(f"{path}: no config.json there ({first_line(error)})") from None
     refuse_foreign_code(config_dict, f"{path}/config.json")
     return config_dict
@@ -127,6 +147,7 @@ def check_weights_index(folder) -> list[str]:
 
 def read_tinygpt_config(model_or_config: str, **hub_kwargs) -> TinyGPTConfig:
     """A TinyGPTConfig from a config.json file, a model folder or a Hub id (tinygpt or GPT-2)."""
+    refuse_revision_of_a_local_path(model_or_config, hub_kwargs)
     if Path(model_or_config).is_file():
         config_dict = read_json_object(model_or_config)
     else:

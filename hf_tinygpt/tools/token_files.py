@@ -290,7 +290,25 @@ def load_text_dataset(dataset: str, config: str | None, split: str, text_column:
     except ImportError as error:
         raise needs_extra("datasets", error) from error
     saved = Path(dataset).is_dir() and any((Path(dataset) / n).is_file() for n in ("state.json", "dataset_dict.json"))
-    loaded = datasets.load_from_disk(dataset) if saved else datasets.load_dataset(dataset, config, split=split)
+    if saved and config is not None:
+        raise ValueError(
+            f"`TrainingSettings.dataset_config` is a configuration of `load_dataset`, and {dataset} is a "
+            "`save_to_disk` folder, which has none: leave `TrainingSettings.dataset_config` out"
+        )
+    if scripts := sorted(p.name for p in Path(dataset).glob("*.py")) if Path(dataset).is_dir() else []:
+        raise ValueError(
+            f"{dataset} (`TrainingSettings.dataset`) holds a loading script ({', '.join(scripts)}): hf-tinygpt never "
+            "runs a dataset's code; give a `save_to_disk` folder or a folder of text/JSON/CSV/Parquet files"
+        )
+    try:
+        loaded = datasets.load_from_disk(dataset) if saved else datasets.load_dataset(dataset, config, split=split)
+    except RuntimeError as error:  # a Hub dataset that is a loading script
+        if "scripts are no longer supported" not in str(error):
+            raise
+        raise ValueError(
+            f"{dataset} (`TrainingSettings.dataset`) is a loading script ({error}): hf-tinygpt never runs a "
+            "dataset's code; give a dataset of data files"
+        ) from None
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise ValueError(

@@ -10,6 +10,7 @@ import contextlib
 import copy
 import json
 import math
+import os
 import pickle
 import re
 import shutil
@@ -153,6 +154,18 @@ class TrainingSettings:
             raise ValueError(
                 "`TrainingSettings.init_revision` is the revision of `TrainingSettings.init_from`: set both"
             )
+        if self.init_revision is not None and os.path.lexists(self.init_from):
+            raise ValueError(
+                f"`TrainingSettings.init_revision` is a revision of a Hub repo, and `TrainingSettings.init_from` "
+                f"({self.init_from}) is a local folder, which has none: leave `TrainingSettings.init_revision` out"
+            )
+        for name in ("dataset", "dataset_config", "tokenizer", "init_from", "data_cache"):
+            if (value := getattr(self, name)) is not None and not (isinstance(value, str) and value):
+                raise ValueError(f"`TrainingSettings.{name}` must be None or a non-empty string, got {value!r}")
+        for name in ("train", "validation"):
+            paths = getattr(self, name)
+            if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) and p for p in paths):
+                raise ValueError(f"`TrainingSettings.{name}` must be a list of non-empty paths, got {paths!r}")
         if self.save_dtype is not None and self.save_dtype not in DTYPES:
             raise ValueError(f"`TrainingSettings.save_dtype` must be one of {sorted(DTYPES)}, got {self.save_dtype!r}")
         if not self.train and not self.dataset:
