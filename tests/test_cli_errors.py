@@ -409,3 +409,45 @@ def test_a_hub_error_while_loading_by_hub_id_ends_in_one_line_without_the_token(
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert re.search(r"HTTP 403 on (GET|HEAD) /tester/tiny/resolve/\w+/tokenizer.json: no: <redacted>", run.stderr)
     assert HUB_TOKEN not in run.stdout + run.stderr
+
+
+# ---- options that do not apply to the input given are errors, not ignored -------------------------------------------
+
+# A run's settings without a model shape (a run from --init-from takes the model's).
+RUN_ONLY = "--block-size 16 --batch-size 2 --warmup-steps 1 --steps 1".split()
+
+
+@pytest.mark.parametrize("verb", ["generate", "params", "plot-positions", "convert", "train"])
+def test_a_hub_revision_given_with_a_local_folder_is_refused(verb, tiny_folder, corpus, tmp_path, capsys):
+    argv = {
+        "generate": ["generate", "hi", "--model", tiny_folder],
+        "params": ["params", tiny_folder],
+        "plot-positions": ["plot-positions", tiny_folder, "--out", tmp_path / "out"],
+        "convert": ["convert", tiny_folder, "--to", "gpt2", "--out", tmp_path / "out"],
+        "train": ["train", "--train", corpus, "--init-from", tiny_folder, *RUN_ONLY, "--out", tmp_path / "out"],
+    }[verb]
+    code, err = run_cli(capsys, *argv, "--revision", "v2")
+    assert code == 2 and "--revision is a revision of a Hub repo, and " in last_line(err), err
+    assert f"{tiny_folder} is a local folder" in last_line(err) or f"({tiny_folder}) is a local folder" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_training_from_an_int8_folder_is_refused_before_it_trains(corpus, tmp_path, capsys):
+    """torchao's int8 weights cannot be trained: the run stopped after training with a NotImplementedError and no
+    model written. Now it says so before anything runs."""
+    import torch
+
+    from hf_tinygpt import TinyGPTForCausalLM
+    from hf_tinygpt.tools.generate import int8_weight_only
+
+    tiny_model(vocab_size=50257).save_pretrained(tmp_path / "float")
+    int8 = TinyGPTForCausalLM.from_pretrained(
+        tmp_path / "float", dtype=torch.bfloat16, quantization_config=int8_weight_only()
+    )
+    int8.save_pretrained(tmp_path / "int8")
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, "--init-from", tmp_path / "int8", *RUN_ONLY, "--out", tmp_path / "run"
+    )
+    assert code == 2 and "Traceback" not in err
+    assert f"{tmp_path / 'int8'} (--init-from) holds torchao weights" in last_line(err)
+    assert not (tmp_path / "run").exists()

@@ -418,6 +418,31 @@ def test_train_from_a_dataset(datasets, tmp_path, cli):
     assert both.returncode == 2 and "--train and --dataset are both set" in both.stderr
 
 
+def test_a_dataset_folder_with_a_loading_script_is_refused_and_never_run(datasets, tmp_path, cli):
+    (tmp_path / "scripted").mkdir()
+    (tmp_path / "scripted" / "scripted.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\n")
+    (tmp_path / "scripted" / "train.txt").write_text("to be\n")
+    run = cli("train", "--dataset", tmp_path / "scripted", *TINY_RUN, "--out", tmp_path / "run")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "holds a loading script (scripted.py): hf-tinygpt never runs a dataset's code" in run.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--dataset", ""], "--dataset must be None or a non-empty string, got ''"),
+        (["--dataset-config", "plain"], "--dataset-config is a configuration of `load_dataset`, and "),
+    ],
+)
+def test_a_dataset_option_that_cannot_apply_is_named(option, message, datasets, tmp_path, cli):
+    datasets.Dataset.from_dict({"text": ROWS}).save_to_disk(tmp_path / "saved")
+    dataset = [] if option[0] == "--dataset" else ["--dataset", tmp_path / "saved"]
+    run = cli("train", *dataset, *option, *TINY_RUN, "--out", tmp_path / "run")
+    assert run.returncode == 2 and message in run.stderr and "wrong type" not in run.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_cache_is_kept_where_hf_tinygpt_cache_says(texts, tmp_path, cli, monkeypatch):
     monkeypatch.setenv("HF_TINYGPT_CACHE", str(tmp_path / "elsewhere"))
     run = cli("train", "--train", texts, *TINY_RUN, "--steps", 1, "--out", tmp_path / "run")

@@ -192,6 +192,7 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     """`model_class.from_pretrained(source, **kwargs)`, strictly: a checkpoint whose tensors do not fit the model
     (missing, unexpected or wrongly shaped ones) is a ValueError that lists them, where transformers would warn and
     initialise them at random. Every load the command line makes goes through here."""
+    refuse_revision_of_a_local_path(str(source), kwargs)
     if Path(str(source)).is_dir():
         read_config_dict(source)  # refuses an auto_map of foreign code, naming it
         check_weights_index(source)

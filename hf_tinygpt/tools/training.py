@@ -507,17 +507,17 @@ DROPOUT_FIELDS = ("resid_pdrop", "embd_pdrop", "attn_pdrop")
 def starting_model(settings: TrainingSettings, vocab_size: int, token: str | None = None) -> TinyGPTForCausalLM:
     """The model of `init_from`, loaded strictly in float32 (a GPT-2 checkpoint converted as it loads), with the
     run's dropout; it must take the tokenizer's ids and the run's blocks."""
-    if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):
-        raise ValueError(
-            f"`TrainingSettings.config` sets {', '.join(fixed)}, which the model of `TrainingSettings.init_from` "
-            f"({settings.init_from}) fixes; only dropout ({', '.join(DROPOUT_FIELDS)}) may change"
-        )
     hub = {"revision": settings.init_revision, "token": token}
     if quantized := read_config_dict(settings.init_from, **hub).get("quantization_config"):
         method = quantized.get("quant_method", "quantized") if isinstance(quantized, dict) else "quantized"
         raise ValueError(
             f"{settings.init_from} (`TrainingSettings.init_from`) holds {method} weights (its config.json has a "
             "quantization_config): training needs float weights; start from the model it was quantized from"
+        )
+    if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):
+        raise ValueError(
+            f"`TrainingSettings.config` sets {', '.join(fixed)}, which the model of `TrainingSettings.init_from` "
+            f"({settings.init_from}) fixes; only dropout ({', '.join(DROPOUT_FIELDS)}) may change"
         )
     model = load_strictly(settings.init_from, dtype=torch.float32, **hub, **settings.config)  # the run's dropout
     if vocab_size > model.config.vocab_size:
