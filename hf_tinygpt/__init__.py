@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 
 # What importing transformers makes third parties log at start-up that says nothing about the command being run:
 # torchao's optional GPU extensions that a CPU machine cannot load, and torch's note on torchao's own enums.
@@ -43,10 +44,27 @@ def _starting_the_command() -> bool:
     return any(module in ("hf_tinygpt", "hf_tinygpt.cli") for module in modules)
 
 
+def _unusable_ground() -> str | None:
+    """What keeps the command from even starting, which importing transformers would report as a raw traceback:
+    a working folder that no longer exists, or no usable temporary folder."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return "the working folder no longer exists (deleted or moved away): cd to a folder that does"
+    try:
+        tempfile.gettempdir()
+    except FileNotFoundError as error:
+        return f"{error}: set TMPDIR to a folder you can write"
+    return None
+
+
 if _starting_the_command():  # `hf_tinygpt.cli.main` puts Python's own handler back once it runs
     signal.signal(signal.SIGINT, _interrupted_while_starting)
     for name in START_UP_NOISE:
         logging.getLogger(name).addFilter(not_start_up_noise)
+    if problem := _unusable_ground():
+        sys.stderr.write(f"hf-tinygpt: error: {problem}\n")
+        sys.exit(2)
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # noqa: E402
 

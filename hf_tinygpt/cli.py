@@ -720,6 +720,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# How torch says an allocation failed (CPU: "can't allocate memory: you tried to allocate N bytes"; CUDA: "out of
+# memory. Tried to allocate 2.00 GiB").
+_OUT_OF_MEMORY = re.compile(r"can't allocate memory|not enough memory|out of memory", re.IGNORECASE)
+# What to lower, per verb, when memory runs out.
+LOWER = {
+    "train": "lower --batch-size or --block-size (raise --grad-accum to keep the batch), or train a smaller model",
+    "generate": "ask for fewer --max-new-tokens, or load the model with --int8",
+}
+
+
+def out_of_memory(error: BaseException, verb: str) -> str:
+    """One line for an allocation that failed: how much it asked for (where torch says) and what to lower."""
+    found = re.search(r"tried to allocate (\d+) bytes", str(error)) or re.search(
+        r"tried to allocate ([\d.]+ [KMGT]iB)", str(error), re.IGNORECASE
+    )
+    asked = ""
+    if found and found[1].isdigit():
+        asked = f": an allocation of {int(found[1]) / 2**30:.1f} GiB failed"
+    elif found:
+        asked = f": an allocation of {found[1]} failed"
+    return f"out of memory{asked}; {LOWER.get(verb, 'use a smaller model or free memory')}"
+
+
 def recorded_command(argv: list[str], token: str | None) -> str:
     """The command line as a card records it: without the token, and without the flag that gave it (however it was
     spelled: `--token X`, `--token=X`, or a prefix argparse accepts)."""
@@ -772,6 +795,10 @@ def main(argv=None) -> int:
             f"{describe(error)} (a file of the model or tokenizer may hold a value of the wrong type; "
             "HF_TINYGPT_TRACEBACK=1 shows where)"
         )
+    except (MemoryError, RuntimeError) as error:
+        if not (isinstance(error, MemoryError) or _OUT_OF_MEMORY.search(str(error))):
+            raise
+        return failed(out_of_memory(error, args.verb))
     except KeyboardInterrupt as interrupt:  # every output is written whole or not at all (checkpoints/outputs.py)
         # An interrupt that says more says what is true beyond local files (a push: whether the commit may land).
         said = str(interrupt) or "interrupted; nothing was left half-written"

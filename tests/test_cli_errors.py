@@ -451,3 +451,54 @@ def test_training_from_an_int8_folder_is_refused_before_it_trains(corpus, tmp_pa
     assert code == 2 and "Traceback" not in err
     assert f"{tmp_path / 'int8'} (--init-from) holds torchao weights" in last_line(err)
     assert not (tmp_path / "run").exists()
+
+
+# ---- resources: running out says what was asked for and what to lower, in one line ----------------------------------
+
+
+def test_a_model_too_big_for_memory_says_what_it_needed_and_what_to_lower(corpus, tmp_path, capsys):
+    """A token table of 50,257 × 2^17 floats (24.5 GiB) with the address space held to 8 GiB more than this process
+    maps: torch's allocator raised a 30-line traceback."""
+    import resource
+
+    shape = ["--n-embd", 2**17, "--n-head", 1, "--n-layer", 1, "--block-size", 16, "--batch-size", 2]
+    argv = ["train", "--train", corpus, *shape, "--out", tmp_path / "run"]
+    mapped = int(next(line for line in open("/proc/self/status") if line.startswith("VmSize:")).split()[1]) * 1024
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + 8 * 2**30, limits[1]))
+    try:
+        code, err = run_cli(capsys, *argv)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, limits)
+    assert code == 2 and "Traceback" not in err and "alloc_cpu" not in err
+    assert last_line(err) == (
+        "hf-tinygpt train: error: out of memory: an allocation of 24.5 GiB failed; lower --batch-size or "
+        "--block-size (raise --grad-accum to keep the batch), or train a smaller model"
+    )
+    assert not (tmp_path / "run" / "model").exists()
+
+
+# ---- before the command can start: one line, not an import traceback -------------------------------------------------
+
+
+def test_a_working_folder_deleted_before_the_start_is_named_in_one_line(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    command = Path(sys.executable).parent / "hf-tinygpt"  # the console script, as a user runs it
+    script = f"import os, subprocess, sys; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); "
+    script += f"sys.exit(subprocess.run([{str(command)!r}, 'generate', 'hi']).returncode)"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 2 and run.stderr == (
+        "hf-tinygpt: error: the working folder no longer exists (deleted or moved away): cd to a folder that does\n"
+    )
+
+
+def test_no_usable_temporary_folder_is_named_in_one_line(tmp_path):
+    """As root every folder is writable, so Python's own search for one is told to find none."""
+    script = "import runpy, sys, tempfile; tempfile._candidate_tempdir_list = lambda: ['/nonexistent']; "
+    script += "sys.argv = ['hf-tinygpt', 'generate', 'hi']; runpy.run_module('hf_tinygpt', run_name='__main__')"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 2 and run.stderr == (
+        "hf-tinygpt: error: [Errno 2] No usable temporary directory found in ['/nonexistent']: set TMPDIR to a "
+        "folder you can write\n"
+    )
