@@ -277,3 +277,26 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_with_that_settings_d
     del saved["grad_accum"]
     assert _changed_settings(saved, asdict(TrainingSettings(out="run", train=["data"]))) == []
     assert _changed_settings(saved, asdict(TrainingSettings(out="run", train=["data"], grad_accum=2))) == ["grad_accum"]
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "model"])
+def test_resume_deletes_no_user_file_in_a_folder_that_carries_a_staging_marker(kind, corpus, tmp_path, capsys):
+    """A staging folder as a killed save leaves it (its marker, nothing sealed) holding a file no writer of that kind
+    makes: the clean-up removed it, file and all. Only what writers of its kind write may go."""
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    marked = _new_staging(run / "checkpoints" / "step-000009", kind)
+    (marked / "thesis.tex").write_text("years")
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 2 and f"checkpoints/{marked.name}/" in err
+    assert (marked / "thesis.tex").read_text() == "years"
+
+
+def test_a_save_killed_midway_is_still_cleaned_up_before_resuming(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    marked = _new_staging(run / "checkpoints" / "step-000009", "checkpoint")
+    shutil.copyfile(run / "checkpoints" / "step-000002" / "model.safetensors", marked / "model.safetensors")
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 0, err
+    assert not marked.exists()

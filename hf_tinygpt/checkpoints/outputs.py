@@ -25,6 +25,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import fnmatch
 import hashlib
 import importlib.metadata
 import json
@@ -45,6 +46,34 @@ MANIFEST = ".hf-tinygpt-output.json"
 WRITTEN_BY = "hf-tinygpt"
 # Errors of the write itself (full disk, quota, file size limit, read-only or failing file system).
 WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
+# The names each kind of output's writers make. A writer killed while it wrote leaves an unsealed staging folder:
+# the next writer removes it only when it holds nothing else (anything else, a user's file, is left where it is).
+_MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model-*-of-*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "README.md",
+    "training_history.json",
+    "loss.png",
+    "*.py",  # the model's code, which save_pretrained copies beside it (auto_map)
+)
+WRITTEN = {
+    "model": _MODEL_FILES,
+    "staged": _MODEL_FILES,
+    "checkpoint": ("model.safetensors", "training_state.pt", "rng_state_*.pt", "progress.json"),
+    "tokens": ("tokens.bin", "tokens.json"),
+    "pictures": ("*.png", "*.svg"),
+    "run": (),
+}
 # No folder of ours is nested deeper than this (a run's are 3 deep): past it, a tree is refused, not walked.
 MAX_DEPTH = 32
 # The temporary names a writer of NAME uses beside it: `.NAME.partial-PID-HEX`, `.NAME.old-PID-HEX`.
@@ -230,8 +259,26 @@ def _is_leftover_of_ours(entry: Path) -> bool:
     if found["tag"] == "partial" and manifest is None:
         return not any(entry.iterdir())  # killed before its manifest was written: empty
     if found["tag"] == "partial" and not (manifest["files"] or manifest["folders"] or manifest["outputs"]):
-        return manifest.get("staging") is True  # written when the folder was made, replaced when sealed
+        # Written when the folder was made, replaced when sealed: a writer killed in between left what it wrote so
+        # far, which no manifest lists, so only names its kind of writer makes count as its own.
+        return manifest.get("staging") is True and _only_what_writers_make(entry, manifest.get("kind"))
     return not unproven(entry, contents=True)
+
+
+def _only_what_writers_make(staging: Path, kind) -> bool:
+    """Whether an unsealed staging folder holds nothing but entries that writers of its `kind` make (`WRITTEN`):
+    files of those names, and leftovers or outputs of ours nested in it."""
+    names = WRITTEN.get(kind) if isinstance(kind, str) else None
+    if names is None:
+        return False
+    for entry in staging.iterdir():
+        if entry.name == MANIFEST or _is_leftover_of_ours(entry):
+            continue
+        if entry.is_dir() and not entry.is_symlink() and read_manifest(entry) is not None and not unproven(entry):
+            continue  # a nested output, whole (a GPT-2 source converted while staging for the Hub)
+        if entry.is_symlink() or not entry.is_file() or not any(fnmatch.fnmatchcase(entry.name, n) for n in names):
+            return False
+    return True
 
 
 def unproven(folder: Path, *, contents: bool = True, depth: int = 0) -> list[str]:
