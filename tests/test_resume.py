@@ -300,3 +300,28 @@ def test_a_save_killed_midway_is_still_cleaned_up_before_resuming(corpus, tmp_pa
     code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
     assert code == 0, err
     assert not marked.exists()
+
+
+def test_a_run_whose_folder_vanishes_saves_its_model_elsewhere_and_says_where_it_stopped(
+    corpus, tmp_path, capsys, monkeypatch
+):
+    """The run folder deleted while step 3 is prepared: the run lost everything with only "[Errno 2]"."""
+    from hf_tinygpt import TinyGPTForCausalLM
+    from hf_tinygpt.tools import training
+
+    run = tmp_path / "runs" / "run"
+
+    def deleted_at_step_3(step, *rest):
+        if step == 3:
+            shutil.rmtree(run)
+        return batch_indices(step, *rest)
+
+    monkeypatch.setattr(training, "batch_indices", deleted_at_step_3)
+    code, err = run_cli(capsys, "train", "--train", corpus, *EVERY_TWO, "--steps", 6, "--out", run)
+    [rescued] = list((tmp_path / "runs").iterdir())
+    assert code == 2 and rescued.name.startswith("run-rescued-step-4-")
+    assert last_line(err) == (
+        f"hf-tinygpt train: error: the run folder {run} vanished during the run, at step 4: the model as trained so "
+        f"far is saved in {rescued} (go on with --init-from set to it)"
+    )
+    assert TinyGPTForCausalLM.from_pretrained(rescued).config.n_layer == 1

@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -785,86 +786,118 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_description,
         total=settings.steps, initial=step, disable=not main, desc="training", unit="step", dynamic_ncols=True
     )
     model.train()
-    with _StopRequest() as stop:
-        while step < settings.steps:
-            tick = time.perf_counter()
-            indices = batch_indices(step, settings.batch_size, len(train_blocks), settings.seed)
-            mine = indices[accelerator.process_index * per_process : (accelerator.process_index + 1) * per_process]
-            lr = schedule.get_last_lr()[0]  # the rate this step uses
-            step_loss = 0.0
-            # accelerate's accumulate: backward divides each micro-batch's loss by grad_accum, and the gradients
-            # are synchronised across processes and applied (optimizer.step) only after the last micro-batch.
-            batch = read_blocks(train_blocks, mine)
-            if accelerator.device.type != "cpu":  # pinned host memory lets the copy overlap the previous step
-                batch = batch.pin_memory().to(accelerator.device, non_blocking=True)
-            for micro_ids in batch.chunk(settings.grad_accum):
-                with accelerator.accumulate(model):
-                    with torch.autocast(accelerator.device.type, dtype=torch.bfloat16, enabled=settings.bf16):
-                        loss = model(input_ids=micro_ids, labels=micro_ids, use_cache=False).loss  # no cache to build
-                    accelerator.backward(loss)
-                    if settings.grad_clip and accelerator.sync_gradients:
-                        accelerator.clip_grad_norm_(model.parameters(), settings.grad_clip)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                step_loss += loss.detach() / settings.grad_accum  # micro-batches hold equally many tokens
-            schedule.step()
-            step += 1
-            mean_loss = accelerator.reduce(step_loss, "mean").item()
-            tokens_per_s = tokens_per_step / (time.perf_counter() - tick)
-            progress.update(1)
-            progress.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
-            logged = {"step": step, "train_loss": mean_loss, "lr": lr, "tokens_per_s": tokens_per_s}
-            if validation is not None and (step % settings.eval_every == 0 or step == settings.steps):
-                logged["validation_perplexity"] = perplexity(
-                    model, validation, settings.block_size, settings.eval_batch_size, accelerator
-                )
-            history.append(logged)
-            if settings.report_to:
-                _report(accelerator, out, {k: v for k, v in logged.items() if k != "step"}, step)
-            if "validation_perplexity" in logged and main:
-                tqdm.write(
-                    f"step {step}: train loss {mean_loss:.4f}, validation perplexity "
-                    f"{logged['validation_perplexity']:.2f}"
-                )
-                write_recorded_file(out, LOSS_CURVE, loss_curve_png(history))
-            stop_now = accelerator.reduce(torch.tensor(float(stop.requested), device=accelerator.device), "sum") > 0
-            if step % settings.save_every == 0 or stop_now:
-                checkpoint()
-            if stop_now:
-                progress.close()
+    try:  # a run folder that vanishes (deleted, its disk unmounted) loses no training: it is saved elsewhere
+        with _StopRequest() as stop:
+            while step < settings.steps:
+                tick = time.perf_counter()
+                indices = batch_indices(step, settings.batch_size, len(train_blocks), settings.seed)
+                mine = indices[accelerator.process_index * per_process : (accelerator.process_index + 1) * per_process]
+                lr = schedule.get_last_lr()[0]  # the rate this step uses
+                step_loss = 0.0
+                # accelerate's accumulate: backward divides each micro-batch's loss by grad_accum, and the gradients
+                # are synchronised across processes and applied (optimizer.step) only after the last micro-batch.
+                batch = read_blocks(train_blocks, mine)
+                if accelerator.device.type != "cpu":  # pinned host memory lets the copy overlap the previous step
+                    batch = batch.pin_memory().to(accelerator.device, non_blocking=True)
+                for micro_ids in batch.chunk(settings.grad_accum):
+                    with accelerator.accumulate(model):
+                        with torch.autocast(accelerator.device.type, dtype=torch.bfloat16, enabled=settings.bf16):
+                            loss = model(
+                                input_ids=micro_ids, labels=micro_ids, use_cache=False
+                            ).loss  # no cache to build
+                        accelerator.backward(loss)
+                        if settings.grad_clip and accelerator.sync_gradients:
+                            accelerator.clip_grad_norm_(model.parameters(), settings.grad_clip)
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+                    step_loss += loss.detach() / settings.grad_accum  # micro-batches hold equally many tokens
+                schedule.step()
+                step += 1
+                mean_loss = accelerator.reduce(step_loss, "mean").item()
+                tokens_per_s = tokens_per_step / (time.perf_counter() - tick)
+                progress.update(1)
+                progress.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+                logged = {"step": step, "train_loss": mean_loss, "lr": lr, "tokens_per_s": tokens_per_s}
+                if validation is not None and (step % settings.eval_every == 0 or step == settings.steps):
+                    logged["validation_perplexity"] = perplexity(
+                        model, validation, settings.block_size, settings.eval_batch_size, accelerator
+                    )
+                history.append(logged)
                 if settings.report_to:
-                    _end_report(accelerator, out)
-                said = f"checkpoint saved at step {step}; continue with `TrainingSettings.resume=True`"
-                raise TrainingInterrupted(said if main else "")
-    progress.close()
-    if settings.report_to:
-        _end_report(accelerator, out)
-    wall = wall_before + time.perf_counter() - started
+                    _report(accelerator, out, {k: v for k, v in logged.items() if k != "step"}, step)
+                if "validation_perplexity" in logged and main:
+                    tqdm.write(
+                        f"step {step}: train loss {mean_loss:.4f}, validation perplexity "
+                        f"{logged['validation_perplexity']:.2f}"
+                    )
+                    write_recorded_file(out, LOSS_CURVE, loss_curve_png(history))
+                stop_now = accelerator.reduce(torch.tensor(float(stop.requested), device=accelerator.device), "sum") > 0
+                if step % settings.save_every == 0 or stop_now:
+                    checkpoint()
+                if stop_now:
+                    progress.close()
+                    if settings.report_to:
+                        _end_report(accelerator, out)
+                    said = f"checkpoint saved at step {step}; continue with `TrainingSettings.resume=True`"
+                    raise TrainingInterrupted(said if main else "")
+        progress.close()
+        if settings.report_to:
+            _end_report(accelerator, out)
+        wall = wall_before + time.perf_counter() - started
 
-    summary = {
-        "steps": step,
-        "final_train_loss": history[-1]["train_loss"] if history else None,
-        "wall_s": wall,
-        "history": history,
-    }
-    model = accelerator.unwrap_model(model, keep_torch_compile=False)
-    if main:
-        record(out, outputs=[FINAL])
-        summary["validation_perplexity"] = _write_final_model(
-            model,
-            out / FINAL,
-            settings,
-            tokenizer_from,
-            train_description,
-            train_blocks.size,
-            validation,
-            wall,
-            accelerator,
-            history=history,
-        )
-        write_recorded_file(out, "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+        summary = {
+            "steps": step,
+            "final_train_loss": history[-1]["train_loss"] if history else None,
+            "wall_s": wall,
+            "history": history,
+        }
+        model = accelerator.unwrap_model(model, keep_torch_compile=False)
+        if main:
+            record(out, outputs=[FINAL])
+            summary["validation_perplexity"] = _write_final_model(
+                model,
+                out / FINAL,
+                settings,
+                tokenizer_from,
+                train_description,
+                train_blocks.size,
+                validation,
+                wall,
+                accelerator,
+                history=history,
+            )
+            write_recorded_file(out, "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+    except OSError as error:
+        if out.is_dir() or not main:
+            raise
+        progress.close()
+        raise _run_folder_vanished(
+            out, step, accelerator.unwrap_model(model, keep_torch_compile=False), tokenizer_from
+        ) from error
     accelerator.wait_for_everyone()
     return model, summary
+
+
+def _run_folder_vanished(out: Path, step: int, model, tokenizer_from) -> OSError:
+    """The run folder is gone: the model as trained so far is written to a folder beside where it was (or the
+    temporary folder, where that is gone too), and the error says where, and at which step the run stopped."""
+    from ..checkpoints.convert import save_model_folder
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for place in (out.parent, Path(tempfile.gettempdir())):
+        rescued = place / f"{out.name}-rescued-step-{step}-{stamp}"
+        try:
+            with output_folder(rescued) as staging:
+                save_model_folder(model, staging, tokenizer_from=tokenizer_from)
+        except OSError:
+            continue
+        return FileNotFoundError(
+            f"the run folder {out} vanished during the run, at step {step}: the model as trained so far is saved in "
+            f"{rescued} (go on with `TrainingSettings.init_from` set to it)"
+        )
+    return FileNotFoundError(
+        f"the run folder {out} vanished during the run, at step {step}, and the model could not be saved elsewhere"
+    )
 
 
 def _write_final_model(
