@@ -4,6 +4,7 @@ Each decoder compiles once (a few seconds for these tiny models). The reference 
 over the whole sequence, and for GPT-2 weights transformers' own GPT2LMHeadModel.
 """
 
+import copy
 from functools import partial
 
 import pytest
@@ -116,6 +117,33 @@ def test_after_the_weights_change_a_new_decoder_compiles_them_and_an_old_one_ref
     decoder = CompiledDecoder(model, max_length=24, autotune=False)
     compiled = decoder.generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
     assert step_logits_against_full_forward(model, 4, compiled) < 1e-5
+
+
+def test_weights_changed_through_data_never_reach_a_built_decoder():
+    """`.data` bumps no version counter, so the decoder cannot see such a change; before it decoded with its own
+    copy, its frozen step held some weights as constants and read others live, and decoded with neither the old
+    weights nor the new. Changes that bump the counters are still refused."""
+    model = tiny_model("rope")
+    as_built = copy.deepcopy(model)
+    prompt = torch.tensor([[1, 17, 42, 5]])
+    decoder = CompiledDecoder(model, max_length=24, autotune=False)
+    expected = as_built.generate(prompt, max_new_tokens=10, min_new_tokens=10, **GREEDY).sequences
+    block = model.transformer.h[0]
+    changes = [
+        lambda: model.lm_head.weight.data.mul_(0.5),  # tied: the token table too
+        lambda: block.mlp.c_fc.weight.data.copy_(torch.randn_like(block.mlp.c_fc.weight)),
+        lambda: block.attn.c_proj.weight.data.__setitem__([0, 1], block.attn.c_proj.weight.data[[1, 0]]),
+        lambda: model.transformer.ln_f.weight.data.add_(1.0),
+    ]
+    for change in changes:
+        change()
+        compiled = decoder.generate(prompt, max_new_tokens=10, min_new_tokens=10, **GREEDY)
+        assert torch.equal(compiled.sequences, expected)
+        assert step_logits_against_full_forward(as_built, 4, compiled) < 1e-5
+    with torch.no_grad():
+        model.transformer.ln_f.weight.mul_(2)
+    with pytest.raises(ValueError, match="weights changed after this decoder was built"):
+        decoder.generate(prompt, max_new_tokens=4)
 
 
 def test_int8_decoders_of_two_models_of_one_shape_each_decode_with_their_own_weights(tmp_path):
@@ -269,6 +297,17 @@ def test_the_decoder_refuses_inputs_its_compiled_step_cannot_take():
         decoder.generate(torch.ones(2, 4, dtype=torch.long), max_new_tokens=2)
     with pytest.raises(ValueError, match=r"Prompt \(10 tokens\) \+ max_new_tokens \(7\) exceeds .*max_length=16"):
         decoder.generate(torch.ones(1, 10, dtype=torch.long), max_new_tokens=7)
+
+
+def test_a_decoder_of_the_smallest_max_length_builds_and_decodes():
+    """`max_length=4` is the least the build's own decode (a 1-token prompt and 3 new tokens) fits in."""
+    model = tiny_model("learned")
+    decoder = CompiledDecoder(model, max_length=4, autotune=False)
+    prompt = torch.tensor([[1, 17]])
+    compiled = decoder.generate(prompt, max_new_tokens=2, min_new_tokens=2, **GREEDY)
+    assert torch.equal(
+        compiled.sequences, model.generate(prompt, max_new_tokens=2, min_new_tokens=2, **GREEDY).sequences
+    )
 
 
 def test_decoders_are_safe_to_call_from_several_threads():

@@ -9,6 +9,7 @@ from transformers import pipeline
 
 import hf_tinygpt
 from hf_tinygpt.cli import main
+from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
 from hf_tinygpt.tools.generate import generate_text, load_for_generation
 
 PROMPT = "Friends, Romans, countrymen"
@@ -76,3 +77,57 @@ def test_generate_runs_a_gpt_neox_export_of_a_rope_model(tmp_path, capsys):
 def test_a_missing_model_is_a_clear_error(tmp_path, capsys):
     assert main(["generate", PROMPT, "--model", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("max_new_tokens", True),
+        ("temperature", True),
+        ("temperature", False),
+        ("top_k", True),
+        ("top_p", True),
+        ("seed", True),
+        ("seed", False),
+        ("seed", 1.5),
+        ("seed", -1),
+        ("seed", 2**32),
+    ],
+)
+def test_generation_options_must_be_numbers_not_booleans(option, value):
+    """bool is a subclass of int: `top_k=True` would sample from one token, `seed=False` seed with 0."""
+    model, tokenizer = text_model("alibi"), hf_tinygpt.gpt2_tokenizer()
+    with pytest.raises(ValueError, match=f"`{option}`"):
+        generate_text(PROMPT, model, tokenizer, quiet=True, **{"max_new_tokens": 2, option: value})
+
+
+def test_a_tokenizer_is_given_with_a_loaded_model_and_only_then(folder):
+    """A path or the default model brings its own tokenizer, which a tokenizer passed alongside would silently lose
+    to; a loaded model has none to fall back on."""
+    tokenizer = hf_tinygpt.gpt2_tokenizer()
+    for model in (str(folder), folder, None):
+        with pytest.raises(ValueError, match="`tokenizer`"):
+            generate_text(PROMPT, model, tokenizer, max_new_tokens=2, quiet=True)
+    with pytest.raises(ValueError, match="`tokenizer`"):
+        generate_text(PROMPT, text_model("alibi"), None, max_new_tokens=2, quiet=True)
+    assert generate_text(PROMPT, folder, max_new_tokens=2, temperature=0, quiet=True).startswith(PROMPT)
+
+
+@pytest.mark.parametrize(
+    "argument, value",
+    [
+        ("max_length", 0),
+        ("max_length", 3),  # the build decodes 3 tokens after a 1-token prompt
+        ("max_length", True),
+        ("max_length", 16.0),
+        ("batch_size", 0),
+        ("batch_size", True),
+        ("batch_size", 2.0),
+        ("autotune", 1),
+        ("autotune", None),
+    ],
+)
+def test_compiled_decoder_arguments_are_checked_before_it_compiles(argument, value):
+    """`max_length=0` built a decoder of n_positions tokens, `batch_size=True` one of batch 1: each is an error."""
+    with pytest.raises(ValueError, match=f"`{argument}`"):
+        CompiledDecoder(tiny_model("rope"), **{"max_length": 16, "autotune": False, argument: value})

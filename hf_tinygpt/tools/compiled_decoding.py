@@ -7,9 +7,17 @@ a `StaticCache` lets `generate` compile the step (transformers' auto-compile); i
 into it as constants, so that inductor pre-packs them and picks its GEMM by measuring; attention runs as eager
 matmul + softmax, which inductor fuses. One kernel is ours: int8 products of 5 to 16 rows (batch 8) go to
 `int8_dot_products`, where inductor's int8 GEMM is slow (int8_dot_products.py says why). Nothing outside the decoder
-changes: it decodes with a private copy of the model's modules and config (sharing the parameters), a cache of its
-own, and a backend of its own, so that dynamo never reuses another decoder's frozen step (it reuses a step under an
-equal backend, and two "inductor" are equal).
+changes: it decodes with a private copy of the model (modules, config, parameters and buffers), a cache of its own,
+and a backend of its own, so that dynamo never reuses another decoder's frozen step (it reuses a step under an equal
+backend, and two "inductor" are equal).
+
+The copy of the weights is what keeps a decoder to the weights it compiled: the frozen step holds some as constants
+of its own (packed, `c_fc`'s say) and reads others from the module's tensors (`ln_f`'s), and the prompt's eager
+forward reads them all, so with shared parameters a change made where no version counter sees it (`p.data.mul_(2)`,
+`p.data[[0, 1]] = p.data[[1, 0]]`) reached some of a decode and not the rest. Checking the weights' contents on every
+call instead costs a large part of a decode. The cost is one more copy of the weights per decoder, and like the packed
+constants it outlives the decoder: the step's generated module holds it (scripts/README.md, "Costs", has both
+measured).
 
 The private APIs it needs, and why:
 - `CompileConfig._compile_all_devices`: transformers auto-compiles the decoding step only on CUDA/XPU unless it is
@@ -22,8 +30,9 @@ The private APIs it needs, and why:
   modules' `__call__` share, and the default limit would make the ninth decoder in a process fail.
 - `torch._dynamo.exc.FailOnRecompileLimitHit`: how dynamo stops a compile at that limit; for a built decoder it
   means a call its step cannot take, which the decoder reports as such.
-- `Tensor._version`: freezing binds the step to the weights as they were, and dynamo's guards never look at values;
-  the in-place version counters are how a decoder notices that the weights changed since.
+- `Tensor._version`: the in-place version counters are how a decoder notices that the model's weights changed after
+  its build (an optimizer step, `load_state_dict`, an in-place op), to refuse rather than decode the old ones; a
+  change through `.data` bumps no counter, goes unnoticed, and leaves the decoder with its copy as built.
 """
 
 import copy
@@ -59,6 +68,9 @@ GUARD_SETTINGS = {"guard_filter_fn": _SKIP_MODULE_GUARDS} if _SKIP_MODULE_GUARDS
 
 # Decoders compile one at a time: the settings above are process-wide while they are patched in.
 _BUILDING = threading.Lock()
+# The build decodes 3 tokens after a 1-token prompt, so that the step compiles and then runs once as compiled.
+_BUILD_NEW_TOKENS = 3
+MIN_MAX_LENGTH = 1 + _BUILD_NEW_TOKENS
 
 
 class _CompileAfterBuild(Exception):
@@ -98,9 +110,28 @@ def _raised_by(error: BaseException, kind) -> bool:
     return False
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # bool is a subclass of int
+
+
+def check_decoder_arguments(*, batch_size, max_length, autotune):
+    """A ValueError naming the argument for a `CompiledDecoder` argument that would build a decoder other than the
+    one asked for (`max_length=0` meant n_positions, `batch_size=True` batch 1) or fail inside the build."""
+    if not (_is_int(batch_size) and batch_size >= 1):
+        raise ValueError(f"`batch_size` must be an integer >= 1, got {batch_size!r}")
+    if max_length is not None and not (_is_int(max_length) and max_length >= MIN_MAX_LENGTH):
+        raise ValueError(
+            f"`max_length` must be None (the model's n_positions) or an integer >= {MIN_MAX_LENGTH} (prompt + new "
+            f"tokens; the build decodes {_BUILD_NEW_TOKENS} tokens after a 1-token prompt), got {max_length!r}"
+        )
+    if not isinstance(autotune, bool):
+        raise ValueError(f"`autotune` must be True or False, got {autotune!r}")
+
+
 def weights_fingerprint(model) -> tuple:
-    """Where every parameter and buffer lives and how often it was changed in place (`_version`): any change to the
-    weights, by an optimizer, `load_state_dict` or `.to()`, changes this."""
+    """Where every parameter and buffer lives and how often it was changed in place (`_version`): a change to the
+    weights by an optimizer, `load_state_dict`, `.to()` or an in-place op changes this; one through `.data` does
+    not."""
     return tuple((t.data_ptr(), t._version) for t in itertools.chain(model.parameters(), model.buffers()))
 
 
@@ -112,9 +143,9 @@ def int8_products_only(model) -> bool:
 
 
 def private_copy(model):
-    """A copy of `model`'s modules and config that shares its parameters and buffers (no weight is copied)."""
-    shared = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
-    return copy.deepcopy(model, memo=shared)
+    """A copy of `model`: modules, config, parameters and buffers (tied weights stay tied, copied once), so that
+    nothing done to `model` afterwards reaches the copy."""
+    return copy.deepcopy(model)
 
 
 class CompiledDecoder:
@@ -123,16 +154,24 @@ class CompiledDecoder:
     Works for any transformers causal LM whose cache can be static: TinyGPT, and GPT2LMHeadModel for comparison.
     Building it compiles the step (tens of seconds for GPT-2 small on 2 cores; `autotune=False` skips timing
     candidate kernels, for a faster compile and a slower step); calls reuse it. The model is left as it was. The
-    step has the weights as they were at build time frozen in: after they change, calls refuse and a new decoder
-    compiles the new ones. Arguments that change what the step computes (`output_hidden_states`, `output_attentions`)
-    are refused, since the step compiles only at the build. Safe to call from several threads: a decoder's calls run
-    one at a time.
+    decoder decodes with its own copy of the weights as they were at build time (one more copy of the weights in
+    memory; scripts/README.md has the figures), frozen into the step: after the model's weights change visibly
+    (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the new ones; a
+    change through `.data`, which it cannot see, leaves it decoding the weights it was built with. Arguments that
+    change what the step computes (`output_hidden_states`, `output_attentions`) are refused, since the step
+    compiles only at the build. Safe to call from several threads: a decoder's calls run one at a time.
     """
 
     def __init__(self, model, *, batch_size: int = 1, max_length: int | None = None, autotune: bool = True):
+        check_decoder_arguments(batch_size=batch_size, max_length=max_length, autotune=autotune)
         self.source = model
         self.batch_size = batch_size
-        self.max_length = max_length or model.config.n_positions
+        self.max_length = model.config.n_positions if max_length is None else max_length
+        if self.max_length < MIN_MAX_LENGTH:  # only a model of under 4 positions gets here, through its default
+            raise ValueError(
+                f"`max_length` defaults to n_positions={self.max_length}, and a decoder needs at least "
+                f"{MIN_MAX_LENGTH} positions to compile its step: this model is too short for one"
+            )
         # Learned positions stop at n_positions. The eager model says so itself, but that check is skipped inside
         # the compiled step, so it is made here, once (GPT-2's config has no position_embedding_type: learned).
         learned = getattr(model.config, "position_embedding_type", "learned") == "learned"
@@ -163,7 +202,7 @@ class CompiledDecoder:
             # mask says the prompt of pad ids is no padding (without it, generate warns of right padding).
             prompt = torch.zeros(batch_size, 1, dtype=torch.long, device=model.device)
             options = dict(do_sample=False, eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(prompt))
-            self.generate(prompt, max_new_tokens=3, **options)
+            self.generate(prompt, max_new_tokens=_BUILD_NEW_TOKENS, **options)
         self.backend.building = False
 
     @torch.no_grad()
@@ -182,8 +221,8 @@ class CompiledDecoder:
             )
         if weights_fingerprint(self.source) != self.weights:
             raise ValueError(
-                "The model's weights changed after this decoder was built, and its compiled step has "
-                "the old ones frozen in: build a new CompiledDecoder (it compiles again)."
+                "The model's weights changed after this decoder was built, and it decodes with its copy "
+                "of the old ones: build a new CompiledDecoder (it compiles again)."
             )
         with self._one_at_a_time:
             self.cache.reset()

@@ -1,6 +1,7 @@
 """The main job: load a model through `AutoModelForCausalLM` and stream its continuation of a prompt."""
 
 import math
+import os
 import sys
 
 import torch
@@ -66,10 +67,23 @@ def generate_text(
     quiet: bool = False,
 ) -> str:
     """Continue `prompt`, writing tokens to `stream` (default: stdout) as they are produced, unless `quiet`; returns
-    the whole text. temperature 0 means greedy decoding."""
-    check_generation_options(prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
-    if model is None or isinstance(model, str):
+    the whole text. temperature 0 means greedy decoding. `model`: a loaded model, with its `tokenizer`; or a folder
+    or Hub id (None: the shipped default model), loaded with its own tokenizer, and then no `tokenizer`."""
+    check_generation_options(
+        prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+    )
+    if model is None or isinstance(model, (str, os.PathLike)):
+        if tokenizer is not None:
+            raise ValueError(
+                "`tokenizer` goes with a loaded model; a model given by path (or None, the default model) "
+                "is loaded with its own tokenizer: leave `tokenizer` out, or pass the model loaded"
+            )
         model, tokenizer = load_for_generation(model)
+    elif tokenizer is None:
+        raise ValueError(
+            "a loaded model needs its `tokenizer`: pass it too, or give the model's path and "
+            "both are loaded (load_for_generation)"
+        )
     if seed is not None:
         set_seed(seed)
     inputs = tokenizer(prompt, return_tensors="pt")
@@ -94,8 +108,22 @@ def generate_text(
 MIN_TEMPERATURE = 1e-3
 
 
+def _is_number(value, kind=(int, float)) -> bool:
+    return isinstance(value, kind) and not isinstance(value, bool)  # bool is a subclass of int
+
+
+# transformers' `set_seed` seeds numpy too, which takes no seed outside this range.
+SEED_RANGE = range(2**32)
+
+
 def check_generation_options(
-    prompt: str, *, max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None
+    prompt: str,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None = None,
 ):
     """A ValueError naming the argument for anything `generate` would silently ignore, misread or crash on."""
     if not isinstance(prompt, str) or not prompt:
@@ -104,16 +132,18 @@ def check_generation_options(
         prompt.encode("utf-8")
     except UnicodeEncodeError:  # undecodable bytes on the command line arrive as lone surrogates
         raise ValueError("the prompt is not valid UTF-8 text: check the terminal's encoding") from None
-    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+    if not (_is_number(max_new_tokens, int) and max_new_tokens >= 1):
         raise ValueError(f"`max_new_tokens` must be an integer >= 1, got {max_new_tokens!r}")
-    if not (isinstance(temperature, (int, float)) and (temperature == 0 or MIN_TEMPERATURE <= temperature < math.inf)):
+    if not (_is_number(temperature) and (temperature == 0 or MIN_TEMPERATURE <= temperature < math.inf)):
         raise ValueError(
             f"`temperature` must be 0 (greedy decoding) or a finite number >= {MIN_TEMPERATURE:g}, got {temperature!r}"
         )
-    if top_k is not None and not (isinstance(top_k, int) and top_k >= 0):
+    if top_k is not None and not (_is_number(top_k, int) and top_k >= 0):
         raise ValueError(f"`top_k` must be an integer >= 0 (0: no limit), got {top_k!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+    if top_p is not None and not (_is_number(top_p) and 0 < top_p <= 1):
         raise ValueError(f"`top_p` must be in (0, 1], got {top_p!r}")
+    if seed is not None and not (_is_number(seed, int) and seed in SEED_RANGE):
+        raise ValueError(f"`seed` must be None (a fresh seed) or an integer from 0 to 2**32 - 1, got {seed!r}")
 
 
 class _Streamer(TextStreamer):
