@@ -194,7 +194,9 @@ def add_plot_arguments(parser: argparse.ArgumentParser):
     )
     add_output_arguments(parser, "folder for the pictures")
     parser.add_argument("--svg", action="store_true", help="write NAME.svg next to each NAME.png")
-    parser.add_argument("--seed", type=int, default=0, help="picks the traced dimensions and any random init")
+    parser.add_argument(
+        "--seed", type=int_at_least(0), default=0, help="picks the traced dimensions and any random init"
+    )
     parser.add_argument("--dims", type=int, default=8, help="how many single dimensions to trace")
     parser.add_argument("--max-positions", type=int, help="positions/offsets/distances to plot (default: n_positions)")
     parser.add_argument(

@@ -502,3 +502,117 @@ def test_no_usable_temporary_folder_is_named_in_one_line(tmp_path):
         "hf-tinygpt: error: [Errno 2] No usable temporary directory found in ['/nonexistent']: set TMPDIR to a "
         "folder you can write\n"
     )
+
+
+# ---- a second hostile pass: what waits forever, loops, or fails only after the work ------------------------------
+
+
+def finishes(function, seconds=120):
+    """`function()`'s result, or a failure if it is still running after `seconds` (a read that waits forever)."""
+    import threading
+
+    result = []
+    worker = threading.Thread(target=lambda: result.append(function()), daemon=True)
+    worker.start()
+    worker.join(timeout=seconds)
+    assert not worker.is_alive(), "still waiting"
+    return result[0]
+
+
+@pytest.mark.parametrize("option", ["--config", "--validation", "--train"])
+def test_a_fifo_given_as_a_file_is_refused_instead_of_read_forever(option, corpus, tmp_path, capsys):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    train = [] if option == "--train" else ["--train", corpus]
+    argv = ["train", *train, option, fifo, *TINY_RUN, "--out", tmp_path / "run"]
+    code, err = finishes(lambda: run_cli(capsys, *argv))
+    assert code == 2 and "is not a regular file (a FIFO, device or socket?)" in last_line(err), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_tokenizer_file_that_is_a_fifo_is_named_not_skipped_for_the_bundled_one(tmp_path, capsys):
+    folder = save_with_tokenizer(text_model(), tmp_path / "model")
+    (folder / "tokenizer.json").unlink()
+    os.mkfifo(folder / "tokenizer.json")
+    code, err = finishes(lambda: run_cli(capsys, "generate", "hi", "--model", folder, "--max-new-tokens", 2))
+    assert code == 2 and f"{folder / 'tokenizer.json'} is not a regular file" in last_line(err), err
+
+
+@pytest.mark.parametrize("where", ["--train", "--out"])
+def test_a_loop_of_symbolic_links_is_named_in_one_line(where, corpus, tmp_path, capsys):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    argv = {"--train": ["--train", loop, "--out", tmp_path / "run"], "--out": ["--train", corpus, "--out", loop]}
+    code, err = run_cli(capsys, "train", *argv[where], *TINY_RUN)
+    assert code == 2 and "Traceback" not in err
+    assert f"{loop} (" in last_line(err) and "is a loop of symbolic links" in last_line(err)
+
+
+def test_a_path_that_is_not_utf8_is_refused_before_training_not_after(corpus, tmp_path, capsys):
+    """The card records the paths as UTF-8 text: the run trained, then failed writing it, and lost the model."""
+    out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/out\xff")
+    code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--out", out)
+    assert code == 2 and "--out: " in last_line(err) and "is not valid UTF-8" in last_line(err)
+    assert not os.path.lexists(out)
+
+
+def test_converting_a_model_of_a_short_context_to_gpt2_verifies_it_within_that_context(tmp_path, capsys):
+    """The sample the export is verified on has 22 tokens: a model of 16 positions failed with an IndexError."""
+    tiny_model(n_positions=16).save_pretrained(tmp_path / "short")
+    code, err = run_cli(capsys, "convert", tmp_path / "short", "--to", "gpt2", "--out", tmp_path / "gpt2")
+    assert code == 0, err
+    assert "verify: max |Δlogits|" in err
+
+
+def test_a_card_quotes_a_folder_name_that_holds_code_as_a_string_literal(corpus, tmp_path, capsys):
+    import ast
+
+    out = tmp_path / 'q"+__import__("os").getlogin()+"'
+    assert run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--out", out)[0] == 0
+    card = (out / "model" / "README.md").read_text()
+    line = next(line for line in card.splitlines() if line.startswith("generator = pipeline("))
+    call = ast.parse(line).body[0].value
+    [model] = [keyword.value for keyword in call.keywords if keyword.arg == "model"]
+    assert isinstance(model, ast.Constant) and model.value == str(out / "model")
+
+
+def test_a_config_with_the_rope_parameters_the_readme_documents_trains(corpus, tmp_path, capsys):
+    config = tmp_path / "rope.json"
+    config.write_text(
+        json.dumps(
+            {"position_embedding_type": "rope", "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}
+        )
+    )
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, "--config", config, *TINY_RUN, "--steps", 1, "--out", tmp_path / "run"
+    )
+    assert code == 0, err
+    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert saved["rope_parameters"]["rope_theta"] == 500.0
+
+
+def test_plot_positions_refuses_a_negative_seed_as_every_verb_does(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        run_cli(capsys, "plot-positions", "rope", "--out", tmp_path / "plots", "--seed", "-1")
+    assert exit.value.code == 2 and "--seed: must be an integer >= 0, got -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"out": None}, "`TrainingSettings.out` must be a path, got None"),
+        ({"out": "run", "config": [1]}, "`TrainingSettings.config` must be a dict of TinyGPTConfig fields, got [1]"),
+    ],
+)
+def test_training_settings_of_the_wrong_type_are_named(settings, message, corpus):
+    from hf_tinygpt.tools.training import TrainingSettings
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TrainingSettings(train=[str(corpus)], **settings)
+
+
+def test_a_prompt_that_is_not_text_is_named_as_such():
+    from hf_tinygpt.tools.generate import generate_text
+
+    with pytest.raises(ValueError, match="`prompt` must be the text to continue, a str, got int"):
+        generate_text(5, text_model(), gpt2_tokenizer())

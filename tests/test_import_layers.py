@@ -112,7 +112,7 @@ def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, tmp_path, c
         sys.modules, "hf_tinygpt.tools.training" if extra == "train" else "hf_tinygpt.tools.plots", raising=False
     )
     args = {
-        "train": ["train", "--train", str(tmp_path), "--out", str(tmp_path / "run")],
+        "train": ["train", "--train", str(tmp_path / "texts"), "--out", str(tmp_path / "run")],
         "plot-positions": ["plot-positions", "rope", "--out", str(tmp_path / "plots")],
     }[verb]
     assert main(args) == 2

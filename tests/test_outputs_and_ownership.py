@@ -294,7 +294,7 @@ def test_two_writers_of_one_output_cannot_both_win(tmp_path):
     out = tmp_path / "out"
     with output_folder(out) as staging:
         (staging / "config.json").write_text('{"model_type": "tinygpt"}')
-        with pytest.raises(FileExistsError, match="being written by another hf-tinygpt process"):
+        with pytest.raises(FileExistsError, match="is already being written by this process"):
             with output_folder(out, force=True):
                 pass
     assert contents(out) == {"config.json": b'{"model_type": "tinygpt"}'}

@@ -325,3 +325,22 @@ def test_a_run_whose_folder_vanishes_saves_its_model_elsewhere_and_says_where_it
         f"far is saved in {rescued} (go on with --init-from set to it)"
     )
     assert TinyGPTForCausalLM.from_pretrained(rescued).config.n_layer == 1
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_saves_a_checkpoint_as_ctrl_c_does(number, corpus, tmp_path, capsys, monkeypatch):
+    """`kill PID` (or a batch system's preemption, or a closed terminal) ended the run with nothing saved since the
+    last --save-every."""
+    from hf_tinygpt.tools import training
+
+    def signalled_at_step_3(step, *rest):
+        if step == 3:
+            os.kill(os.getpid(), number)
+        return batch_indices(step, *rest)
+
+    monkeypatch.setattr(training, "batch_indices", signalled_at_step_3)
+    run = tmp_path / "run"
+    code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 10, "--save-every", 100, "--out", run)
+    assert code == 130, err
+    assert "checkpoint saved at step 4; continue with --resume" in last_line(err)
+    assert (run / "checkpoints" / "step-000004" / "progress.json").is_file()

@@ -202,17 +202,19 @@ def save_model_folder(model, folder: str | os.PathLike, *, tokenizer_from: str |
 SAMPLE_TEXT = "To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer"
 
 
-def sample_ids(folder, vocab_size: int) -> torch.Tensor:
+def sample_ids(folder, vocab_size: int, n_positions: int | None = None) -> torch.Tensor:
     """SAMPLE_TEXT through the folder's own tokenizer, or the bundled GPT-2 one where it has none (ids folded into
-    a tiny test vocabulary if need be)."""
+    a tiny test vocabulary if need be), cut to the model's context (`n_positions`) where it is shorter."""
     tokenizer = load_tokenizer(folder if has_tokenizer(folder) else "gpt2")
-    return tokenizer(SAMPLE_TEXT, return_tensors="pt").input_ids % vocab_size
+    return tokenizer(SAMPLE_TEXT, return_tensors="pt").input_ids[:, :n_positions] % vocab_size
 
 
 def _checked_delta(model_a, model_b, folder, tolerance: float) -> float:
     from .verify import max_logit_delta
 
-    delta, scale = max_logit_delta(model_a, model_b, sample_ids(folder, model_a.config.vocab_size))
+    contexts = [getattr(m.config, "n_positions", None) or m.config.max_position_embeddings for m in (model_a, model_b)]
+    ids = sample_ids(folder, model_a.config.vocab_size, min(contexts))
+    delta, scale = max_logit_delta(model_a, model_b, ids)
     if not delta <= tolerance * scale:
         raise ValueError(
             f"verification failed: max |Δlogits| {delta:.3g} > {tolerance:g} × {scale:.3g} (the logits' "

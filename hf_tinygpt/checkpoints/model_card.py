@@ -6,6 +6,7 @@ later (for the repo id it is pushed to) from the card alone.
 
 import copy
 import importlib.metadata
+import json
 import re
 import shlex
 from importlib import resources
@@ -48,9 +49,11 @@ def architecture_table(config: TinyGPTConfig) -> str:
 
 
 def usage_snippet(model_id: str) -> str:
+    """Python that loads `model_id`, which is quoted as a string literal whatever it holds (a folder's name may hold
+    quotes, `+` and code)."""
     return (
         "from transformers import pipeline\n\n"
-        f'generator = pipeline("text-generation", model="{model_id}", trust_remote_code=True)\n'
+        f'generator = pipeline("text-generation", model={json.dumps(model_id)}, trust_remote_code=True)\n'
         f'print(generator("{SAMPLE_PROMPT}", max_new_tokens=30, do_sample=False)[0]["generated_text"])'
     )
 

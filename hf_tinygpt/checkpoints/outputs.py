@@ -321,6 +321,13 @@ def unproven(folder: Path, *, contents: bool = True, depth: int = 0) -> list[str
 # ---- checking and locking OUT ----------------------------------------------------------------------------------
 
 
+def _resolved(path: Path, what: str) -> Path:
+    try:
+        return path.resolve()
+    except RuntimeError:  # pathlib's word for a symbolic link loop (ELOOP)
+        raise ValueError(f"{path} ({what}) is a loop of symbolic links: it names no file or folder") from None
+
+
 def refuse_inputs(out: Path, protect: Mapping):
     """A ValueError when OUT is, contains or lies inside one of the inputs `protect` names ({name: path or list of
     paths}; a `Path` is local even before it exists, a str that names nothing on disk is taken for a Hub id), or is or contains the
@@ -330,7 +337,7 @@ def refuse_inputs(out: Path, protect: Mapping):
             f"`protect` must map each input's name to its path ({{'`src`': path}}), got {type(protect).__name__}"
         )
     out = Path(out).absolute()
-    resolved = out.resolve()
+    resolved = _resolved(out, "the output")
     cwd = Path.cwd().resolve()
     if cwd == resolved or resolved in cwd.parents:
         relation = "is" if cwd == resolved else "contains"
@@ -343,7 +350,7 @@ def refuse_inputs(out: Path, protect: Mapping):
                 raise TypeError(f"`protect`: a path of {name} must be a str or a Path, got {type(value).__name__}")
             if value is None or (isinstance(value, str) and not os.path.lexists(value)):
                 continue  # not given, or a Hub id
-            path = Path(value).absolute().resolve()
+            path = _resolved(Path(value).absolute(), name)
             if path == resolved or resolved in path.parents or path in resolved.parents:
                 relation = "is" if path == resolved else "contains" if resolved in path.parents else "is inside"
                 raise ValueError(

@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import pickle
+import stat
 from pathlib import Path
 
 import torch
@@ -60,9 +61,18 @@ def reading_checkpoint(source):
         raise ValueError(f"{source}: cannot read this checkpoint ({describe(error)})") from error
 
 
+def refuse_what_is_not_a_file(path, what: str | None = None):
+    """A ValueError for a path that exists and is not a regular file (a FIFO, a device, a socket): reading one would
+    wait forever, or read what no file holds."""
+    with contextlib.suppress(OSError):
+        if not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path):
+            raise ValueError(f"{what or path} is not a regular file (a FIFO, device or socket?): give a file")
+
+
 def read_json_object(path, what: str | None = None) -> dict:
     """A JSON file that must hold an object, or a ValueError naming the file and what is wrong with it."""
     what = what or str(path)
+    refuse_what_is_not_a_file(path, what)
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)
@@ -162,6 +172,8 @@ def has_tokenizer(src, **hub_kwargs) -> bool:
     """Whether a folder or Hub repo carries tokenizer files (fast `tokenizer.json` or BPE `vocab.json`)."""
     names = ("tokenizer.json", "vocab.json")
     if Path(src).is_dir():
+        for name in names:  # one that is there but no file would be skipped for the bundled tokenizer: say so
+            refuse_what_is_not_a_file(Path(src) / name)
         return any((Path(src) / name).is_file() for name in names)
     hub = {key: value for key, value in hub_kwargs.items() if key in HUB_OPTIONS}
     return any(file_exists(str(src), name, **hub) for name in names)

@@ -126,7 +126,9 @@ def check_generation_options(
     seed: int | None = None,
 ):
     """A ValueError naming the argument for anything `generate` would silently ignore, misread or crash on."""
-    if not isinstance(prompt, str) or not prompt:
+    if not isinstance(prompt, str):
+        raise ValueError(f"`prompt` must be the text to continue, a str, got {type(prompt).__name__}")
+    if not prompt:
         raise ValueError("the prompt is empty: give the text to continue")
     try:
         prompt.encode("utf-8")

@@ -41,7 +41,13 @@ from ..checkpoints.outputs import (
     unproven,
     write_recorded_file,
 )
-from ..checkpoints.reading import describe, load_strictly, read_config_dict, read_json_object
+from ..checkpoints.reading import (
+    describe,
+    load_strictly,
+    read_config_dict,
+    read_json_object,
+    refuse_what_is_not_a_file,
+)
 from ..checkpoints.training_history import LOSS_CURVE, checked_history, loss_curve_png, write_history
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
@@ -160,6 +166,10 @@ class TrainingSettings:
                 f"`TrainingSettings.init_revision` is a revision of a Hub repo, and `TrainingSettings.init_from` "
                 f"({self.init_from}) is a local folder, which has none: leave `TrainingSettings.init_revision` out"
             )
+        if not (isinstance(self.out, (str, os.PathLike)) and str(self.out)):
+            raise ValueError(f"`TrainingSettings.out` must be a path, got {self.out!r}")
+        if not isinstance(self.config, dict):
+            raise ValueError(f"`TrainingSettings.config` must be a dict of TinyGPTConfig fields, got {self.config!r}")
         for name in ("dataset", "dataset_config", "tokenizer", "init_from", "data_cache"):
             if (value := getattr(self, name)) is not None and not (isinstance(value, str) and value):
                 raise ValueError(f"`TrainingSettings.{name}` must be None or a non-empty string, got {value!r}")
@@ -167,6 +177,16 @@ class TrainingSettings:
             paths = getattr(self, name)
             if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) and p for p in paths):
                 raise ValueError(f"`TrainingSettings.{name}` must be a list of non-empty paths, got {paths!r}")
+        for name in ("out", "train", "validation", "dataset", "tokenizer", "init_from", "data_cache"):
+            value = getattr(self, name)
+            for path in value if isinstance(value, (list, tuple)) else [value]:
+                try:  # the model card records the paths as UTF-8 text: an undecodable name would fail at the end
+                    str(path or "").encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(
+                        f"`TrainingSettings.{name}`: {path!r} is not valid UTF-8, which the model card records; "
+                        "rename it"
+                    ) from None
         if self.save_dtype is not None and self.save_dtype not in DTYPES:
             raise ValueError(f"`TrainingSettings.save_dtype` must be one of {sorted(DTYPES)}, got {self.save_dtype!r}")
         if not self.train and not self.dataset:
@@ -184,6 +204,7 @@ class TrainingSettings:
             *TinyGPTConfig.__dataclass_fields__,
             *TinyGPTConfig.attribute_map,
             "rope_theta",
+            "rope_parameters",
             "partial_rotary_factor",
             "rope_scaling",
         }
@@ -222,6 +243,7 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[str] = ()) -
         raise ValueError(f"`glob` must be a pattern inside each folder of `paths`, such as '*.txt', got {glob!r}")
     files = []
     for path in map(Path, paths):
+        refuse_what_is_not_a_file(path)  # a FIFO would be read forever
         if path.is_dir():
             files += sorted(f for f in path.glob(glob) if f.is_file())
         elif path.is_file():
@@ -290,6 +312,8 @@ def validation_data(settings, tokenizer, tokenizer_from) -> TokenFile | None:
     """The held-out tokens (memory-mapped), or None without validation files."""
     if not settings.validation:
         return None
+    for path in settings.validation:
+        refuse_what_is_not_a_file(path, f"{path} (`TrainingSettings.validation`)")  # a FIFO would be read forever
     data = _token_folder(settings.validation, "validation", tokenizer, tokenizer_from) or text_tokens(
         [Path(p) for p in settings.validation], tokenizer, tokenizer_from, cache_folder(settings.data_cache)
     )
@@ -371,24 +395,31 @@ class TrainingInterrupted(KeyboardInterrupt):
     (the other processes' is empty, so that it is said once)."""
 
 
+# The signals that ask a run to stop: Ctrl-C, `kill` (and a batch system's preemption), a closed terminal.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class _StopRequest:
-    """Ctrl-C asks the loop to stop after the current step (a checkpoint is then saved): nothing is lost."""
+    """Ctrl-C, SIGTERM or SIGHUP asks the loop to stop after the current step (a checkpoint is then saved): nothing
+    is lost. A second one stops at once."""
 
     def __init__(self):
         self.requested = False
-        self._previous = None
+        self._previous = {}
 
     def __enter__(self):
-        self._previous = signal.signal(signal.SIGINT, self._handle)
+        for number in STOP_SIGNALS:
+            self._previous[number] = signal.signal(number, self._handle)
         return self
 
     def _handle(self, signum, frame):
-        if self.requested:  # a second Ctrl-C: stop now
+        if self.requested:  # a second one: stop now
             raise KeyboardInterrupt
         self.requested = True
 
     def __exit__(self, *exc):
-        signal.signal(signal.SIGINT, self._previous)
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
 
 
 def _checkpoint_dirs(out: Path) -> list[Path]:
