@@ -616,3 +616,34 @@ def test_a_prompt_that_is_not_text_is_named_as_such():
 
     with pytest.raises(ValueError, match="`prompt` must be the text to continue, a str, got int"):
         generate_text(5, text_model(), gpt2_tokenizer())
+
+
+def test_a_failed_verb_leaves_no_folder_it_made_to_hold_its_output(tmp_path, capsys):
+    code, err = run_cli(capsys, "convert", tmp_path / "nowhere", "--out", tmp_path / "new" / "a" / "out")
+    assert code == 2 and "nowhere" in last_line(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"src": 5}, "`src` must be a path or Hub id, got 5"),
+        ({"staging": None}, "`staging` must be a path or Hub id, got None"),
+        ({"verify_tolerance": "x"}, "`verify_tolerance` must be a number >= 0, got 'x'"),
+        ({"license": None}, "`license` must be a licence id such as 'mit', got None"),
+    ],
+)
+def test_staging_for_the_hub_names_an_argument_of_the_wrong_type(arguments, message, tiny_folder, tmp_path):
+    from hf_tinygpt.checkpoints.hub import stage_for_hub
+
+    given = {"src": str(tiny_folder), "staging": str(tmp_path / "staged"), "repo_id": "me/tiny", **arguments}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        stage_for_hub(given.pop("src"), given.pop("staging"), given.pop("repo_id"), tokenizer="gpt2", **given)
+    assert not (tmp_path / "staged").exists()
+
+
+def test_generate_text_names_a_model_that_is_neither_loaded_nor_a_path():
+    from hf_tinygpt.tools.generate import generate_text
+
+    with pytest.raises(ValueError, match="`model` must be a loaded model, a folder or Hub id, or None"):
+        generate_text("hi", 123, gpt2_tokenizer())

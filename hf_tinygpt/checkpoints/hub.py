@@ -295,6 +295,14 @@ def stage_for_hub(
     from .model_card import rerender_for
 
     check_repo_id(repo_id)
+    for name, value in (("src", src), ("staging", staging), ("tokenizer", tokenizer), ("base_model", base_model)):
+        if not (isinstance(value, (str, os.PathLike)) or (value is None and name in ("tokenizer", "base_model"))):
+            raise ValueError(f"`{name}` must be a path or Hub id, got {value!r}")
+    if not (isinstance(license, str) and license):
+        raise ValueError(f"`license` must be a licence id such as 'mit', got {license!r}")
+    if isinstance(verify_tolerance, bool) or not (isinstance(verify_tolerance, (int, float)) and verify_tolerance >= 0):
+        raise ValueError(f"`verify_tolerance` must be a number >= 0, got {verify_tolerance!r}")
+    src = str(src)
     if not Path(src).exists() and (src.startswith((".", "/")) or src.count("/") > 1):
         raise FileNotFoundError(f"{src}: no such file or folder")
     with output_folder(staging, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}, kind="staged") as work:

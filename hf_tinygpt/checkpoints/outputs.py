@@ -329,9 +329,10 @@ def _resolved(path: Path, what: str) -> Path:
 
 
 def refuse_inputs(out: Path, protect: Mapping):
-    """A ValueError when OUT is, contains or lies inside one of the inputs `protect` names ({name: path or list of
-    paths}; a `Path` is local even before it exists, a str that names nothing on disk is taken for a Hub id), or is or contains the
-    working folder: writing there could destroy what the command reads."""
+    """A ValueError when OUT is, contains or lies inside one of the inputs `protect` names, or is or contains the
+    working folder: writing there could destroy what the command reads. `protect` maps each input's name (as the
+    error should say it) to a path or a list of them; a `Path` is local even before it exists, a str that names
+    nothing on disk is taken for a Hub id."""
     if not isinstance(protect, Mapping):
         raise TypeError(
             f"`protect` must map each input's name to its path ({{'`src`': path}}), got {type(protect).__name__}"
@@ -546,26 +547,38 @@ def output_folder(
     another process is writing OUT, this fails at once, or with `wait` waits for it and then checks OUT again
     (without `force`, the OUT it wrote is then an error)."""
     out = check_output(out, force=force, protect=protect)
-    with _locked(out, wait=wait):
-        clean_leftovers(out)
-        check_output(out, force=force, protect=protect)  # a put-back old folder counts too
-        staging = _new_staging(out, kind)
-        try:
-            yield staging
-            seal(staging, kind)
-            give_umask_permissions(staging)
-            move_into_place(staging, out, replace=force)
-        except (OSError, SafetensorError) as error:
-            shutil.rmtree(staging, ignore_errors=True)
-            if (code := _write_errno(error)) in WRITE_ERRORS:  # say which output failed: a full disk names no file
-                raise OSError(
-                    code,
-                    f"writing {out} failed ({os.strerror(code)}); {out} was left as it was and nothing partial remains",
-                ) from error
-            raise
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+    missing = [folder for folder in out.parents if not os.path.lexists(folder)]  # made for OUT, below
+    try:
+        with _locked(out, wait=wait):
+            clean_leftovers(out)
+            check_output(out, force=force, protect=protect)  # a put-back old folder counts too
+            yield from _staged_into_place(out, force, kind)
+    except BaseException:
+        for folder in missing:  # the folders made to hold OUT, nearest first, if they hold nothing else
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _staged_into_place(out: Path, force: bool, kind: str) -> Iterator[Path]:
+    """`output_folder`'s work under OUT's lock: yield a staging folder, then seal it and move it into place."""
+    staging = _new_staging(out, kind)
+    try:
+        yield staging
+        seal(staging, kind)
+        give_umask_permissions(staging)
+        move_into_place(staging, out, replace=force)
+    except (OSError, SafetensorError) as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        if (code := _write_errno(error)) in WRITE_ERRORS:  # say which output failed: a full disk names no file
+            raise OSError(
+                code,
+                f"writing {out} failed ({os.strerror(code)}); {out} was left as it was and nothing partial remains",
+            ) from error
+        raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 @contextlib.contextmanager

@@ -79,6 +79,10 @@ def generate_text(
                 "is loaded with its own tokenizer: leave `tokenizer` out, or pass the model loaded"
             )
         model, tokenizer = load_for_generation(model)
+    elif not callable(getattr(model, "generate", None)):
+        raise ValueError(
+            f"`model` must be a loaded model, a folder or Hub id, or None (the shipped model), got {model!r:.60}"
+        )
     elif tokenizer is None:
         raise ValueError(
             "a loaded model needs its `tokenizer`: pass it too, or give the model's path and "
