@@ -25,6 +25,7 @@ from conftest import (
     OTHER_HUB_TOKEN,
     REMOTE_CODE_SCRIPT,
     hub_subprocess_env,
+    last_line,
     random_gpt2,
     run_cli,
     save_with_tokenizer,
@@ -689,3 +690,21 @@ def test_the_python_api_says_the_same_when_interrupted_after_the_commit_was_sent
         push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
     assert REPO in str(raised.value) and "may" in str(raised.value)
     assert set(hub.repo_files(REPO)) == REPO_FILES
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "message"),
+    [
+        ("generation_config.json", {"temperature": -5, "do_sample": True}, "temperature must be a finite number >= 0"),
+        ("generation_config.json", {"max_length": "x"}, "max_length must be an integer >= 1, got 'x'"),
+        ("tokenizer_config.json", {"model_max_length": "huge"}, "model_max_length is 'huge', not a number of tokens"),
+    ],
+)
+def test_push_refuses_settings_that_generate_would_crash_on_or_misread(file, content, message, tmp_path, capsys):
+    """transformers reads these as given (its `validate` accepts them): staged, the folder then failed in generate."""
+    folder = save_with_tokenizer(text_model(), tmp_path / "model")
+    settings = json.loads((folder / file).read_text()) if (folder / file).exists() else {}
+    (folder / file).write_text(json.dumps({**settings, **content}))
+    code, err = run_cli(capsys, "push", folder, "me/model", "--dry-run", "--out", tmp_path / "staged")
+    assert code == 2 and message in last_line(err), err
+    assert not (tmp_path / "staged").exists()

@@ -469,3 +469,15 @@ def test_data_benchmark_script_smoke(tmp_path):
         ("2×", "second (cached)"),
     ]
     assert rows[2]["files"] == 2 and all(row["wall_s"] > 0 and row["peak_rss"] > 0 for row in rows)
+
+
+@pytest.mark.parametrize("where", ["--data-cache", "HF_TINYGPT_CACHE"])
+def test_a_token_cache_that_is_a_file_is_named(where, texts, tmp_path, cli, monkeypatch):
+    (tmp_path / "a-file").write_text("mine")
+    option = ["--data-cache", tmp_path / "a-file"] if where == "--data-cache" else []
+    if where == "HF_TINYGPT_CACHE":
+        monkeypatch.setenv("HF_TINYGPT_CACHE", str(tmp_path / "a-file"))
+    run = cli("train", "--train", texts, *option, *TINY_RUN, "--out", tmp_path / "run")
+    assert run.returncode == 2
+    assert f"{where} is {tmp_path / 'a-file'}, which is a file, not a folder" in run.stderr
+    assert (tmp_path / "a-file").read_text() == "mine"

@@ -8,6 +8,7 @@ logged or written into a staged file.
 import contextlib
 import functools
 import http
+import math
 import os
 import re
 import shutil
@@ -227,6 +228,37 @@ def _same_weights(a, b) -> bool:
     )
 
 
+# The generation settings a published folder's users get, and what each must be (transformers' own `validate`
+# accepts `temperature: -5` and `max_length: "x"`).
+_GENERATION_RULES = {
+    "max_length": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
+    "max_new_tokens": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
+    "min_new_tokens": ("an integer >= 0", lambda v: _integer(v) and v >= 0),
+    "temperature": ("a finite number >= 0", lambda v: _number(v) and 0 <= v < math.inf),
+    "top_k": ("an integer >= 0", lambda v: _integer(v) and v >= 0),
+    "top_p": ("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1),
+    "repetition_penalty": ("a finite number > 0", lambda v: _number(v) and 0 < v < math.inf),
+}
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # NaN is no number
+
+
+def generation_problems(generation: GenerationConfig) -> list[str]:
+    """Each setting of `generation` that `generate` would crash on or misread, as `name must be ..., got value`."""
+    problems = []
+    for name, (what, fine) in _GENERATION_RULES.items():
+        value = getattr(generation, name, None)
+        if value is not None and not fine(value):
+            problems.append(f"{name} must be {what}, got {value!r}")
+    return problems
+
+
 def stage_tinygpt_folder(
     folder: Path,
     staging: Path,
@@ -262,6 +294,13 @@ def stage_tinygpt_folder(
             generation = GenerationConfig.from_pretrained(folder)
         except (OSError, ValueError, TypeError) as error:
             raise ValueError(f"{folder}/generation_config.json: not a generation config ({describe(error)})") from None
+    if problems := generation_problems(generation):
+        raise ValueError(f"{folder}/generation_config.json: {'; '.join(problems)}: fix it, or remove it")
+    if not (isinstance(tokens.model_max_length, int) and tokens.model_max_length > 0):
+        raise ValueError(
+            f"{tokenizer or folder}: the tokenizer's model_max_length is {tokens.model_max_length!r}, not a number "
+            "of tokens (tokenizer_config.json): fix it, or remove the field"
+        )
     history = read_history(folder)  # checked, then written again with its curve drawn anew
     card = rerender_for(folder, model.config, repo_id, keep_local_paths=keep_local_paths)
 

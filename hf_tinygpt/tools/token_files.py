@@ -62,9 +62,9 @@ def cache_folder(setting: str | None = None) -> Path:
     """Where token files are kept: `setting` (`TrainingSettings.data_cache`), else $HF_TINYGPT_CACHE/tokens, else
     ~/.cache/hf_tinygpt/tokens."""
     if setting is not None:
-        return Path(setting)
+        return _a_folder(Path(setting), "`TrainingSettings.data_cache`")
     if root := os.environ.get("HF_TINYGPT_CACHE"):
-        return Path(root) / "tokens"
+        return _a_folder(Path(root), "HF_TINYGPT_CACHE") / "tokens"
     home = os.environ.get("HOME", str(Path.home()))
     if not os.path.isabs(home):  # an empty HOME would put the cache under the working folder or `/`
         raise ValueError(
@@ -72,6 +72,13 @@ def cache_folder(setting: str | None = None) -> Path:
             "HF_TINYGPT_CACHE, or `TrainingSettings.data_cache`"
         )
     return Path(home) / ".cache" / "hf_tinygpt" / "tokens"
+
+
+def _a_folder(path: Path, what: str) -> Path:
+    """`path`, where it is a folder or nothing yet; a file there is named (it would fail as "Not a directory")."""
+    if os.path.lexists(path) and not path.is_dir():
+        raise ValueError(f"{what} is {path}, which is a file, not a folder: give a folder for the token cache")
+    return path
 
 
 @dataclass
