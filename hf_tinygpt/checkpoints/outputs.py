@@ -406,12 +406,12 @@ _HELD: set[tuple[int, Path]] = set()  # (thread, OUT) for each lock this process
 def _locked(out: Path, wait: bool = False) -> Iterator[None]:
     """An exclusive lock on OUT for this process (flock on `.OUT.lock`); a second writer fails at once, or with
     `wait` waits until the first is done."""
-    out.parent.mkdir(parents=True, exist_ok=True)
     path = _lock_path(out)
     held = (threading.get_ident(), out.resolve())
     if held in _HELD:  # flock is per open file: a second lock in this thread would wait on the first forever
         raise FileExistsError(f"{out} is already being written by this process; it cannot be written twice at once")
     while True:
+        out.parent.mkdir(parents=True, exist_ok=True)  # again each time: a failed writer removes the folders it made
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as error:
