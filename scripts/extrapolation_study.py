@@ -162,7 +162,7 @@ def main(argv=None) -> int:
         texts = sorted(path for path in Path(args.data).glob(args.glob) if path.resolve() != Path(validation).resolve())
         train_paths = [str(texts[0])] if texts else train_paths
     settings = TrainingSettings(
-        out="",
+        out=args.out,  # each scheme's run goes to OUT/SCHEME (`study`)
         train=train_paths,
         validation=[validation],
         glob=args.glob,
