@@ -5,8 +5,9 @@ writing it could destroy an input or something of the user's, it is built beside
 two writers cannot both win, and the result gets the umask's permissions. Every folder a verb writes carries a
 manifest (`MANIFEST`) listing each file it wrote with its size and sha256: a folder is ours only when we can prove we
 wrote it. `--force` replaces a folder only when that manifest is there and the folder holds nothing it does not list;
-the clean-up after a killed run touches only temporary names that carry the manifest; and no input of a verb (SRC,
---tokenizer, --train, --validation, --model) can be its output. The CLI cases run in-process through `main([...])`;
+the clean-up after a killed run touches only temporary names that carry the manifest (and an unsealed staging folder
+only when it holds nothing but what its kind of writer makes); and no path a verb reads (every option the parser
+marks as one) can be, contain or lie inside its output. The CLI cases run in-process through `main([...])`;
 `--resume`'s side of the same rules is in test_resume.py, a writer killed at every step (each a fresh interpreter)
 in test_kills.py.
 """
