@@ -41,13 +41,14 @@ def finite_at_least(low: float):
     return parse
 
 
-def int_at_least(low: int):
-    """An argparse type: an integer >= low."""
+def int_at_least(low: int, high: int | None = None):
+    """An argparse type: an integer >= low (and <= high, where given)."""
 
     def parse(text: str) -> int:
         value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
+        if value < low or (high is not None and value > high):
+            within = f">= {low}" if high is None else f"from {low} to {high:,}"
+            raise argparse.ArgumentTypeError(f"must be an integer {within}, got {text}")
         return value
 
     parse.__name__ = "integer"
@@ -195,7 +196,7 @@ def add_plot_arguments(parser: argparse.ArgumentParser):
     add_output_arguments(parser, "folder for the pictures")
     parser.add_argument("--svg", action="store_true", help="write NAME.svg next to each NAME.png")
     parser.add_argument(
-        "--seed", type=int_at_least(0), default=0, help="picks the traced dimensions and any random init"
+        "--seed", type=int_at_least(0, 2**32 - 1), default=0, help="picks the traced dimensions and any random init"
     )
     parser.add_argument("--dims", type=int, default=8, help="how many single dimensions to trace")
     parser.add_argument("--max-positions", type=int, help="positions/offsets/distances to plot (default: n_positions)")

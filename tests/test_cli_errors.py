@@ -591,10 +591,12 @@ def test_a_config_with_the_rope_parameters_the_readme_documents_trains(corpus, t
     assert saved["rope_parameters"]["rope_theta"] == 500.0
 
 
-def test_plot_positions_refuses_a_negative_seed_as_every_verb_does(tmp_path, capsys):
+@pytest.mark.parametrize("seed", ["-1", str(10**26)])
+def test_plot_positions_refuses_a_seed_numpy_cannot_take_naming_the_flag(seed, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
-        run_cli(capsys, "plot-positions", "rope", "--out", tmp_path / "plots", "--seed", "-1")
-    assert exit.value.code == 2 and "--seed: must be an integer >= 0, got -1" in capsys.readouterr().err
+        run_cli(capsys, "plot-positions", "rope", "--out", tmp_path / "plots", "--seed", seed)
+    assert exit.value.code == 2
+    assert f"--seed: must be an integer from 0 to 4,294,967,295, got {seed}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
