@@ -20,6 +20,7 @@ import warnings
 
 from huggingface_hub.errors import HfHubHTTPError
 
+from .checkpoints.errors import hub_error_line
 from .checkpoints.outputs import refuse_inputs
 from .checkpoints.reading import describe, read_json_object, read_tinygpt_config
 from .model.configuration_tinygpt import POSITION_SCHEMES
@@ -788,8 +789,6 @@ def main(argv=None) -> int:
                 refuse_inputs(args.out, {f"`{dest}`": getattr(args, dest) for dest in args.inputs})
             return args.run(args)
     except (ValueError, OSError, ImportError, HfHubHTTPError) as error:
-        from .checkpoints.hub import hub_error_line  # only now: most errors never came from the Hub
-
         return failed(hub_error_line(error, [getattr(args, "token", None)]))
     except (TypeError, KeyError, IndexError, AttributeError) as error:  # a value of the wrong type in some file
         if os.environ.get("HF_TINYGPT_TRACEBACK"):

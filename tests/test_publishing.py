@@ -483,19 +483,24 @@ def test_a_trained_models_card_is_published_without_local_paths_unless_asked(tmp
     capsys.readouterr()
 
 
-@pytest.mark.slow
-def test_a_hub_repo_stages_from_the_cache_whose_files_link_to_its_blobs(hub, tmp_path):
-    """A Hub SRC is downloaded into the HF cache, where every file of a snapshot is a link into the repo's blobs:
-    those links are the download itself, and are read; a link anywhere else still is not."""
-    model, folder = tinygpt_folder(tmp_path)
-    push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
-    run = subprocess.run(
+def dry_run_of_the_hub_repo(hub, tmp_path):
+    """`hf-tinygpt push REPO tester/copy --dry-run --out staged`, in a fresh process logged in to the loopback Hub."""
+    return subprocess.run(
         [sys.executable, "-m", "hf_tinygpt.cli", "push", REPO, "tester/copy", "--dry-run", "--out", "staged"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=HUB_TOKEN),
     )
+
+
+@pytest.mark.slow
+def test_a_hub_repo_stages_from_the_cache_whose_files_link_to_its_blobs(hub, tmp_path):
+    """A Hub SRC is downloaded into the HF cache, where every file of a snapshot is a link into the repo's blobs:
+    those links are the download itself, and are read; a link anywhere else still is not."""
+    model, folder = tinygpt_folder(tmp_path)
+    push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
+    run = dry_run_of_the_hub_repo(hub, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     snapshot = next((tmp_path / "hf_cache").glob("models--*/snapshots/*"))
     assert (snapshot / "config.json").is_symlink()
@@ -639,13 +644,7 @@ def test_a_hub_src_that_answers_an_error_is_named_in_one_line_without_the_token(
     _, folder = tinygpt_folder(tmp_path)
     push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
     hub.failures["resolve:config.json"] = (403, QUOTING, QUOTING_HEADERS)
-    run = subprocess.run(
-        [sys.executable, "-m", "hf_tinygpt.cli", "push", REPO, "tester/copy", "--dry-run", "--out", "staged"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=HUB_TOKEN),
-    )
+    run = dry_run_of_the_hub_repo(hub, tmp_path)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert re.search(rf"HTTP 403 on (HEAD|GET) /{REPO}/resolve/\w+/config.json: Invalid token", run.stderr)
     assert HUB_TOKEN not in run.stdout + run.stderr and SOMEONE_ELSES not in run.stderr

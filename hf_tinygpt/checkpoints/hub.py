@@ -7,10 +7,8 @@ logged or written into a staged file.
 
 import contextlib
 import functools
-import http
 import math
 import os
-import re
 import shutil
 import stat
 import sys
@@ -18,18 +16,17 @@ import tempfile
 from pathlib import Path
 
 import torch
-from huggingface_hub import HfApi, get_session, get_token, snapshot_download
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub import HfApi, get_session, snapshot_download
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
 from ..model.configuration_tinygpt import TinyGPTConfig
 from .bundled import TOKENIZER_FILES
+from .errors import hub_answers_in_one_line, printable, redacted
 from .outputs import MANIFEST, output_folder
 from .reading import (
     check_weights_index,
     describe,
-    first_line,
     has_tokenizer,
     load_strictly,
     read_config_dict,
@@ -50,94 +47,9 @@ WEIGHTS_LAYOUTS = (
 
 # ---- what the Hub answers is data: one line, never a token -----------------------------------------------------------
 
-# A Hub token's shape (`hf_` and letters or digits) and an Authorization header's value: redacted from any server
-# text passed on, whoever's token it is.
-_TOKEN_SHAPED = re.compile(r"hf_[A-Za-z0-9]{20,}|\b(?i:bearer)\s+\S+")
-REASON_CHARS = 100  # of the server's own words kept in an error
-
-
-class HubRequestError(ConnectionError):
-    """A request to the Hub that was answered with an error, said in one line: the HTTP status, the endpoint, the
-    server's reason cut short, every token redacted. The whole answer is its `__cause__`."""
-
-    def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.status = status
-
 
 class PushInterrupted(KeyboardInterrupt):
     """Ctrl-C during `push_to_hub`; its message says what may have reached the repo, and what to do."""
-
-
-def redacted(text: str, tokens=()) -> str:
-    """`text` with each of `tokens`, the token huggingface_hub knows, any `hf_...`-shaped token and any `Bearer ...`
-    value replaced by `<redacted>`."""
-    with contextlib.suppress(Exception):  # a failing OIDC exchange raises: then there is no known token to add
-        tokens = (*tokens, get_token())
-    for token in sorted({t for t in tokens if isinstance(t, str) and t.strip()}, key=len, reverse=True):
-        text = text.replace(token, "<redacted>")
-    return _TOKEN_SHAPED.sub(lambda m: "<redacted>" if m[0].startswith("hf_") else "Bearer <redacted>", text)
-
-
-def _printable(text: str) -> str:
-    """One line of printable characters: line breaks, tabs and terminal escapes become single spaces."""
-    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
-
-
-def hub_answer(error: BaseException | None) -> HfHubHTTPError | None:
-    """The Hub's error answer behind `error`: `error` itself or what it was raised from (`__cause__`, and
-    `__context__` unless the code that raised `error` suppressed it, having said what matters)."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, HfHubHTTPError):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
-    return None
-
-
-def describe_answer(answer: HfHubHTTPError, tokens=()) -> str:
-    """`HTTP 403 on POST /api/repos/create: <reason>`: the endpoint without its query, the server's own message cut
-    to REASON_CHARS printable characters (the status's name if it gave none), tokens redacted."""
-    status = answer.response.status_code
-    try:
-        where = f"{answer.response.request.method} {answer.response.request.url.path}"
-    except RuntimeError:  # a response built without its request
-        where = f"{answer.response.url.path}"
-    reason = redacted(_printable(answer.server_message or ""), tokens)
-    if not reason:
-        with contextlib.suppress(ValueError):  # a status code Python has no name for
-            reason = http.HTTPStatus(status).phrase
-    if len(reason) > REASON_CHARS:
-        reason = reason[: REASON_CHARS - 1].rstrip() + "…"
-    reason = reason.replace("`", "'")  # the server's words are not the library's: no `name` in them becomes a flag
-    return f"HTTP {status} on {redacted(_printable(where), tokens)}: {reason or 'no reason given'}"
-
-
-def hub_error_line(error: BaseException, tokens=()) -> str:
-    """What to say of any error in one line where the Hub's answer is behind it (after the first line of whatever
-    wrapped that answer, e.g. transformers' OSError); any other error as it is. Tokens redacted either way."""
-    answer = hub_answer(error)
-    if answer is None or isinstance(error, HubRequestError):
-        return redacted(str(error), tokens)
-    if error is answer:
-        return describe_answer(answer, tokens)
-    wrapped = redacted(_printable(first_line(error)), tokens).rstrip(":. ")
-    return f"{wrapped}: {describe_answer(answer, tokens)}"
-
-
-@contextlib.contextmanager
-def hub_answers_in_one_line(doing: str, tokens=()):
-    """Around requests to the Hub: an error answer ends the block as a HubRequestError `{doing} failed: HTTP ...`."""
-    try:
-        yield
-    except HubRequestError:
-        raise
-    except Exception as error:
-        if (answer := hub_answer(error)) is None:
-            raise
-        message = f"{doing} failed: {describe_answer(answer, tokens)}"
-        raise HubRequestError(message, answer.response.status_code) from error
 
 
 def _staging_says_hub_answers_in_one_line(stage):
@@ -465,7 +377,7 @@ def push_to_hub(
                         commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
                     )
             except _transport_error() as error:
-                what = redacted(_printable(f"{type(error).__name__}: {error or 'no answer'}"), [token])
+                what = redacted(printable(f"{type(error).__name__}: {error or 'no answer'}"), [token])
                 raise ConnectionError(
                     f"pushing to {api.endpoint} failed: {what} (timeout {timeout:g} s). The upload is one commit, so "
                     f"{repo_id} holds all of it or none of it: look at the repo, then push again"

@@ -16,6 +16,7 @@ from transformers import PreTrainedConfig
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.gpt2_layout import HEAD, TIED_TO
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
+from .errors import HubRequestError, describe, describe_answer, first_line, hub_answer
 
 HUB_OPTIONS = ("revision", "token")  # what the command line passes on for a Hub id
 # The code files a tinygpt folder's `auto_map` may name: this package's own, which is what runs here (never the copy).
@@ -38,17 +39,6 @@ MALFORMED = (
     UnicodeDecodeError,
     RecursionError,
 )
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's message (torch's and transformers' can run to a dozen lines)."""
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else ""
-
-
-def describe(error: BaseException) -> str:
-    """`Type: first line of the message`, for an error wrapped in one that names the file."""
-    return f"{type(error).__name__}: {first_line(error)}"
 
 
 @contextlib.contextmanager
@@ -108,8 +98,6 @@ def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
         try:
             config_dict, _ = PreTrainedConfig.get_config_dict(path, **hub_kwargs)
         except OSError as error:
-            from .hub import HubRequestError, describe_answer, hub_answer  # here: hub.py imports this module
-
             answer = hub_answer(error)
             if answer is not None and answer.response.status_code != 404:  # answered, not missing: say what it said
                 said = describe_answer(answer, [hub_kwargs.get("token")])
