@@ -23,7 +23,7 @@ def conversion_benchmark(work_dir: str | os.PathLike, gpt2_config: dict | None =
     weight, so memory-mapped tensors count in full."""
     from transformers import GPT2LMHeadModel
 
-    from hf_tinygpt.checkpoints.verify import random_gpt2_folder
+    from hf_tinygpt.convert.verify import random_gpt2_folder
 
     work = Path(work_dir)
     gpt2_st, gpt2_bin = work / "gpt2-safetensors", work / "gpt2-bin"

@@ -6,7 +6,7 @@ python -m scripts.convert_gpt2_to_tinygpt out/ckpt.pt --out out/tinygpt --tokeni
 
 import sys
 
-from hf_tinygpt.cli import main
+from hf_tinygpt.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main(["convert", *sys.argv[1:]]))

@@ -7,7 +7,7 @@ Same as `hf-tinygpt convert --to gpt2 SRC --out OUT`.
 
 import sys
 
-from hf_tinygpt.cli import main
+from hf_tinygpt.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main(["convert", "--to", "gpt2", *sys.argv[1:]]))

@@ -30,7 +30,7 @@ import sys
 sys.path.insert(0, {root!r})
 import hf_tinygpt
 assert hf_tinygpt.__file__.startswith({root!r}), hf_tinygpt.__file__  # the checkout measured, not the installed one
-from hf_tinygpt.tools.training import TrainingSettings, train
+from hf_tinygpt.train.loop import TrainingSettings, train
 settings = TrainingSettings(**{settings!r})
 """
 

@@ -22,7 +22,7 @@ import torch
 
 from hf_tinygpt import POSITION_SCHEMES as SCHEMES
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
-from hf_tinygpt.tools.training import FINAL, TrainingSettings, perplexity, tokenize_files, train
+from hf_tinygpt.train.loop import FINAL, TrainingSettings, perplexity, tokenize_files, train
 
 # Evaluated without retraining: the RoPE model with dynamic NTK scaling switched on at evaluation time.
 # The corpus the study trains on, in the repository.

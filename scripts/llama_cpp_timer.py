@@ -28,7 +28,7 @@ class LlamaCppTimer:
         threads: int,
         types=("f32", "f16", "q8_0"),
     ):
-        from hf_tinygpt.checkpoints.convert import export_tinygpt
+        from hf_tinygpt.convert.conversions import export_tinygpt
 
         engine = llama_cpp_engine()
         export_tinygpt(gpt2_folder, str(work / "gpt2-export"), to="gpt2", verify_tolerance=1e-5)

@@ -54,7 +54,7 @@ MODEL_IMPORTS = """
 import torch
 from transformers import GPT2LMHeadModel
 from hf_tinygpt import TinyGPTForCausalLM
-from hf_tinygpt.checkpoints.convert import gpt2_to_tinygpt
+from hf_tinygpt.convert.conversions import gpt2_to_tinygpt
 """
 
 

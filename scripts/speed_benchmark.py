@@ -26,14 +26,14 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from hf_tinygpt import TinyGPTForCausalLM
-from hf_tinygpt.checkpoints.verify import random_gpt2_folder
-from hf_tinygpt.tools.compiled_decoding import (
+from hf_tinygpt.convert.verify import random_gpt2_folder
+from hf_tinygpt.generate.compiled_decoding import (
     DYNAMO_SETTINGS,
     GEMV_AUTOTUNE_SETTINGS,
     INDUCTOR_SETTINGS,
     CompiledDecoder,
 )
-from hf_tinygpt.tools.generate import int8_weight_only
+from hf_tinygpt.generate.text import int8_weight_only
 from scripts.llama_cpp_timer import LlamaCppTimer
 from scripts.measure import cpu_line, machine, measure_load, memory_bandwidth, paired_timings, timed, weights_bytes
 
@@ -41,7 +41,7 @@ from scripts.measure import cpu_line, machine, measure_load, memory_bandwidth, p
 # CompiledDecoder (static cache + torch.compile, README "Speed").
 DECODE_CACHES = {"dynamic": "dynamic cache", "static": "static cache", "compiled": "static cache + torch.compile"}
 
-# "int8": weights quantized as they load with `hf_tinygpt.tools.generate.int8_weight_only()` (transformers'
+# "int8": weights quantized as they load with `hf_tinygpt.generate.text.int8_weight_only()` (transformers'
 # TorchAoConfig), activations in bfloat16. transformers' GPT-2 gets the same config (it quantizes none of its Conv1D
 # projections), and TinyGPT in bfloat16 joins the decode rounds under this name: int8's gain over our own bfloat16.
 INT8_PEER = "tinygpt bfloat16"

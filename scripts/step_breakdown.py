@@ -25,8 +25,8 @@ import torch
 from torch._dynamo.utils import counters  # private: inductor counts its AMX GEMM kernels there, and nowhere public
 
 from hf_tinygpt import TinyGPTForCausalLM
-from hf_tinygpt.checkpoints.verify import random_gpt2_folder
-from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
+from hf_tinygpt.convert.verify import random_gpt2_folder
+from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
 from scripts.measure import cpu_line, machine, memory_bandwidth, timed
 from scripts.speed_benchmark import TINY_GPT2, load_options, tensor_bytes
 

@@ -115,7 +115,7 @@ def write_nanogpt_data(folder: Path, files: list[Path]) -> dict:
     """nanoGPT's data/DATASET/: train.bin (the corpus in GPT-2 tokens as uint16, each file followed by the end-of-text
     token, as ours tokenizes it), val.bin (its last tenth: train.py reads it only for the evaluation at step 0) and
     meta.pkl with GPT-2's vocabulary size (without it, train.py gives the model 50,304 rows)."""
-    from hf_tinygpt.checkpoints.bundled import load_tokenizer
+    from hf_tinygpt.folders.bundled import load_tokenizer
 
     tokenizer = load_tokenizer("gpt2")
     ids = []

@@ -18,7 +18,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 import hf_tinygpt
 from hf_tinygpt import POSITION_SCHEMES, TinyGPTConfig, TinyGPTForCausalLM
-from hf_tinygpt.checkpoints.outputs import MANIFEST
+from hf_tinygpt.folders.outputs import MANIFEST
 
 # The checkout these tests belong to.
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -152,7 +152,7 @@ def hub_subprocess_env(hub, tmp_path, **extra) -> dict:
 def run_cli(capsys, *args) -> tuple[int, str]:
     """`hf-tinygpt ARGS` in this process (the same `main` the console script runs): (exit code, what it printed:
     stdout, then stderr)."""
-    from hf_tinygpt.cli import main
+    from hf_tinygpt.cli.commands import main
 
     code = main([str(arg) for arg in args])
     printed = capsys.readouterr()
@@ -173,7 +173,7 @@ def cli(capsys):
     """`hf-tinygpt ARGS` in this process (the same `main` the console script runs): its exit code and output."""
     from types import SimpleNamespace
 
-    from hf_tinygpt.cli import main
+    from hf_tinygpt.cli.commands import main
 
     def run(*args):
         code = main([str(arg) for arg in args])
@@ -206,7 +206,7 @@ def _data_cache(tmp_path_factory):
 def kept_freed_memory(monkeypatch) -> list:
     """The train verb sets glibc's malloc for its own process, for good (`keep_freed_memory`); run in this process,
     it records the call here instead (tests/test_training.py checks the setting itself in a process of its own)."""
-    from hf_tinygpt.tools import training
+    from hf_tinygpt.train import loop as training
 
     calls = []
     monkeypatch.setattr(training, "keep_freed_memory", lambda: calls.append(True) or True)

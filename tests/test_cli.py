@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
-from hf_tinygpt.cli import build_parser, main
+from hf_tinygpt.cli.commands import build_parser, main
 
 VERBS = ["generate", "params", "plot-positions", "verify-gpt2", "convert", "train", "push"]
 TAKES_A_HUB_MODEL = ["generate", "params", "plot-positions", "verify-gpt2", "convert", "push"]
@@ -56,7 +56,7 @@ def test_the_same_idea_has_the_same_flag_in_every_verb():
 
 
 def test_train_defaults_to_a_small_model():
-    from hf_tinygpt.tools.training import TrainingSettings, build_config
+    from hf_tinygpt.train.loop import TrainingSettings, build_config
 
     args = build_parser().parse_args(["train", "--train", "texts", "--out", "run"])
     settings = TrainingSettings(out=args.out, train=args.train, block_size=args.block_size)
@@ -106,7 +106,7 @@ def test_the_command_prints_no_third_party_start_up_noise(command):
 def test_the_start_up_filter_drops_only_the_known_lines():
     import logging
 
-    from hf_tinygpt import not_start_up_noise
+    from hf_tinygpt.cli.start_up import not_start_up_noise
 
     def record(logger, message):
         return logging.LogRecord(logger, logging.WARNING, __file__, 1, message, None, None)

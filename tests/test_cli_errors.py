@@ -361,7 +361,7 @@ def test_ctrl_c_during_generate_ends_with_one_line(capsys, monkeypatch):
 
 
 def test_ctrl_c_during_convert_leaves_no_output_and_no_leftovers(gpt2_50257, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("hf_tinygpt.checkpoints.convert.GenerationConfig.save_pretrained", interrupt)
+    monkeypatch.setattr("hf_tinygpt.folders.model_folder.GenerationConfig.save_pretrained", interrupt)
     code, err = run_cli(capsys, "convert", gpt2_50257, "--out", tmp_path / "out", "--tokenizer", "gpt2")
     assert code == 130 and last_line(err) == "hf-tinygpt convert: interrupted; nothing was left half-written"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt2"]
@@ -438,7 +438,7 @@ def test_training_from_an_int8_folder_is_refused_before_it_trains(corpus, tmp_pa
     import torch
 
     from hf_tinygpt import TinyGPTForCausalLM
-    from hf_tinygpt.tools.generate import int8_weight_only
+    from hf_tinygpt.generate.text import int8_weight_only
 
     tiny_model(vocab_size=50257).save_pretrained(tmp_path / "float")
     int8 = TinyGPTForCausalLM.from_pretrained(
@@ -607,14 +607,14 @@ def test_plot_positions_refuses_a_seed_numpy_cannot_take_naming_the_flag(seed, t
     ],
 )
 def test_training_settings_of_the_wrong_type_are_named(settings, message, corpus):
-    from hf_tinygpt.tools.training import TrainingSettings
+    from hf_tinygpt.train.loop import TrainingSettings
 
     with pytest.raises(ValueError, match=re.escape(message)):
         TrainingSettings(train=[str(corpus)], **settings)
 
 
 def test_a_prompt_that_is_not_text_is_named_as_such():
-    from hf_tinygpt.tools.generate import generate_text
+    from hf_tinygpt.generate.text import generate_text
 
     with pytest.raises(ValueError, match="`prompt` must be the text to continue, a str, got int"):
         generate_text(5, text_model(), gpt2_tokenizer())
@@ -636,7 +636,7 @@ def test_a_failed_verb_leaves_no_folder_it_made_to_hold_its_output(tmp_path, cap
     ],
 )
 def test_staging_for_the_hub_names_an_argument_of_the_wrong_type(arguments, message, tiny_folder, tmp_path):
-    from hf_tinygpt.checkpoints.hub import stage_for_hub
+    from hf_tinygpt.hub.publish import stage_for_hub
 
     given = {"src": str(tiny_folder), "staging": str(tmp_path / "staged"), "repo_id": "me/tiny", **arguments}
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -645,7 +645,7 @@ def test_staging_for_the_hub_names_an_argument_of_the_wrong_type(arguments, mess
 
 
 def test_generate_text_names_a_model_that_is_neither_loaded_nor_a_path():
-    from hf_tinygpt.tools.generate import generate_text
+    from hf_tinygpt.generate.text import generate_text
 
     with pytest.raises(ValueError, match="`model` must be a loaded model, a folder or Hub id, or None"):
         generate_text("hi", 123, gpt2_tokenizer())

@@ -15,7 +15,7 @@ from torch._dynamo.utils import counters
 from transformers.testing_utils import CaptureLogger
 
 from hf_tinygpt import POSITION_SCHEMES, TinyGPTForCausalLM
-from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
+from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
 
 pytestmark = pytest.mark.slow  # every test here compiles (most without autotuning: correctness, not speed)
 
@@ -151,7 +151,7 @@ def test_int8_decoders_of_two_models_of_one_shape_each_decode_with_their_own_wei
     template packs the weights into the step: through that cache the second model's decoder multiplied the first
     model's int8 weights (the decoders compile without it)."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
-    from hf_tinygpt.tools.generate import int8_weight_only
+    from hf_tinygpt.generate.text import int8_weight_only
 
     prompt = torch.tensor([[1, 17, 42, 5]])
     for seed in (1, 2):
@@ -173,7 +173,7 @@ def test_an_int8_step_multiplies_with_inductors_int8_template_alone_at_any_batch
     took 1.6x as long (scripts/README.md, "Where a step's time goes"). An int8 step compiles with the template alone,
     as every step does at batch 1; bf16 and fp32 steps above batch 1 keep ATen's GEMMs, which win there."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
-    from hf_tinygpt.tools.generate import int8_weight_only
+    from hf_tinygpt.generate.text import int8_weight_only
 
     tiny_model("rope", n_embd=64).save_pretrained(tmp_path)
     bf16 = TinyGPTForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
@@ -198,9 +198,9 @@ def test_an_int8_step_above_four_rows_multiplies_with_bf16_dot_products_once_per
     `int8_dot_products` instead (where the CPU has AVX-512 BF16), once per weight and step, in its private copy of
     the model, and decodes as the eager model does."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    from hf_tinygpt.generate.int8_dot_products import int8_dot_products_available
+    from hf_tinygpt.generate.text import int8_weight_only
     from hf_tinygpt.model.int8 import Int8Linear
-    from hf_tinygpt.tools.generate import int8_weight_only
-    from hf_tinygpt.tools.int8_dot_products import int8_dot_products_available
 
     if not int8_dot_products_available():
         pytest.skip("int8_dot_products: this CPU lacks AVX-512 BF16, or the op could not be built")

@@ -15,8 +15,8 @@ from safetensors.torch import load_file, save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_tinygpt import TinyGPTForCausalLM
-from hf_tinygpt.checkpoints.reading import load_strictly
-from hf_tinygpt.cli import main
+from hf_tinygpt.cli.commands import main
+from hf_tinygpt.folders.reading import load_strictly
 
 IDS = torch.randint(0, VOCAB, (2, 20), generator=torch.Generator().manual_seed(0))
 SCRIPTS = Path(__file__).parent.parent / "scripts"

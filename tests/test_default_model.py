@@ -14,11 +14,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
-from hf_tinygpt.checkpoints.gpt_neox_layout import gpt_neox_fields_of_tinygpt
-from hf_tinygpt.checkpoints.model_card import command_without_folders, template_path
-from hf_tinygpt.checkpoints.training_history import LOSS_CURVE, loss_curve_png, read_history
-from hf_tinygpt.cli import main
-from hf_tinygpt.tools.training import perplexity, tokenize_files
+from hf_tinygpt.cli.commands import main
+from hf_tinygpt.folders.model_card import command_without_folders, template_path
+from hf_tinygpt.folders.training_history import LOSS_CURVE, loss_curve_png, read_history
+from hf_tinygpt.model.gpt_neox_layout import gpt_neox_fields_of_tinygpt
+from hf_tinygpt.train.loop import perplexity, tokenize_files
 
 CARD = DEFAULT_MODEL_DIR / "README.md"
 SHIPPED = {

@@ -20,8 +20,8 @@ from conftest import readme_blocks, run_module, tiny_config, tiny_model
 from transformers import AutoTokenizer
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
-from hf_tinygpt.checkpoints.convert import export_tinygpt
-from hf_tinygpt.checkpoints.reading import load_strictly
+from hf_tinygpt.convert.conversions import export_tinygpt
+from hf_tinygpt.folders.reading import load_strictly
 from scripts.engines import (
     HANG,
     LLAMA_CPP,

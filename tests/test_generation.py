@@ -8,9 +8,9 @@ from conftest import random_gpt2, run_cli, save_with_tokenizer, text_model, tiny
 from transformers import pipeline
 
 import hf_tinygpt
-from hf_tinygpt.cli import main
-from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
-from hf_tinygpt.tools.generate import generate_text, load_for_generation
+from hf_tinygpt.cli.commands import main
+from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
+from hf_tinygpt.generate.text import generate_text, load_for_generation
 
 PROMPT = "Friends, Romans, countrymen"
 

@@ -10,12 +10,14 @@ import pytest
 from transformers.dynamic_module_utils import get_imports
 
 import hf_tinygpt
-from hf_tinygpt.cli import main
+from hf_tinygpt.cli.commands import main
 from hf_tinygpt.model import BUNDLE
 
 PACKAGE = Path(hf_tinygpt.__file__).parent
-# Lower layers first; a module may import its own layer and the ones before it, never a later one.
-LAYERS = ["model", "checkpoints", "tools", "cli"]
+# Lower layers first; a module may import its own folder and the layers before it, never a later one nor a folder
+# beside it in its own layer: the jobs of one layer stand side by side.
+LAYERS = [("model",), ("folders",), ("convert", "train", "generate", "plots"), ("hub",), ("cli",)]
+FOLDERS = [folder for layer in LAYERS for folder in layer]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -35,19 +37,40 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-def layer_of(module: str) -> str | None:
+def folder_of(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+    return parts[1] if len(parts) > 1 and parts[1] in FOLDERS else None
+
+
+def layer_of(folder: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if folder in layer)
+
+
+def test_every_folder_of_the_package_has_a_layer():
+    folders = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert folders == set(FOLDERS)
 
 
 def test_layers_import_only_downwards():
     for path in PACKAGE.rglob("*.py"):
-        own = layer_of(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+        own = folder_of(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
         if own is None:
             continue  # the package's __init__ (the top: it re-exports the public API)
         for module in imported_modules(path):
-            other = layer_of(module)
-            assert other is None or LAYERS.index(other) <= LAYERS.index(own), f"{path} imports {module}"
+            other = folder_of(module)
+            if other is None or other == own:
+                continue
+            assert layer_of(other) < layer_of(own), f"{path} imports {module}"
+
+
+def test_the_package_import_reaches_the_command_line_only_for_its_start_up():
+    """The command's start-up runs before torch is imported, so the package's `__init__` calls it; that and
+    nothing else of the command line: `start_up` imports the standard library alone."""
+    assert {m for m in imported_modules(PACKAGE / "__init__.py") if folder_of(m) == "cli"} == {
+        "hf_tinygpt.cli.start_up"
+    }
+    assert imported_modules(PACKAGE / "cli" / "start_up.py") == set()
+    assert imported_modules(PACKAGE / "cli" / "__init__.py") == set()
 
 
 def test_the_model_bundle_uses_only_public_transformers_api():
@@ -88,10 +111,10 @@ def test_importing_the_package_needs_no_extra():
     # As if not installed. peft too: it requires accelerate, and transformers imports it whenever it is present.
     blocked = "import sys; sys.modules.update(accelerate=None, matplotlib=None, peft=None)"
     modules = (
-        "hf_tinygpt.cli",
-        "hf_tinygpt.checkpoints.convert",
-        "hf_tinygpt.checkpoints.hub",
-        "hf_tinygpt.tools.generate",
+        "hf_tinygpt.cli.commands",
+        "hf_tinygpt.convert.conversions",
+        "hf_tinygpt.hub.publish",
+        "hf_tinygpt.generate.text",
     )
     imports = "import " + ", ".join(modules)
     run = subprocess.run([sys.executable, "-c", f"{blocked}; {imports}"], capture_output=True, text=True)
@@ -109,7 +132,7 @@ def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, tmp_path, c
             monkeypatch.setitem(sys.modules, name, None)
         monkeypatch.setitem(sys.modules, blocked, None)
     monkeypatch.delitem(
-        sys.modules, "hf_tinygpt.tools.training" if extra == "train" else "hf_tinygpt.tools.plots", raising=False
+        sys.modules, "hf_tinygpt.train.loop" if extra == "train" else "hf_tinygpt.plots.positions", raising=False
     )
     args = {
         "train": ["train", "--train", str(tmp_path / "texts"), "--out", str(tmp_path / "run")],

@@ -17,15 +17,9 @@ from transformers import AutoModelForCausalLM, pipeline
 
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
-from hf_tinygpt.cli import main
-from hf_tinygpt.model.int8 import (
-    INT8_KERNEL_MAX_ROWS,
-    INT8_KERNEL_ROWS_PER_CALL,
-    Int8Embedding,
-    Int8Linear,
-    int8_rows,
-)
-from hf_tinygpt.tools.generate import int8_weight_only, load_for_generation
+from hf_tinygpt.cli.commands import main
+from hf_tinygpt.generate.text import int8_weight_only, load_for_generation
+from hf_tinygpt.model.int8 import INT8_KERNEL_MAX_ROWS, INT8_KERNEL_ROWS_PER_CALL, Int8Embedding, Int8Linear, int8_rows
 
 torchao = pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
 from torchao.quantization import Int8WeightOnlyConfig, quantize_  # noqa: E402
@@ -186,7 +180,7 @@ def test_int8_without_torchao_names_the_extra_to_install(monkeypatch):
 
 @pytest.mark.slow
 def test_int8_keeps_the_shipped_models_hamlet_perplexity_within_one_percent():
-    from hf_tinygpt.tools.training import perplexity, tokenize_files
+    from hf_tinygpt.train.loop import perplexity, tokenize_files
 
     tokens = tokenize_files([HAMLET], hf_tinygpt.gpt2_tokenizer())
     # One window at a time: a batch's 50,257-way logits, in bf16 and again in float32, cost more than batching saves.
@@ -199,7 +193,7 @@ def test_int8_keeps_the_shipped_models_hamlet_perplexity_within_one_percent():
 
 @pytest.mark.slow
 def test_compiled_int8_decoding_gives_the_eager_int8_tokens():
-    from hf_tinygpt.tools.compiled_decoding import CompiledDecoder
+    from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
 
     model = load_int8(DEFAULT_MODEL_DIR)
     tokenizer = hf_tinygpt.gpt2_tokenizer()

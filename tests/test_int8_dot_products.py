@@ -16,9 +16,9 @@ import torch
 from conftest import int8_kernel_rows
 from torch import nn
 
-import hf_tinygpt.tools.int8_dot_products as dot_products
+import hf_tinygpt.generate.int8_dot_products as dot_products
+from hf_tinygpt.generate.int8_dot_products import Int8DotProductsLinear, int8_dot_products_available
 from hf_tinygpt.model.int8 import INT8_KERNEL_MAX_ROWS, Int8Linear
-from hf_tinygpt.tools.int8_dot_products import Int8DotProductsLinear, int8_dot_products_available
 
 if not int8_dot_products_available():
     pytest.skip("int8_dot_products: this CPU lacks AVX-512 BF16, or the op could not be built", allow_module_level=True)
@@ -126,7 +126,7 @@ def test_a_venv_that_was_not_activated_builds_the_op_with_its_own_ninja(tmp_path
     path = os.pathsep.join(path)
     assert shutil.which("ninja", path=path) is None
     check = (
-        "import os; from hf_tinygpt.tools.int8_dot_products import int8_dot_products_available as available; "
+        "import os; from hf_tinygpt.generate.int8_dot_products import int8_dot_products_available as available; "
         "print(available(), os.environ['PATH'] == os.environ['EXPECTED_PATH'])"
     )
     environment = os.environ | {"PATH": path, "EXPECTED_PATH": path, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}

@@ -11,7 +11,7 @@ import torch
 from conftest import random_gpt2
 from safetensors.torch import load_file
 
-from hf_tinygpt.cli import main
+from hf_tinygpt.cli.commands import main
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """Output folders: what every verb that writes a folder may replace, how it writes, and what it cleans up.
 
-Every verb that writes a folder goes through `hf_tinygpt.checkpoints.outputs`: OUT is refused before any work if
+Every verb that writes a folder goes through `hf_tinygpt.folders.outputs`: OUT is refused before any work if
 writing it could destroy an input or something of the user's, it is built beside OUT and swapped in with one rename,
 two writers cannot both win, and the result gets the umask's permissions. Every folder a verb writes carries a
 manifest (`MANIFEST`) listing each file it wrote with its size and sha256: a folder is ours only when we can prove we
@@ -25,7 +25,7 @@ from conftest import TINY_RUN, copied_manifest_folder, last_line, random_gpt2, r
 from safetensors.torch import load_file
 
 from hf_tinygpt import gpt2_tokenizer
-from hf_tinygpt.checkpoints.outputs import MANIFEST, _new_staging
+from hf_tinygpt.folders.outputs import MANIFEST, _new_staging
 
 # A manifest as hf-tinygpt writes one, listing nothing.
 EMPTY_MANIFEST = {
@@ -266,7 +266,7 @@ def test_train_refuses_to_write_its_run_into_its_training_data(tmp_path, capsys)
 
 
 def test_an_error_while_writing_leaves_the_old_output_whole(tmp_path):
-    from hf_tinygpt.checkpoints.outputs import output_folder
+    from hf_tinygpt.folders.outputs import output_folder
 
     out = tmp_path / "out"
     with output_folder(out) as staging:
@@ -279,7 +279,7 @@ def test_an_error_while_writing_leaves_the_old_output_whole(tmp_path):
 
 
 def test_an_output_that_appears_meanwhile_is_not_replaced_without_force(tmp_path):
-    from hf_tinygpt.checkpoints.outputs import output_folder
+    from hf_tinygpt.folders.outputs import output_folder
 
     out = tmp_path / "out"
     with pytest.raises(FileExistsError, match="appeared while this command ran"), output_folder(out) as staging:
@@ -290,7 +290,7 @@ def test_an_output_that_appears_meanwhile_is_not_replaced_without_force(tmp_path
 
 
 def test_two_writers_of_one_output_cannot_both_win(tmp_path):
-    from hf_tinygpt.checkpoints.outputs import output_folder
+    from hf_tinygpt.folders.outputs import output_folder
 
     out = tmp_path / "out"
     with output_folder(out) as staging:
@@ -329,7 +329,7 @@ def test_a_full_disk_names_the_output_and_leaves_nothing(gpt2_folder, tmp_path, 
 
 
 def test_a_symlink_or_file_as_output_is_never_replaced(tmp_path):
-    from hf_tinygpt.checkpoints.outputs import check_output
+    from hf_tinygpt.folders.outputs import check_output
 
     (tmp_path / "file").write_text("x")
     (tmp_path / "link").symlink_to(tmp_path / "file")
@@ -342,7 +342,7 @@ def test_a_symlink_or_file_as_output_is_never_replaced(tmp_path):
 
 
 def test_leftovers_of_a_killed_writer_are_cleaned_and_an_old_folder_put_back(tmp_path):
-    from hf_tinygpt.checkpoints.outputs import clean_leftovers, output_folder
+    from hf_tinygpt.folders.outputs import clean_leftovers, output_folder
 
     out = tmp_path / "out"
     _new_staging(out, "model")  # killed while building: `.out.partial-PID-HEX`, its manifest already inside
@@ -398,14 +398,14 @@ NOT_PATHS = {
 
 
 def verbs_and_actions():
-    from hf_tinygpt.cli import build_parser
+    from hf_tinygpt.cli.commands import build_parser
 
     [subparsers] = [action for action in build_parser()._actions if action.dest == "verb"]
     return {name: parser._actions for name, parser in subparsers.choices.items()}
 
 
 def test_every_string_option_of_every_verb_is_either_an_input_path_or_named_as_none():
-    from hf_tinygpt.cli import input_path
+    from hf_tinygpt.cli.commands import input_path
 
     for verb, actions in verbs_and_actions().items():
         for action in actions:
@@ -415,7 +415,7 @@ def test_every_string_option_of_every_verb_is_either_an_input_path_or_named_as_n
 
 
 def input_cases():
-    from hf_tinygpt.cli import input_path
+    from hf_tinygpt.cli.commands import input_path
 
     for verb, actions in verbs_and_actions().items():
         if any(action.dest == "out" for action in actions):
@@ -429,7 +429,7 @@ def input_cases():
 def test_no_input_of_any_verb_can_be_its_output(verb, dest, relation, tmp_path, capsys):
     """OUT an earlier output of ours, so that `--force` would replace it: an input is OUT, lies in it (OUT contains
     it), or holds it (OUT is inside it)."""
-    from hf_tinygpt.checkpoints.outputs import output_folder
+    from hf_tinygpt.folders.outputs import output_folder
 
     earlier = tmp_path / "earlier"
     with output_folder(earlier) as staging:
@@ -460,7 +460,7 @@ def test_no_input_of_any_verb_can_be_its_output(verb, dest, relation, tmp_path, 
 
 
 def test_protect_takes_named_paths_not_a_string_to_spell_out(tmp_path):
-    from hf_tinygpt.checkpoints.outputs import check_output
+    from hf_tinygpt.folders.outputs import check_output
 
     with pytest.raises(TypeError, match="`protect` must map each input's name to its path"):
         check_output(tmp_path / "out", protect=str(tmp_path / "out"))
@@ -468,7 +468,7 @@ def test_protect_takes_named_paths_not_a_string_to_spell_out(tmp_path):
 
 def test_training_refuses_to_replace_the_model_it_starts_from(tmp_path, corpus, capsys):
     """In Python too: `train --init-from X --out X --force` exited 0 having replaced X."""
-    from hf_tinygpt.tools.training import TrainingSettings, train
+    from hf_tinygpt.train.loop import TrainingSettings, train
 
     assert run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--out", tmp_path / "run")[0] == 0
     start = tmp_path / "run" / "model"
@@ -509,7 +509,7 @@ def test_outputs_nested_deeper_than_any_of_ours_are_refused_not_walked(tmp_path,
 
 
 def test_a_writer_nested_inside_a_writer_of_the_same_output_fails_at_once_instead_of_waiting(tmp_path):
-    from hf_tinygpt.checkpoints.outputs import output_folder
+    from hf_tinygpt.folders.outputs import output_folder
 
     outcome = []
 

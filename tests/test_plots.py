@@ -1,4 +1,4 @@
-"""Position pictures (hf_tinygpt.tools.plots): the numbers each picture plots are the model's own, and the files are real."""
+"""Position pictures (hf_tinygpt.plots.positions): the numbers each picture plots are the model's own, and the files are real."""
 
 import json
 
@@ -8,9 +8,9 @@ import torch
 from conftest import random_gpt2, run_cli, tiny_config, tiny_model
 
 from hf_tinygpt import TinyGPTForCausalLM
-from hf_tinygpt.checkpoints.outputs import MANIFEST
-from hf_tinygpt.cli import main
-from hf_tinygpt.tools.plots import (
+from hf_tinygpt.cli.commands import main
+from hf_tinygpt.folders.outputs import MANIFEST
+from hf_tinygpt.plots.positions import (
     PICTURES,
     WHERE_POSITIONS_ACT,
     load_for_plots,

@@ -10,7 +10,7 @@ from transformers import DynamicCache, LlamaConfig, StaticCache
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
-from hf_tinygpt.model.modeling_tinygpt import (
+from hf_tinygpt.model.positions import (
     AlibiPositions,
     LearnedPositions,
     NoPositions,

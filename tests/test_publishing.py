@@ -36,10 +36,10 @@ from huggingface_hub import ModelCard, hf_hub_download
 from huggingface_hub.errors import RepositoryNotFoundError
 
 import hf_tinygpt
-from hf_tinygpt.checkpoints.hub import push_to_hub, stage_for_hub
-from hf_tinygpt.checkpoints.outputs import MANIFEST
-from hf_tinygpt.checkpoints.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png, write_history
-from hf_tinygpt.cli import main
+from hf_tinygpt.cli.commands import main
+from hf_tinygpt.folders.outputs import MANIFEST
+from hf_tinygpt.folders.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png, write_history
+from hf_tinygpt.hub.publish import push_to_hub, stage_for_hub
 from hf_tinygpt.model import BUNDLE
 from hf_tinygpt.model.params import parameter_breakdown
 
@@ -103,7 +103,7 @@ def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
 
 def test_push_stages_the_installed_code_and_nothing_else(tmp_path):
     import hf_tinygpt
-    from hf_tinygpt.checkpoints.hub import stage_for_hub
+    from hf_tinygpt.hub.publish import stage_for_hub
 
     folder = tmp_path / "model"
     tiny_model(vocab_size=50257).save_pretrained(folder)  # the bundled GPT-2 tokenizer's ids fit
@@ -338,7 +338,7 @@ class BrokenServer:
 
 @pytest.mark.parametrize("mode", ["hang", "drop", "garble"])
 def test_a_hung_or_dropped_connection_ends_the_push_with_a_clear_error(mode, tmp_path, online):
-    from hf_tinygpt.checkpoints.hub import push_to_hub
+    from hf_tinygpt.hub.publish import push_to_hub
 
     folder = tmp_path / "model"
     tiny_model(vocab_size=50257).save_pretrained(folder)
@@ -661,7 +661,7 @@ def test_ctrl_c_during_a_push_says_whether_the_commit_may_land(moment, hub, tmp_
     cli_against(hub, monkeypatch)
     _, folder = tinygpt_folder(tmp_path)
     if moment == "staging":
-        monkeypatch.setattr("hf_tinygpt.checkpoints.hub.stage_tinygpt_folder", interrupt)
+        monkeypatch.setattr("hf_tinygpt.hub.publish.stage_tinygpt_folder", interrupt)
     else:
         hub.after[moment] = interrupt_main_thread
     code = main(["push", str(folder), REPO, "--token", HUB_TOKEN])

@@ -206,7 +206,7 @@ def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp
     row's unprofiled rounds time a generate step, the compiled forward alone and the products alone. No time is
     asserted."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
-    from hf_tinygpt.tools.int8_dot_products import int8_dot_products_available
+    from hf_tinygpt.generate.int8_dot_products import int8_dot_products_available
 
     rows_and_rounds = ["--dtypes", "bfloat16", "int8", "--batches", "1", "8", "--rounds", "1"]
     out = run_module("step_breakdown", "--tiny", *rows_and_rounds, "--json", tmp_path / "steps.json")

@@ -1,4 +1,4 @@
-"""Token files (hf_tinygpt/tools/token_files.py): training data tokenized once, streaming, into `tokens.bin` (uint16
+"""Token files (hf_tinygpt/train/token_files.py): training data tokenized once, streaming, into `tokens.bin` (uint16
 where the ids fit, else uint32) beside `tokens.json`, kept in a cache that later runs reuse while the sources and the
 tokenizer stay the same, and memory-mapped by training, which reads only the blocks of each step. Text files, a token
 folder, or a 🤗 dataset go in; the batches, losses and perplexities are those of the old in-memory packing."""
@@ -17,9 +17,10 @@ import torch
 from conftest import HAMLET, TINY_RUN, run_module, tiny_model
 
 from hf_tinygpt import gpt2_tokenizer
-from hf_tinygpt.checkpoints.outputs import MANIFEST, seal, unproven
-from hf_tinygpt.tools import token_files
-from hf_tinygpt.tools.token_files import (
+from hf_tinygpt.folders.outputs import MANIFEST, seal, unproven
+from hf_tinygpt.train import token_files
+from hf_tinygpt.train.loop import batch_indices, pack, perplexity, read_blocks, tokenize_files
+from hf_tinygpt.train.token_files import (
     INFO,
     TOKENS,
     dataset_tokens,
@@ -30,7 +31,6 @@ from hf_tinygpt.tools.token_files import (
     tokenizer_identity,
     write_token_folder,
 )
-from hf_tinygpt.tools.training import batch_indices, pack, perplexity, read_blocks, tokenize_files
 
 EOS = 50256
 

@@ -19,9 +19,9 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
-from hf_tinygpt.checkpoints.outputs import unproven
-from hf_tinygpt.checkpoints.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png
-from hf_tinygpt.tools.training import (
+from hf_tinygpt.folders.outputs import unproven
+from hf_tinygpt.folders.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png
+from hf_tinygpt.train.loop import (
     TrainingSettings,
     adamw,
     batch_indices,
@@ -253,7 +253,7 @@ def test_init_from_a_gpt2_checkpoint_starts_exactly_where_gpt2lmheadmodel_is(pla
 DRIVER = """
 import json, sys, torch
 from accelerate import PartialState
-from hf_tinygpt.tools.training import TrainingSettings, train
+from hf_tinygpt.train.loop import TrainingSettings, train
 
 settings = TrainingSettings(**json.loads(sys.argv[1]))
 model, summary = train(settings)
@@ -331,7 +331,7 @@ def test_report_to_tensorboard_logs_each_steps_metrics_inside_the_run_folder(pla
 def test_report_to_names_an_unknown_or_missing_tracker(monkeypatch):
     with pytest.raises(ValueError, match=r"TrainingSettings.report_to.*tensorbord is not a tracker.*tensorboard"):
         TrainingSettings(out="x", train=["y"], report_to=["tensorbord"])
-    from hf_tinygpt.tools import training
+    from hf_tinygpt.train import loop as training
 
     monkeypatch.setattr(training, "get_available_trackers", lambda: [])  # as where tensorboard is not installed
     with pytest.raises(ValueError, match=r"TrainingSettings.report_to.*tensorboard is not installed"):
@@ -352,7 +352,7 @@ def test_the_train_verb_has_freed_step_tensors_reused_instead_of_faulted_in_agai
     # allocated for the fourth time, as at every step of a run.
     refault = textwrap.dedent("""
         import resource, sys, torch
-        from hf_tinygpt.tools.training import keep_freed_memory
+        from hf_tinygpt.train.loop import keep_freed_memory
         if sys.argv[1] == "kept":
             assert keep_freed_memory()
         faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -400,7 +400,7 @@ def test_init_from_a_private_hub_repo_at_a_revision_with_a_token_that_no_file_ke
     command line included), and the card names ID as the base model."""
     from conftest import HUB_TOKEN, hub_subprocess_env, save_with_tokenizer, text_model
 
-    from hf_tinygpt.checkpoints.hub import push_to_hub
+    from hf_tinygpt.hub.publish import push_to_hub
 
     branches = {"main": text_model("rope", seed=0), "v2": text_model("rope", seed=1)}
     for branch, model in branches.items():
@@ -427,7 +427,7 @@ def test_init_from_a_private_hub_repo_at_a_revision_with_a_token_that_no_file_ke
 def test_bf16_on_a_cpu_without_bf16_instructions_warns_once_naming_the_flag(
     plays, tmp_path, cli, monkeypatch, has_bf16
 ):
-    monkeypatch.setattr("hf_tinygpt.tools.training.cpu_has_bf16_instructions", lambda: has_bf16)
+    monkeypatch.setattr("hf_tinygpt.train.loop.cpu_has_bf16_instructions", lambda: has_bf16)
     run = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--bf16", "--out", tmp_path / "run")
     assert run.returncode == 0, run.stderr[-3000:]
     warned = [line for line in run.stderr.splitlines() if "warning" in line]

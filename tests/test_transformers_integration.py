@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from contextlib import nullcontext
+from pathlib import Path
 
 import pytest
 import torch
@@ -110,7 +111,7 @@ def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, sc
 @pytest.mark.slow
 def test_an_int8_remote_code_folder_multiplies_in_int8_where_hf_tinygpt_is_not_installed(tmp_path):
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
-    from hf_tinygpt.tools.generate import int8_weight_only
+    from hf_tinygpt.generate.text import int8_weight_only
 
     float_folder = save_with_tokenizer(text_model("rope"), tmp_path / "float")
     model = TinyGPTForCausalLM.from_pretrained(
@@ -333,3 +334,18 @@ def test_a_tinygpt_hub_repo_costs_no_request_beyond_what_a_gpt2_repo_costs(hub, 
     for cache in ("cold", "warm"):
         assert len(requests["tinygpt", cache]) <= len(requests["gpt2", cache]), requests
     assert sum(path.endswith("/config.json") and method == "GET" for method, path in requests["tinygpt", "cold"]) == 1
+
+
+SAVED_BEFORE_THE_MOVE = Path(__file__).parent / "fixtures" / "saved_before_the_move"
+
+
+@pytest.mark.parametrize("scheme", ["learned", "rope", "alibi"])
+def test_a_folder_saved_before_the_package_was_rearranged_loads_with_its_logits(scheme):
+    """Folders saved by the package as it stood before its folders were named by job (commit c8a3b30, the model
+    file holding the positions, `checkpoints/` and `tools/`) load here with the logits they had then."""
+    expected = json.loads((SAVED_BEFORE_THE_MOVE / "expected_logits.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(SAVED_BEFORE_THE_MOVE / scheme)
+    assert type(model) is TinyGPTForCausalLM and model.config.position_embedding_type == scheme
+    with torch.no_grad():
+        logits = model(torch.tensor([expected["input_ids"]])).logits[0, -1]
+    torch.testing.assert_close(logits, torch.tensor(expected["last_logits"][scheme]), rtol=0, atol=1e-5)

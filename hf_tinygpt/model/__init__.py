@@ -1,11 +1,12 @@
-"""The model: the configuration, the modeling code and the modules they import are the bundle copied next to saved
-weights (they import torch, transformers' public API and each other only); `params` counts where the parameters live.
-"""
+"""The model: the configuration, the modeling code, the position schemes and the modules they import are the bundle
+copied next to saved weights (they import torch, transformers' public API and each other only). Beside the bundle:
+`gpt_neox_layout` (the GPT-NeoX mapping, for export) and `params` (where the parameters live)."""
 
 # The bundle: what `save_pretrained` copies beside the weights (transformers follows the modeling file's imports).
 BUNDLE = (
     "configuration_tinygpt.py",
     "modeling_tinygpt.py",
+    "positions.py",
     "compat.py",
     "gpt2_layout.py",
     "int8.py",

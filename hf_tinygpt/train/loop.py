@@ -30,7 +30,8 @@ from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
-from ..checkpoints.outputs import (
+from ..folders.errors import needs_extra
+from ..folders.outputs import (
     check_output,
     output_folder,
     read_manifest,
@@ -41,17 +42,11 @@ from ..checkpoints.outputs import (
     unproven,
     write_recorded_file,
 )
-from ..checkpoints.reading import (
-    describe,
-    load_strictly,
-    read_config_dict,
-    read_json_object,
-    refuse_what_is_not_a_file,
-)
-from ..checkpoints.training_history import LOSS_CURVE, checked_history, loss_curve_png, write_history
+from ..folders.reading import describe, load_strictly, read_config_dict, read_json_object, refuse_what_is_not_a_file
+from ..folders.training_history import LOSS_CURVE, checked_history, loss_curve_png, write_history
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
-from . import SMALL_MODEL, needs_extra
+from .settings import SMALL_MODEL
 from .token_files import (
     TokenFile,
     cache_folder,
@@ -155,7 +150,7 @@ class TrainingSettings:
                     f"`TrainingSettings.{name}` must be a finite number in [{low}, {high}]"
                     f"{' and not 0' if name == 'learning_rate' else ''}, got {value!r}"
                 )
-        from ..checkpoints.convert import DTYPES
+        from ..folders.model_folder import DTYPES
 
         if self.init_revision is not None and self.init_from is None:
             raise ValueError(
@@ -620,7 +615,7 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
     Hub `init_from`, a Hub token (never recorded; default: the one huggingface_hub knows).
 
     Everything that can be wrong with the settings, OUT or the data is found before the run folder is touched."""
-    from ..checkpoints.bundled import load_tokenizer
+    from ..folders.bundled import load_tokenizer
 
     protect = inputs_of(settings)
     out = check_output(settings.out, force=settings.force, protect=protect, reuse=settings.resume)
@@ -912,7 +907,7 @@ def _train(settings, accelerator, out, start, tokenizer_from, train_description,
 def _run_folder_vanished(out: Path, step: int, model, tokenizer_from) -> OSError:
     """The run folder is gone: the model as trained so far is written to a folder beside where it was (or the
     temporary folder, where that is gone too), and the error says where, and at which step the run stopped."""
-    from ..checkpoints.convert import save_model_folder
+    from ..folders.model_folder import save_model_folder
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for place in (out.parent, Path(tempfile.gettempdir())):
@@ -936,8 +931,8 @@ def _write_final_model(
 ) -> float | None:
     """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, the loss history and its
     curve, and a card (showing the curve) whose validation perplexity is measured on the weights exactly as written."""
-    from ..checkpoints.convert import DTYPES, save_model_folder
-    from ..checkpoints.model_card import render_model_card
+    from ..folders.model_card import render_model_card
+    from ..folders.model_folder import DTYPES, save_model_folder
 
     if bad := [key for key, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]:
         raise ValueError(

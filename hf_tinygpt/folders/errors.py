@@ -106,3 +106,9 @@ def hub_answers_in_one_line(doing: str, tokens=()):
             raise
         message = f"{doing} failed: {describe_answer(answer, tokens)}"
         raise HubRequestError(message, answer.response.status_code) from error
+
+
+def needs_extra(extra: str, error: ImportError) -> ImportError:
+    """The one-line error for a tool whose optional dependencies (`pip install 'hf-tinygpt[EXTRA]'`) are missing."""
+    package = (error.name or "a package").partition(".")[0]
+    return ImportError(f"this needs {package} (not installed): pip install 'hf-tinygpt[{extra}]'")

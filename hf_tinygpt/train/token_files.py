@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checkpoints.outputs import output_folder, read_manifest, sha256_file, unproven
-from . import needs_extra
+from ..folders.errors import needs_extra
+from ..folders.outputs import output_folder, read_manifest, sha256_file, unproven
 
 TOKENS, INFO, KIND = "tokens.bin", "tokens.json", "tokens"
 FORMAT = 2  # of tokens.json: a change of layout gets new cache keys (2: sources by sha256, not size and mtime)

@@ -5,8 +5,8 @@ import tempfile
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from ..folders.reading import load_strictly, read_config_dict, reading_checkpoint
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
-from .reading import load_strictly, read_config_dict, reading_checkpoint
 
 
 @torch.no_grad()
@@ -43,7 +43,7 @@ def random_gpt2_folder(folder: str, seed: int = 0, **config) -> str:
 
 def verify_gpt2_checkpoint(gpt2_folder: str | None, text: str, seed: int = 0, **hub_kwargs) -> dict:
     """Load a GPT-2 folder (or, with None, a random GPT-2 small made here) with both libraries and compare."""
-    from .bundled import gpt2_tokenizer
+    from ..folders.bundled import gpt2_tokenizer
 
     with tempfile.TemporaryDirectory() as scratch:
         folder = gpt2_folder or random_gpt2_folder(scratch, seed=seed)

@@ -26,11 +26,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..checkpoints.bundled import gpt2_tokenizer
-from ..checkpoints.reading import load_strictly, read_config_dict, read_tinygpt_config, reading_checkpoint
+from ..folders.bundled import gpt2_tokenizer
+from ..folders.errors import needs_extra
+from ..folders.reading import load_strictly, read_config_dict, read_tinygpt_config, reading_checkpoint
 from ..model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
-from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM, apply_rotary
-from . import needs_extra
+from ..model.modeling_tinygpt import TinyGPTForCausalLM
+from ..model.positions import PositionScheme, apply_rotary
 
 try:
     from matplotlib.figure import Figure

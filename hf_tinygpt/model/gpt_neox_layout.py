@@ -12,7 +12,7 @@ Only the exporter uses it, so it lives here rather than in the model bundle.
 
 import torch
 
-from ..model.gpt2_layout import HEAD, PREFIX, TIED_TO
+from .gpt2_layout import HEAD, PREFIX, TIED_TO
 
 NEOX_NAMES = {  # TinyGPT name (after `transformer.`) → GPT-NeoX name (after `gpt_neox.`); per block after `h.N.`
     "ln_1": "input_layernorm",

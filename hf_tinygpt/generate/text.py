@@ -8,9 +8,9 @@ import torch
 from transformers import AutoModelForCausalLM, TextStreamer, TorchAoConfig, set_seed
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from ..checkpoints.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer, load_tokenizer
-from ..checkpoints.reading import check_finite, has_tokenizer, load_strictly, read_config_dict, reading_checkpoint
-from . import needs_extra
+from ..folders.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer, load_tokenizer
+from ..folders.errors import needs_extra
+from ..folders.reading import check_finite, has_tokenizer, load_strictly, read_config_dict, reading_checkpoint
 
 
 def int8_weight_only():

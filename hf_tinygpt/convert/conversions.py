@@ -5,26 +5,16 @@ or a nanoGPT `ckpt.pt`. Output folders are written to a temporary sibling and re
 complete; an existing output is replaced only with `force=True`.
 """
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
 
-from ..model.configuration_tinygpt import TinyGPTConfig
-from ..model.gpt2_layout import (
-    HEAD,
-    PREFIX,
-    gpt2_fields_of_tinygpt,
-    gpt2_state_dict_to_tinygpt,
-    tinygpt_state_dict_to_gpt2,
-)
-from ..model.modeling_tinygpt import PositionScheme, TinyGPTForCausalLM
-from .bundled import load_tokenizer
-from .gpt_neox_layout import gpt_neox_fields_of_tinygpt, gpt_neox_legacy_fields, tinygpt_state_dict_to_gpt_neox
-from .outputs import output_folder
-from .reading import (
+from ..folders.bundled import load_tokenizer
+from ..folders.model_folder import DTYPES, save_model_folder
+from ..folders.outputs import output_folder
+from ..folders.reading import (
     check_finite,
     check_state_dict,
     describe,
@@ -36,8 +26,17 @@ from .reading import (
     reading_checkpoint,
     refuse_revision_of_a_local_path,
 )
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+from ..model.configuration_tinygpt import TinyGPTConfig
+from ..model.gpt2_layout import (
+    HEAD,
+    PREFIX,
+    gpt2_fields_of_tinygpt,
+    gpt2_state_dict_to_tinygpt,
+    tinygpt_state_dict_to_gpt2,
+)
+from ..model.gpt_neox_layout import gpt_neox_fields_of_tinygpt, gpt_neox_legacy_fields, tinygpt_state_dict_to_gpt_neox
+from ..model.modeling_tinygpt import TinyGPTForCausalLM
+from ..model.positions import PositionScheme
 
 
 @dataclass
@@ -191,14 +190,6 @@ def model_from_state_dict(config: TinyGPTConfig, state_dict: dict, dtype: torch.
     return model.eval()
 
 
-def save_model_folder(model, folder: str | os.PathLike, *, tokenizer_from: str | None):
-    """Save `model` + tokenizer + generation config into `folder` (a staging folder from `output_folder`)."""
-    model.save_pretrained(folder)
-    GenerationConfig.from_model_config(model.config).save_pretrained(folder)
-    if tokenizer_from is not None:
-        load_tokenizer(tokenizer_from).save_pretrained(folder)
-
-
 SAMPLE_TEXT = "To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer"
 
 
@@ -248,7 +239,7 @@ def gpt2_to_tinygpt(
     """Convert any GPT-2-family source into a complete tinygpt folder with a model card; `tokenizer="gpt2"` uses
     the bundled BPE. With `verify_tolerance`, the written folder is read back and compared with transformers'
     `GPT2LMHeadModel` on the source's tensors before it is renamed into place. Returns (folder, source, Δ)."""
-    from .model_card import render_model_card
+    from ..folders.model_card import render_model_card
 
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"`dtype` must be one of {sorted(DTYPES)}, got {dtype!r}")

@@ -1,7 +1,7 @@
 """`hf-tinygpt`: the package's command line. Each verb is a thin layer over a library function.
 
 Conventions shared by every verb: a folder it writes is `--out DIR` (written atomically, replaced only with
-`--force`, see hf_tinygpt/checkpoints/outputs.py); a model that may be a Hub id comes with `--revision` and
+`--force`, see hf_tinygpt/folders/outputs.py); a model that may be a Hub id comes with `--revision` and
 `--token`; a comparison with GPT2LMHeadModel accepts `--tolerance` (max |Δlogits| per unit of the logits' scale,
 max(1, max |logit|); default 1e-5).
 """
@@ -20,11 +20,12 @@ import warnings
 
 from huggingface_hub.errors import HfHubHTTPError
 
-from .checkpoints.errors import hub_error_line
-from .checkpoints.outputs import refuse_inputs
-from .checkpoints.reading import describe, read_json_object, read_tinygpt_config
-from .model.configuration_tinygpt import POSITION_SCHEMES
-from .model.params import parameter_breakdown
+from ..folders.errors import hub_error_line
+from ..folders.outputs import refuse_inputs
+from ..folders.reading import describe, read_json_object, read_tinygpt_config
+from ..model.configuration_tinygpt import POSITION_SCHEMES
+from ..model.params import parameter_breakdown
+from .start_up import interrupted_while_starting
 
 # ---- shared by the verbs -----------------------------------------------------------------------------------------
 
@@ -144,7 +145,7 @@ def add_generate_arguments(parser: argparse.ArgumentParser):
 
 
 def run_generate(args) -> int:
-    from .tools.generate import generate_text, load_for_generation
+    from ..generate.text import generate_text, load_for_generation
 
     hub = hub_options(args)
     with no_progress_bars():  # the continuation is the output: no "Loading weights" bar around it
@@ -210,8 +211,8 @@ def add_plot_arguments(parser: argparse.ArgumentParser):
 
 
 def run_plot_positions(args) -> int:
-    from .checkpoints.outputs import output_folder
-    from .tools.plots import WHERE_POSITIONS_ACT, load_for_plots, plot_positions, written_files
+    from ..folders.outputs import output_folder
+    from ..plots.positions import WHERE_POSITIONS_ACT, load_for_plots, plot_positions, written_files
 
     with no_progress_bars():
         model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
@@ -257,7 +258,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser):
 
 
 def run_verify_gpt2(args) -> int:
-    from .checkpoints.verify import verify_gpt2_checkpoint
+    from ..convert.verify import verify_gpt2_checkpoint
 
     source = args.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
     print(f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT ...")
@@ -322,7 +323,7 @@ def add_convert_arguments(parser: argparse.ArgumentParser):
 
 
 def run_convert(args) -> int:
-    from .checkpoints import convert
+    from ..convert import conversions as convert
 
     def report(delta):
         if delta is not None:
@@ -375,7 +376,7 @@ def run_convert(args) -> int:
 
 
 def add_train_arguments(parser: argparse.ArgumentParser):
-    from .tools import SMALL_MODEL
+    from ..train.settings import SMALL_MODEL
 
     data = parser.add_argument_group("data")
     data.add_argument(
@@ -472,7 +473,7 @@ def add_train_arguments(parser: argparse.ArgumentParser):
 
 
 def run_train(args) -> int:
-    from .tools.training import TrainingInterrupted, TrainingSettings, keep_freed_memory, train
+    from ..train.loop import TrainingInterrupted, TrainingSettings, keep_freed_memory, train
 
     keep_freed_memory()  # this process only trains: freed step tensors are reused instead of faulted in again
 
@@ -583,7 +584,7 @@ def add_push_arguments(parser: argparse.ArgumentParser):
 
 
 def run_push(args) -> int:
-    from .checkpoints.hub import push_to_hub, stage_for_hub
+    from ..hub.publish import push_to_hub, stage_for_hub
 
     def show(files):
         width = max(map(len, files))
@@ -761,9 +762,7 @@ def recorded_command(argv: list[str], token: str | None) -> str:
 
 
 def main(argv=None) -> int:
-    from . import _interrupted_while_starting
-
-    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:  # started: Ctrl-C is a KeyboardInterrupt again
+    if signal.getsignal(signal.SIGINT) is interrupted_while_starting:  # started: Ctrl-C is a KeyboardInterrupt again
         signal.signal(signal.SIGINT, signal.default_int_handler)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)

@@ -20,11 +20,10 @@ from huggingface_hub import HfApi, get_session, snapshot_download
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
-from ..model.configuration_tinygpt import TinyGPTConfig
-from .bundled import TOKENIZER_FILES
-from .errors import hub_answers_in_one_line, printable, redacted
-from .outputs import MANIFEST, output_folder
-from .reading import (
+from ..folders.bundled import TOKENIZER_FILES
+from ..folders.errors import hub_answers_in_one_line, printable, redacted
+from ..folders.outputs import MANIFEST, output_folder
+from ..folders.reading import (
     check_weights_index,
     describe,
     has_tokenizer,
@@ -32,7 +31,8 @@ from .reading import (
     read_config_dict,
     reading_checkpoint,
 )
-from .training_history import TRAINING_HISTORY, read_history, write_history
+from ..folders.training_history import TRAINING_HISTORY, read_history, write_history
+from ..model.configuration_tinygpt import TinyGPTConfig
 
 # Every file of a model folder that staging reads (and so could publish, in some form): each must be a regular file.
 READ_FILES = ("config.json", "generation_config.json", "README.md", TRAINING_HISTORY, *TOKENIZER_FILES)
@@ -187,8 +187,8 @@ def stage_tinygpt_folder(
     for `repo_id` (without local paths unless `keep_local_paths`). The staged folder is loaded back and must give
     the same weights. A training history goes as checked numbers with its curve drawn again from them. Nothing
     else goes: no optimizer states, logs, images, notes, stray or linked files."""
-    from .bundled import load_tokenizer
-    from .model_card import rerender_for
+    from ..folders.bundled import load_tokenizer
+    from ..folders.model_card import rerender_for
 
     refuse_links(folder, READ_FILES, inside=inside)
     _weights_layout(folder, inside)
@@ -242,8 +242,8 @@ def stage_for_hub(
 ) -> dict[str, int]:
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
     any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
-    from .convert import gpt2_to_tinygpt
-    from .model_card import rerender_for
+    from ..convert.conversions import gpt2_to_tinygpt
+    from ..folders.model_card import rerender_for
 
     check_repo_id(repo_id)
     for name, value in (("src", src), ("staging", staging), ("tokenizer", tokenizer), ("base_model", base_model)):

@@ -1,0 +1,1 @@
+"""Pictures of position schemes (the [plots] extra)."""
