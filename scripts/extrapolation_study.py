@@ -22,7 +22,11 @@ import torch
 
 from hf_tinygpt import POSITION_SCHEMES as SCHEMES
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
-from hf_tinygpt.train.loop import FINAL, TrainingSettings, perplexity, tokenize_files, train
+from hf_tinygpt.train.data import tokenize_files
+from hf_tinygpt.train.evaluate import perplexity
+from hf_tinygpt.train.loop import train
+from hf_tinygpt.train.run_folder import FINAL
+from hf_tinygpt.train.settings import TrainingSettings
 
 # Evaluated without retraining: the RoPE model with dynamic NTK scaling switched on at evaluation time.
 # The corpus the study trains on, in the repository.

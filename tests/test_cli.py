@@ -56,13 +56,35 @@ def test_the_same_idea_has_the_same_flag_in_every_verb():
 
 
 def test_train_defaults_to_a_small_model():
-    from hf_tinygpt.train.loop import TrainingSettings, build_config
+    from hf_tinygpt.train.settings import TrainingSettings, build_config
 
     args = build_parser().parse_args(["train", "--train", "texts", "--out", "run"])
     settings = TrainingSettings(out=args.out, train=args.train, block_size=args.block_size)
     config = build_config(settings, vocab_size=50257, eos_token_id=50256)
     assert (config.n_layer, config.n_embd, config.n_head, args.steps) == (4, 64, 4, 500)
     assert sum(p.numel() for p in TinyGPTForCausalLM(config).parameters()) < 4e6
+
+
+def test_every_training_setting_is_a_train_flag_with_the_settings_default_and_help():
+    """The train verb's flags are made from `TrainingSettings`: a field added there is a flag, with the field's
+    default and help. (Before, the command line copied the fields by hand: --steps defaulted to 500 where the
+    settings said 1000, and `keep_checkpoints`, `eval_batch_size` and `validation_tokens` had no flag.)"""
+    import dataclasses
+
+    from hf_tinygpt.cli.commands import in_flags, setting_values
+    from hf_tinygpt.train.settings import TrainingSettings
+
+    set_otherwise = {"config", "command"}  # from --config and the shape flags; the command line itself
+    flags = {action.dest: action for action in options("train").values()}
+    fields = {setting.name: setting for setting in dataclasses.fields(TrainingSettings)}
+    assert set(fields) - set_otherwise <= set(flags)  # (--config sets `config` too, from a JSON file)
+    names = {dest: max(action.option_strings, key=len) for dest, action in flags.items()}
+    for name, setting in fields.items():
+        if name not in set_otherwise:
+            assert flags[name].help.startswith(in_flags(setting.metadata["help"], names)), name
+    args = build_parser().parse_args(["train", "--train", "texts", "--out", "run"])
+    given = TrainingSettings(**setting_values(args, TrainingSettings))
+    assert given == TrainingSettings(out="run", train=["texts"])
 
 
 def test_push_dry_run_needs_out(capsys):

@@ -607,7 +607,7 @@ def test_plot_positions_refuses_a_seed_numpy_cannot_take_naming_the_flag(seed, t
     ],
 )
 def test_training_settings_of_the_wrong_type_are_named(settings, message, corpus):
-    from hf_tinygpt.train.loop import TrainingSettings
+    from hf_tinygpt.train.settings import TrainingSettings
 
     with pytest.raises(ValueError, match=re.escape(message)):
         TrainingSettings(train=[str(corpus)], **settings)

@@ -2,7 +2,9 @@
 nanoGPT's ckpt.pt, exports to GPT-2 and GPT-NeoX (always verified against transformers' own class), the strict loader
 every command uses, and bad checkpoints, each named in one line with nothing written."""
 
+import collections
 import json
+import os
 import re
 import subprocess
 import sys
@@ -105,7 +107,7 @@ def test_hub_repo_id_resolves_through_the_hf_cache(tmp_path):
 HTTP_LOAD = """
 import sys, torch
 from hf_tinygpt import TinyGPTForCausalLM
-from hf_tinygpt.cli import main
+from hf_tinygpt.cli.commands import main
 repo, revision, token, ids, out = sys.argv[1:]
 model = TinyGPTForCausalLM.from_pretrained(repo, revision=revision, token=token).eval()
 with torch.no_grad():
@@ -434,6 +436,125 @@ def test_an_export_that_does_not_match_its_source_writes_nothing(tmp_path, cli):
     out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", "--dtype", "bfloat16")
     assert out.returncode == 2 and "verification failed" in out.stderr and "nothing written" in out.stderr
     assert not (tmp_path / "gpt2").exists()
+
+
+# ---- each input read once ---------------------------------------------------------------------------------------------
+
+
+def count_reads(monkeypatch, folder) -> collections.Counter:
+    """{file name: times opened} for the files of `folder` from now on: JSON through `open` (ours and transformers'),
+    weights through the `safe_open` transformers loads safetensors with."""
+    import builtins
+
+    import transformers.modeling_utils
+
+    folder, reads = Path(folder).resolve(), collections.Counter()
+
+    def counting(opener):
+        def opened(file, *args, **kwargs):
+            if isinstance(file, (str, os.PathLike)) and Path(file).resolve().parent == folder:
+                reads[Path(file).name] += 1
+            return opener(file, *args, **kwargs)
+
+        return opened
+
+    monkeypatch.setattr(builtins, "open", counting(builtins.open))
+    monkeypatch.setattr(transformers.modeling_utils, "safe_open", counting(transformers.modeling_utils.safe_open))
+    return reads
+
+
+def test_converting_a_gpt2_folder_reads_each_of_its_files_once(gpt2_folder, tmp_path, monkeypatch):
+    """config.json is read once (the model type, the config, the model all come from that one read), the weights
+    once, and the verification compares with the tensors already in memory."""
+    from hf_tinygpt.convert.conversions import gpt2_to_tinygpt
+
+    reads = count_reads(monkeypatch, gpt2_folder)
+    gpt2_to_tinygpt(str(gpt2_folder), str(tmp_path / "tiny"), tokenizer="gpt2", verify_tolerance=1e-5)
+    assert reads == {"config.json": 1, "model.safetensors": 1, "generation_config.json": 1}
+
+
+def test_exporting_a_tinygpt_folder_reads_each_of_its_files_once(tiny_folder, tmp_path, monkeypatch):
+    from hf_tinygpt.convert.conversions import export_tinygpt
+
+    reads = count_reads(monkeypatch, tiny_folder)
+    export_tinygpt(str(tiny_folder), str(tmp_path / "gpt2"), to="gpt2", verify_tolerance=1e-5)
+    assert reads == {"config.json": 1, "model.safetensors": 1, "generation_config.json": 1}
+
+
+def test_verify_gpt2_reads_the_config_once(tmp_path, monkeypatch):
+    """Both libraries load the weights (that is what is compared), from the one config.json read."""
+    from hf_tinygpt.convert.verify import verify_gpt2_checkpoint
+
+    random_gpt2(vocab_size=50257).save_pretrained(tmp_path / "gpt2")
+    reads = count_reads(monkeypatch, tmp_path / "gpt2")
+    verify_gpt2_checkpoint(str(tmp_path / "gpt2"), "To be, or not to be")
+    assert reads == {"config.json": 1, "model.safetensors": 2, "generation_config.json": 2}
+
+
+@pytest.mark.slow
+def test_converting_a_hub_id_reads_its_files_once_from_one_commit(hub, tmp_path):
+    """A branch is resolved to its commit once; config.json, the weights and the generation config are each fetched
+    once, from that commit (a branch that moves meanwhile cannot mix two commits' files)."""
+    from huggingface_hub import HfApi
+
+    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
+    api.create_repo("someone/tiny-gpt2", private=True)
+    api.create_branch("someone/tiny-gpt2", branch="dev")
+    api.upload_folder(repo_id="someone/tiny-gpt2", folder_path=tmp_path / "gpt2", revision="dev")
+    hub.requests.clear()
+    args = ["convert", "someone/tiny-gpt2", "--revision", "dev", "--token", HUB_TOKEN, "--out", tmp_path / "tiny"]
+    run = subprocess.run(
+        [sys.executable, "-m", "hf_tinygpt.cli", *map(str, args), "--tokenizer", "gpt2", "--verify"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=hub_subprocess_env(hub, tmp_path),
+    )
+    assert run.returncode == 0 and "verify: max |Δlogits|" in run.stdout, run.stderr[-3000:]
+    assert [path for _, path in hub.requests if "/revision/" in path] == ["/api/models/someone/tiny-gpt2/revision/dev"]
+    fetched = [path for method, path in hub.requests if method == "GET" and "/resolve/" in path]
+    names = ("config.json", "model.safetensors", "generation_config.json")
+    assert sorted(path.rsplit("/", 1)[1] for path in fetched) == sorted(names)
+    assert len({path.split("/resolve/")[1].split("/")[0] for path in fetched}) == 1  # one commit
+    assert all(re.search(r"/resolve/[0-9a-f]{40}/", path) for path in fetched)
+
+
+def test_the_library_holds_the_convert_policy(gpt2_folder, tiny_folder, tmp_path, capsys):
+    """`convert` (what the verb calls): an export is verified even unasked, a conversion to tinygpt only when asked;
+    the options of a conversion to tinygpt are refused for an export, by their Python names, which the command
+    line writes as its flags."""
+    from hf_tinygpt.convert.conversions import convert
+
+    message = "`n_head`, `trim_vocab` only apply to a conversion to tinygpt, not with `to='gpt2'`"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        convert(str(tiny_folder), str(tmp_path / "gpt2"), to="gpt2", n_head=2, trim_vocab=10)
+    code, err = run_cli(
+        capsys,
+        "convert",
+        tiny_folder,
+        "--to",
+        "gpt2",
+        "--out",
+        tmp_path / "gpt2",
+        "--n-head",
+        "2",
+        "--trim-vocab",
+        "10",
+    )
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "hf-tinygpt convert: error: --n-head, --trim-vocab only apply to a conversion to tinygpt, not with --to gpt2"
+    )
+    assert not (tmp_path / "gpt2").exists()
+    exported = convert(str(tiny_folder), str(tmp_path / "gpt2"), to="gpt2")
+    assert exported.delta is not None and exported.tolerance == 1e-5 and exported.form == "GPT2LMHeadModel format"
+    converted = convert(str(gpt2_folder), str(tmp_path / "converted"), tokenizer="gpt2")
+    assert converted.delta is None and converted.tolerance is None
+    assert converted.form == "gpt2 → tinygpt, 2 layers, n_embd 32"
+    verified = convert(str(gpt2_folder), str(tmp_path / "converted"), tokenizer="gpt2", force=True, verify=True)
+    assert verified.delta <= 1e-5 and verified.tolerance == 1e-5
+    with pytest.raises(ValueError, match="`tolerance` must be a number >= 0, got -1"):
+        convert(str(gpt2_folder), str(tmp_path / "other"), tokenizer="gpt2", verify=True, tolerance=-1)
 
 
 # ---- the strict loader: every tensor of the checkpoint, and only those, in the model's shapes ------------------------

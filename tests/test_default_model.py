@@ -18,7 +18,8 @@ from hf_tinygpt.cli.commands import main
 from hf_tinygpt.folders.model_card import command_without_folders, template_path
 from hf_tinygpt.folders.training_history import LOSS_CURVE, loss_curve_png, read_history
 from hf_tinygpt.model.gpt_neox_layout import gpt_neox_fields_of_tinygpt
-from hf_tinygpt.train.loop import perplexity, tokenize_files
+from hf_tinygpt.train.data import tokenize_files
+from hf_tinygpt.train.evaluate import perplexity
 
 CARD = DEFAULT_MODEL_DIR / "README.md"
 SHIPPED = {

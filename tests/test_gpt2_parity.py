@@ -157,6 +157,30 @@ def test_token_type_ids_are_embedded_like_gpt2(pair):
         ).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("tolerance, verdict", [(1.0, True), (0.5, False)])
+def test_verify_gpt2_and_a_verified_conversion_give_one_verdict(tmp_path, cli, monkeypatch, tolerance, verdict):
+    """The library decides, the same way for verify-gpt2 and convert --verify: max |Δlogits| at most the tolerance
+    per unit of the logits' scale (here a Δ of 1.0 on a scale of 1.0, made up), and for verify-gpt2 the same greedy
+    tokens as well."""
+    from pathlib import Path
+
+    from hf_tinygpt.convert import conversions, verify
+
+    folder = Path(__file__).parent / "fixtures" / "fake-gpt2-transformers-4.36"
+    result = verify.verify_gpt2_checkpoint(str(folder), "Hello world", tolerance=1e-5)
+    assert result["ok"] and result["tolerance"] == 1e-5 and result["tinygpt_tokens"] == result["gpt2_tokens"]
+    assert result["max_abs_logit_delta"] <= 1e-5 * result["logit_scale"]
+
+    for module in (verify, conversions):
+        monkeypatch.setattr(module, "max_logit_delta", lambda a, b, ids: (1.0, 1.0))
+    assert verify.verify_gpt2_checkpoint(str(folder), "Hello world", tolerance=tolerance)["ok"] is verdict
+    out = cli("verify-gpt2", folder, "--tolerance", tolerance)
+    assert out.returncode == (0 if verdict else 1) and ("OK: identical" if verdict else "MISMATCH") in out.stdout
+    converted = cli("convert", folder, "--out", tmp_path / "tiny", "--verify", "--tolerance", tolerance)
+    assert converted.returncode == (0 if verdict else 2)
+    assert ("verify: max |Δlogits| = 1" in converted.stdout) if verdict else ("verification failed" in converted.stderr)
+
+
 class HostReads(torch.overrides.TorchFunctionMode):
     """Counts every read of a tensor's value back into Python (`int(t)`, `t.item()`, `bool(t)`, ...): on an
     accelerator each one waits for the device to finish, once per decoding step if a forward makes it."""

@@ -180,7 +180,8 @@ def test_int8_without_torchao_names_the_extra_to_install(monkeypatch):
 
 @pytest.mark.slow
 def test_int8_keeps_the_shipped_models_hamlet_perplexity_within_one_percent():
-    from hf_tinygpt.train.loop import perplexity, tokenize_files
+    from hf_tinygpt.train.data import tokenize_files
+    from hf_tinygpt.train.evaluate import perplexity
 
     tokens = tokenize_files([HAMLET], hf_tinygpt.gpt2_tokenizer())
     # One window at a time: a batch's 50,257-way logits, in bf16 and again in float32, cost more than batching saves.

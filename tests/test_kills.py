@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 # Runs `hf-tinygpt ARGS` with a SIGKILL planted at step POINT (the patches stand in for the moment of a kill).
 DRIVER = textwrap.dedent("""
     import os, signal, sys
-    from hf_tinygpt.checkpoints import convert, outputs
-    from hf_tinygpt.tools import training
+    from hf_tinygpt.folders import model_folder, outputs
+    from hf_tinygpt.train import run_folder
 
     point, args = sys.argv[1], sys.argv[2:]
 
@@ -38,7 +38,7 @@ DRIVER = textwrap.dedent("""
     if point.startswith("fallback-"):  # a kernel or file system without renameat2: two plain renames
         outputs._renameat2 = None
     if point == "while-building":
-        convert.load_tokenizer = die  # the weights are written, the tokenizer not yet
+        model_folder.load_tokenizer = die  # the weights are written, the tokenizer not yet
     elif point == "before-the-swap":
         outputs.move_into_place = die
     elif point in ("after-the-swap", "fallback-after-both-renames"):
@@ -52,8 +52,8 @@ DRIVER = textwrap.dedent("""
             die()
         outputs.shutil.rmtree = partly
     elif point == "while-saving-a-checkpoint":
-        training.save_model = on_call(2, training.save_model)  # the second checkpoint, midway
-    from hf_tinygpt.cli import main
+        run_folder.save_model = on_call(2, run_folder.save_model)  # the second checkpoint, midway
+    from hf_tinygpt.cli.commands import main
     sys.exit(main(args))
 """)
 

@@ -468,7 +468,8 @@ def test_protect_takes_named_paths_not_a_string_to_spell_out(tmp_path):
 
 def test_training_refuses_to_replace_the_model_it_starts_from(tmp_path, corpus, capsys):
     """In Python too: `train --init-from X --out X --force` exited 0 having replaced X."""
-    from hf_tinygpt.train.loop import TrainingSettings, train
+    from hf_tinygpt.train.loop import train
+    from hf_tinygpt.train.settings import TrainingSettings
 
     assert run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, "--out", tmp_path / "run")[0] == 0
     start = tmp_path / "run" / "model"

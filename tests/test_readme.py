@@ -13,7 +13,7 @@ import pytest
 from conftest import README, REPOSITORY, random_gpt2, readme_blocks
 
 import hf_tinygpt
-from scripts import engines
+from scripts.bench import engines
 
 # Names the README uses for what the reader brings, and what the test puts in their place.
 STAND_INS = {
@@ -78,8 +78,8 @@ def test_the_readme_command_line_block_runs_line_by_line(tmp_path):
 
 
 def test_the_engines_the_readme_installs_are_the_ones_the_tests_run():
-    """The slow tier builds each engine's venv from scripts/engines.py's pins: the README's `pip install` must name
-    the same versions, or its blocks are tested against engines the reader does not get."""
+    """The slow tier builds each engine's venv from scripts/bench/engines.py's pins: the README's `pip install` must
+    name the same versions, or its blocks are tested against engines the reader does not get."""
     for pin in (engines.VLLM, engines.LLAMA_CPP, engines.TRL):
         assert f"pip install {pin}" in README.read_text(), pin
 

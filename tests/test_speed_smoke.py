@@ -1,6 +1,6 @@
-"""The measuring tools in scripts/measure.py behave: memory really is measured, ratios are paired, and both
-benchmarks (scripts/speed_benchmark.py, scripts/conversion_benchmark.py) run end to end on tiny models. No test
-asserts a speed or a memory figure: the scripts report them."""
+"""The measuring tools in scripts/bench/measure.py behave: memory really is measured, ratios are paired, and both
+benchmarks (scripts/bench/speed_benchmark.py, scripts/bench/conversion_benchmark.py) run end to end on tiny models. No
+test asserts a speed or a memory figure: the scripts report them."""
 
 import json
 import statistics
@@ -9,8 +9,8 @@ from functools import partial
 import pytest
 from conftest import run_module
 
-from scripts.measure import llama_cpp_build_check, measure_in_subprocess, paired_timings
-from scripts.speed_benchmark import across_runs, format_across_runs
+from scripts.bench.measure import llama_cpp_build_check, measure_in_subprocess, paired_timings
+from scripts.bench.speed_benchmark import across_runs, format_across_runs
 
 MiB = 2**20
 
@@ -26,7 +26,7 @@ def test_measure_in_subprocess_sees_the_operations_own_allocation():
 @pytest.mark.slow
 def test_conversion_benchmark_script_smoke(tmp_path):
     out = run_module(
-        "conversion_benchmark",
+        "bench.conversion_benchmark",
         "--n-layer",
         1,
         "--n-embd",
@@ -135,7 +135,7 @@ def test_a_llama_cpp_build_is_checked_against_the_cpu_it_runs_on():
 @pytest.mark.slow
 def test_speed_benchmark_separate_runs_each_in_a_fresh_process(tmp_path):
     out = run_module(
-        "speed_benchmark",
+        "bench.speed_benchmark",
         "--tiny",
         "--dtypes",
         "float32",
@@ -163,7 +163,7 @@ def test_speed_benchmark_script_smoke(tmp_path):
     """Runs every measurement on a tiny model (one dtype, int8, the one with a peer; one decode batch: compiling is
     the slow part); no speed is asserted (that is what the script is for)."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
-    out = run_module("speed_benchmark", "--tiny", "--dtypes", "int8", "--json", tmp_path / "speed.json")
+    out = run_module("bench.speed_benchmark", "--tiny", "--dtypes", "int8", "--json", tmp_path / "speed.json")
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads((tmp_path / "speed.json").read_text())
     measures = [row["measure"] for row in result["rows"]]
@@ -200,8 +200,8 @@ def test_speed_benchmark_script_smoke(tmp_path):
 
 @pytest.mark.slow
 def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp_path):
-    """scripts/step_breakdown.py on a tiny model: in each decoding step it finds one product call per weight, in the
-    order the model multiplies them (at int8 batch 8, our `int8_dot_products` where the CPU has AVX-512 BF16, else
+    """scripts/bench/step_breakdown.py on a tiny model: in each decoding step it finds one product call per weight, in
+    the order the model multiplies them (at int8 batch 8, our `int8_dot_products` where the CPU has AVX-512 BF16, else
     two calls of inductor's kernel: four rows a call), and gives each kind of weight its time; with `--rounds`, each
     row's unprofiled rounds time a generate step, the compiled forward alone and the products alone. No time is
     asserted."""
@@ -209,7 +209,7 @@ def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp
     from hf_tinygpt.generate.int8_dot_products import int8_dot_products_available
 
     rows_and_rounds = ["--dtypes", "bfloat16", "int8", "--batches", "1", "8", "--rounds", "1"]
-    out = run_module("step_breakdown", "--tiny", *rows_and_rounds, "--json", tmp_path / "steps.json")
+    out = run_module("bench.step_breakdown", "--tiny", *rows_and_rounds, "--json", tmp_path / "steps.json")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads((tmp_path / "steps.json").read_text())["rows"]
     assert [(row["dtype"], row["batch"]) for row in rows] == [
@@ -235,11 +235,11 @@ def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp
 def test_training_benchmark_script_smoke(tmp_path):
     """Both training loops for real (nanoGPT's train.py from ../shared/nanogpt, `hf-tinygpt train`) on a tiny model,
     eager and compiled, fp32 and bf16, with accumulation; no speed is asserted (that is what the script is for)."""
-    from scripts.training_benchmark import NANOGPT, TINY
+    from scripts.bench.training_benchmark import NANOGPT, TINY
 
     if not (NANOGPT / "train.py").is_file():
         pytest.skip(f"nanoGPT's train.py is not in {NANOGPT}")
-    out = run_module("training_benchmark", "--tiny", "--json", tmp_path / "training.json")
+    out = run_module("bench.training_benchmark", "--tiny", "--json", tmp_path / "training.json")
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads((tmp_path / "training.json").read_text())
     assert [row["row"] for row in result["rows"]] == list(TINY.rows)

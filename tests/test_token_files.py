@@ -19,7 +19,8 @@ from conftest import HAMLET, TINY_RUN, run_module, tiny_model
 from hf_tinygpt import gpt2_tokenizer
 from hf_tinygpt.folders.outputs import MANIFEST, seal, unproven
 from hf_tinygpt.train import token_files
-from hf_tinygpt.train.loop import batch_indices, pack, perplexity, read_blocks, tokenize_files
+from hf_tinygpt.train.data import batch_indices, pack, read_blocks, tokenize_files
+from hf_tinygpt.train.evaluate import perplexity
 from hf_tinygpt.train.token_files import (
     INFO,
     TOKENS,
@@ -458,8 +459,8 @@ def test_the_cache_is_kept_where_hf_tinygpt_cache_says(texts, tmp_path, cli, mon
 
 @pytest.mark.slow
 def test_data_benchmark_script_smoke(tmp_path):
-    """scripts/data_benchmark.py on one text repeated twice: first and cached runs, each in a fresh process."""
-    out = run_module("data_benchmark", "--repeat", 2, "--limit", 1, "--json", tmp_path / "result.json")
+    """scripts/bench/data_benchmark.py on one text repeated twice: first and cached runs, each in a fresh process."""
+    out = run_module("bench.data_benchmark", "--repeat", 2, "--limit", 1, "--json", tmp_path / "result.json")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json.loads((tmp_path / "result.json").read_text())["rows"]
     assert [(row["corpus"], row["run"]) for row in rows] == [

@@ -21,16 +21,10 @@ from safetensors.torch import load_file
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.folders.outputs import unproven
 from hf_tinygpt.folders.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png
-from hf_tinygpt.train.loop import (
-    TrainingSettings,
-    adamw,
-    batch_indices,
-    pack,
-    perplexity,
-    text_files,
-    tokenize_files,
-    train,
-)
+from hf_tinygpt.train.data import batch_indices, pack, text_files, tokenize_files
+from hf_tinygpt.train.evaluate import perplexity
+from hf_tinygpt.train.loop import adamw, train
+from hf_tinygpt.train.settings import TrainingSettings
 
 
 def train_cli(*args, cwd=None, **popen):
@@ -253,7 +247,8 @@ def test_init_from_a_gpt2_checkpoint_starts_exactly_where_gpt2lmheadmodel_is(pla
 DRIVER = """
 import json, sys, torch
 from accelerate import PartialState
-from hf_tinygpt.train.loop import TrainingSettings, train
+from hf_tinygpt.train.loop import train
+from hf_tinygpt.train.settings import TrainingSettings
 
 settings = TrainingSettings(**json.loads(sys.argv[1]))
 model, summary = train(settings)
@@ -331,9 +326,11 @@ def test_report_to_tensorboard_logs_each_steps_metrics_inside_the_run_folder(pla
 def test_report_to_names_an_unknown_or_missing_tracker(monkeypatch):
     with pytest.raises(ValueError, match=r"TrainingSettings.report_to.*tensorbord is not a tracker.*tensorboard"):
         TrainingSettings(out="x", train=["y"], report_to=["tensorbord"])
-    from hf_tinygpt.train import loop as training
+    import accelerate.tracking
 
-    monkeypatch.setattr(training, "get_available_trackers", lambda: [])  # as where tensorboard is not installed
+    monkeypatch.setattr(
+        accelerate.tracking, "get_available_trackers", lambda: []
+    )  # as where tensorboard is not installed
     with pytest.raises(ValueError, match=r"TrainingSettings.report_to.*tensorboard is not installed"):
         TrainingSettings(out="x", train=["y"], report_to=["tensorboard"])
 

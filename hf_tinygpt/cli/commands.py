@@ -9,6 +9,7 @@ max(1, max |logit|); default 1e-5).
 import argparse
 import ast
 import contextlib
+import dataclasses
 import importlib.metadata
 import math
 import os
@@ -16,6 +17,8 @@ import re
 import shlex
 import signal
 import sys
+import types
+import typing
 import warnings
 
 from huggingface_hub.errors import HfHubHTTPError
@@ -262,19 +265,16 @@ def run_verify_gpt2(args) -> int:
 
     source = args.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
     print(f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT ...")
-    result = verify_gpt2_checkpoint(args.model, args.text, **hub_options(args))
-    same = result["tinygpt_tokens"] == result["gpt2_tokens"]
+    result = verify_gpt2_checkpoint(args.model, args.text, tolerance=args.tolerance, **hub_options(args))
     print(f"parameters: {result['parameters']:,}")
-    scale = result["logit_scale"]
     print(
-        f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {args.tolerance:g} × the "
-        f"logits' scale {scale:.3g})"
+        f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {result['tolerance']:g} × "
+        f"the logits' scale {result['logit_scale']:.3g})"
     )
     print(f"greedy continuation, GPT2LMHeadModel: {result['gpt2_text']!r}")
     print(f"greedy continuation, TinyGPT:         {result['tinygpt_text']!r}")
-    ok = same and result["max_abs_logit_delta"] <= args.tolerance * scale
-    print("OK: identical" if ok else "MISMATCH")
-    return 0 if ok else 1
+    print("OK: identical" if result["ok"] else "MISMATCH")
+    return 0 if result["ok"] else 1
 
 
 # ---- convert -----------------------------------------------------------------------------------------------------
@@ -323,109 +323,145 @@ def add_convert_arguments(parser: argparse.ArgumentParser):
 
 
 def run_convert(args) -> int:
-    from ..convert import conversions as convert
+    from ..convert.conversions import convert
 
-    def report(delta):
-        if delta is not None:
-            print(f"verify: max |Δlogits| = {delta:.3g} (tolerance {args.tolerance:g} per unit of the logits' scale)")
-
-    hub = hub_options(args)
-    tolerance = args.tolerance if args.verify else None
-    if args.to != "tinygpt":
-        tolerance = args.tolerance  # an export is always checked against its target class before it is written
-        not_for_export = {
-            "--n-head": args.n_head,
-            "--trim-vocab": args.trim_vocab,
-            "--base-model": args.base_model,
-            "--license": args.license,
-        }
-        if given := [flag for flag, value in not_for_export.items() if value is not None]:
-            raise ValueError(f"{', '.join(given)} only apply to a conversion to tinygpt, not with --to {args.to}")
-        out, delta = convert.export_tinygpt(
-            args.src,
-            args.out,
-            to=args.to,
-            tokenizer=args.tokenizer,
-            dtype=args.dtype,
-            force=args.force,
-            verify_tolerance=tolerance,
-            **hub,
+    converted = convert(
+        args.src,
+        args.out,
+        to=args.to,
+        tokenizer=args.tokenizer,
+        dtype=args.dtype,
+        force=args.force,
+        verify=args.verify,
+        tolerance=args.tolerance,
+        n_head=args.n_head,
+        trim_vocab=args.trim_vocab,
+        base_model=args.base_model,
+        license=args.license,
+        **hub_options(args),
+    )
+    if converted.delta is not None:
+        print(
+            f"verify: max |Δlogits| = {converted.delta:.3g} (tolerance {converted.tolerance:g} per unit of the "
+            "logits' scale)"
         )
-        report(delta)
-        print(f"wrote {out} ({convert.EXPORTS[args.to][1].__name__} format)")
-    else:
-        out, source, delta = convert.gpt2_to_tinygpt(
-            args.src,
-            args.out,
-            tokenizer=args.tokenizer,
-            dtype=args.dtype,
-            force=args.force,
-            n_head=args.n_head,
-            trim_vocab=args.trim_vocab,
-            verify_tolerance=tolerance,
-            base_model=args.base_model,
-            license=args.license or "mit",
-            **hub,
-        )
-        report(delta)
-        print(f"wrote {out} ({source.kind} → tinygpt, {source.config.n_layer} layers, n_embd {source.config.n_embd})")
+    print(f"wrote {converted.folder} ({converted.form})")
     return 0
 
 
 # ---- train -------------------------------------------------------------------------------------------------------
 
 
-def add_train_arguments(parser: argparse.ArgumentParser):
-    from ..train.settings import SMALL_MODEL
+# The train verb's flags come from `TrainingSettings`: one flag per field, with the field's help, type and default,
+# in these groups; a flag's name is the field's unless `TRAIN_FLAG_NAMES` says otherwise. Two fields are set
+# another way (`TRAIN_SET_OTHERWISE`); a test holds every field to one of the two.
+TRAIN_GROUPS = {
+    "data": (
+        "train",
+        "validation",
+        "glob",
+        "dataset",
+        "dataset_config",
+        "dataset_split",
+        "text_column",
+        "data_cache",
+        "tokenizer",
+    ),
+    "model": ("init_from", "init_revision"),
+    "optimisation": (
+        "block_size",
+        "batch_size",
+        "grad_accum",
+        "steps",
+        "learning_rate",
+        "min_lr_ratio",
+        "warmup_steps",
+        "weight_decay",
+        "grad_clip",
+        "compile",
+        "bf16",
+        "seed",
+    ),
+    "output": (
+        "out",
+        "force",
+        "eval_every",
+        "eval_batch_size",
+        "validation_tokens",
+        "save_every",
+        "keep_checkpoints",
+        "save_dtype",
+        "resume",
+        "report_to",
+    ),
+}
+TRAIN_SET_OTHERWISE = {"config": "--config and the model's shape flags", "command": "the command line as typed"}
+TRAIN_FLAG_NAMES = {"learning_rate": "--lr", "init_revision": "--revision"}
+TRAIN_METAVARS = {
+    "data_cache": "FOLDER",
+    "init_from": "MODEL",
+    "init_revision": "REVISION",
+    "learning_rate": "LR",
+    "report_to": "TRACKER",
+}
 
-    data = parser.add_argument_group("data")
-    data.add_argument(
-        "--train",
-        nargs="+",
-        type=input_path,
-        default=[],
-        help="text files or folders (folders: files matching --glob), or one token folder",
-    )
-    data.add_argument(
-        "--validation",
-        nargs="+",
-        type=input_path,
-        help="held-out text files (left out of --train folders), or one token folder (default: none, no perplexity)",
-    )
-    data.add_argument("--glob", default="*.txt", help="which files of a --train folder to use")
-    data.add_argument(
-        "--dataset",
-        type=input_path,
-        help="instead of --train: a Hugging Face dataset ([datasets] extra), a save_to_disk folder or what "
-        "load_dataset takes (a Hub id, a folder of data files; default: none, the files of --train)",
-    )
-    data.add_argument(
-        "--dataset-config", help="the --dataset configuration (load_dataset's name; default: the dataset's own)"
-    )
-    data.add_argument("--dataset-split", default="train", help="the --dataset split to train on")
-    data.add_argument("--text-column", default="text", help="the --dataset column that holds the text")
-    data.add_argument(
-        "--data-cache",
-        metavar="FOLDER",
-        type=input_path,
-        help="where tokenized data is kept for later runs (default: $HF_TINYGPT_CACHE/tokens, "
-        "~/.cache/hf_tinygpt/tokens)",
-    )
-    add_tokenizer_argument(data, "the tokenizer to train with (default: gpt2)")
-    model = parser.add_argument_group(
-        "model",
+
+def add_setting_argument(group, setting, inputs: tuple[str, ...]):
+    """The flag of one `TrainingSettings` field: `bool` a switch, `list[str]` one or more values, `X | None` an X."""
+    options = {"dest": setting.name, "help": setting.metadata["help"]}
+    if "(default:" not in options["help"]:  # else the help says it, and `setting_values` fills it in
+        options["default"] = default_of(setting)
+    if setting.type is bool:
+        options["action"] = "store_true"
+    else:
+        optional = typing.get_origin(setting.type) in (typing.Union, types.UnionType)  # `X | None`
+        kinds = (
+            [kind for kind in typing.get_args(setting.type) if kind is not type(None)] if optional else [setting.type]
+        )
+        if typing.get_origin(kinds[0]) is list:
+            options["nargs"], kinds = "+", typing.get_args(kinds[0])
+        options["type"] = input_path if setting.name in inputs else kinds[0]
+        options["choices"] = setting.metadata.get("choices")
+        options["metavar"] = TRAIN_METAVARS.get(setting.name)
+    flag = TRAIN_FLAG_NAMES.get(setting.name, "--" + setting.name.replace("_", "-"))
+    group.add_argument(flag, **{key: value for key, value in options.items() if value is not None})
+
+
+def default_of(setting):
+    return setting.default_factory() if setting.default is dataclasses.MISSING else setting.default
+
+
+def setting_values(args, settings_type) -> dict:
+    """The fields of `settings_type` that the verb's flags set (`dest` = the field), a flag not given as the
+    field's default."""
+    fields = [setting for setting in dataclasses.fields(settings_type) if setting.name not in TRAIN_SET_OTHERWISE]
+    values = {setting.name: getattr(args, setting.name) for setting in fields}
+    return {
+        name: default_of(setting) if values[name] is None else values[name]
+        for name, setting in zip(values, fields, strict=True)
+    }
+
+
+def add_train_arguments(parser: argparse.ArgumentParser):
+    from ..train.settings import INPUTS, SMALL_MODEL, TrainingSettings
+
+    settings = {setting.name: setting for setting in dataclasses.fields(TrainingSettings)}
+    groups = {name: parser.add_argument_group(name) for name in TRAIN_GROUPS}
+    groups["model"].description = (
         "Default: a small model that trains on a CPU in minutes "
         f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
-        "learned positions). --config and these flags change it; flags win.",
+        "learned positions). --config and these flags change it; flags win."
     )
-    model.add_argument(
-        "--init-from",
-        metavar="MODEL",
-        type=input_path,
-        help="start from this tinygpt or GPT-2 folder or Hub id (its shape; only --dropout may change) instead of "
-        "random weights (default: none, random weights)",
-    )
-    add_hub_arguments(model)
+    for group, names in TRAIN_GROUPS.items():
+        for name in names:
+            if name == "out":
+                add_output_arguments(groups[group], settings["out"].metadata["help"])
+            elif name == "tokenizer":
+                add_tokenizer_argument(groups[group], settings["tokenizer"].metadata["help"])
+            elif name != "force":  # with --out
+                add_setting_argument(groups[group], settings[name], INPUTS)
+    model = groups["model"]
+    model.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
     model.add_argument(
         "--config", type=input_path, help="JSON file of TinyGPTConfig fields (default: the small model below)"
     )
@@ -435,45 +471,16 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     model.add_argument("--n-head", type=int, help=f"attention heads (default: {SMALL_MODEL['n_head']})")
     model.add_argument("--n-positions", type=int, help="context the model allows (default: --block-size)")
     model.add_argument("--dropout", type=float, help="resid/embd/attn dropout (default: 0.1)")
-    run = parser.add_argument_group("optimisation")
-    run.add_argument("--block-size", type=int, default=128, help="tokens per training sequence")
-    run.add_argument("--batch-size", type=int, default=16, help="sequences per step, over all processes")
-    run.add_argument(
-        "--grad-accum",
-        type=int,
-        default=1,
-        help="split each process's share of a step into this many micro-batches, for batches bigger than memory",
-    )
-    run.add_argument("--steps", type=int, default=500, help="optimizer steps")
-    run.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
-    run.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine decay ends at lr × this")
-    run.add_argument("--warmup-steps", type=int, default=100, help="linear warmup steps")
-    run.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of the matrices")
-    run.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: no clipping)")
-    run.add_argument("--compile", action="store_true", help="compile the model with torch.compile (inductor)")
-    run.add_argument("--bf16", action="store_true", help="bf16 autocast (CPU or GPU)")
-    run.add_argument("--seed", type=int, default=0, help="weights, data order and dropout")
-    out = parser.add_argument_group("output")
-    add_output_arguments(out, "run folder: checkpoints/ and the final model/")
-    out.add_argument("--eval-every", type=int, default=200, help="steps between validation perplexities")
-    out.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
-    out.add_argument(
-        "--save-dtype",
-        choices=["float32", "bfloat16", "float16"],
-        help="dtype of the final weights (default: float32, as trained)",
-    )
-    out.add_argument("--resume", action="store_true", help="continue from the last complete checkpoint in --out")
-    out.add_argument(
-        "--report-to",
-        nargs="+",
-        default=[],
-        metavar="TRACKER",
-        help="send the metrics to these accelerate trackers (tensorboard writes into --out/trackers; wandb, mlflow, ...)",
-    )
+    # The fields' help names other fields as Python does (`glob`); here they are flags (--glob).
+    flags = {action.dest: max(action.option_strings, key=len) for action in parser._actions if action.option_strings}
+    for action in parser._actions:
+        if action.help:
+            action.help = in_flags(action.help, flags)
 
 
 def run_train(args) -> int:
-    from ..train.loop import TrainingInterrupted, TrainingSettings, keep_freed_memory, train
+    from ..train.loop import TrainingInterrupted, keep_freed_memory, train
+    from ..train.settings import TrainingSettings
 
     keep_freed_memory()  # this process only trains: freed step tensors are reused instead of faulted in again
 
@@ -489,40 +496,7 @@ def run_train(args) -> int:
         "attn_pdrop": args.dropout,
     }
     config |= {key: value for key, value in shape.items() if value is not None}  # flags override the JSON
-    settings = TrainingSettings(
-        out=args.out,
-        train=args.train,
-        validation=args.validation or [],
-        glob=args.glob,
-        dataset=args.dataset,
-        dataset_config=args.dataset_config,
-        dataset_split=args.dataset_split,
-        text_column=args.text_column,
-        data_cache=args.data_cache,
-        tokenizer=args.tokenizer,
-        config=config,
-        init_from=args.init_from,
-        init_revision=args.revision,
-        block_size=args.block_size,
-        batch_size=args.batch_size,
-        grad_accum=args.grad_accum,
-        compile=args.compile,
-        steps=args.steps,
-        learning_rate=args.lr,
-        min_lr_ratio=args.min_lr_ratio,
-        warmup_steps=args.warmup_steps,
-        weight_decay=args.weight_decay,
-        grad_clip=args.grad_clip,
-        bf16=args.bf16,
-        seed=args.seed,
-        eval_every=args.eval_every,
-        save_every=args.save_every,
-        save_dtype=args.save_dtype,
-        resume=args.resume,
-        force=args.force,
-        command=args.command,
-        report_to=args.report_to,
-    )
+    settings = TrainingSettings(**setting_values(args, TrainingSettings), config=config, command=args.command)
     try:
         _, summary = train(settings, token=args.token)
     except TrainingInterrupted as stopped:  # a checkpoint was saved; the main process says which and how to go on
@@ -636,11 +610,7 @@ def run_push(args) -> int:
 # The library's errors name what a Python caller passed, in backticks (`max_new_tokens`, `force=True`,
 # `TrainingSettings.steps`); a user of the command line passed flags, so each such name becomes the flag that sets
 # it. Backticks make the match exact: no word in running text (nor `enforce`) is ever taken for a name.
-FLAG_DESTS = {
-    "learning_rate": "lr",
-    "n_dims": "dims",
-    "init_revision": "revision",
-}  # library names whose flag has another name
+FLAG_DESTS = {"n_dims": "dims"}  # library names whose flag has another name
 _PYTHON_NAME = re.compile(r"`(?:TrainingSettings\.)?(\w+)(?:=([^`]*))?`")
 
 
@@ -800,7 +770,7 @@ def main(argv=None) -> int:
         if not (isinstance(error, MemoryError) or _OUT_OF_MEMORY.search(str(error))):
             raise
         return failed(out_of_memory(error, args.verb))
-    except KeyboardInterrupt as interrupt:  # every output is written whole or not at all (checkpoints/outputs.py)
+    except KeyboardInterrupt as interrupt:  # every output is written whole or not at all (folders/outputs.py)
         # An interrupt that says more says what is true beyond local files (a push: whether the commit may land).
         said = str(interrupt) or "interrupted; nothing was left half-written"
         print(f"\nhf-tinygpt {args.verb}: {said}", file=sys.stderr)

@@ -15,6 +15,7 @@ from ..folders.bundled import load_tokenizer
 from ..folders.model_folder import DTYPES, save_model_folder
 from ..folders.outputs import output_folder
 from ..folders.reading import (
+    at_one_revision,
     check_finite,
     check_state_dict,
     describe,
@@ -37,6 +38,7 @@ from ..model.gpt2_layout import (
 from ..model.gpt_neox_layout import gpt_neox_fields_of_tinygpt, gpt_neox_legacy_fields, tinygpt_state_dict_to_gpt_neox
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.positions import PositionScheme
+from .verify import check_tolerance, max_logit_delta, within_tolerance
 
 
 @dataclass
@@ -57,7 +59,7 @@ def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None =
     as the config says, floating-point and finite, or a ValueError naming what is not."""
     refuse_revision_of_a_local_path(src, hub_kwargs)
     with reading_checkpoint(src):
-        source = _read_source(src, n_head=n_head, trim_vocab=trim_vocab, **hub_kwargs)
+        source = _read_source(src, n_head=n_head, trim_vocab=trim_vocab, **at_one_revision(src, hub_kwargs))
     check_finite(source.state_dict, str(src))
     return source
 
@@ -71,10 +73,10 @@ def _read_source(src: str, *, n_head: int | None, trim_vocab: int | None, **hub_
             return _read_nanogpt(path, trim_vocab=trim_vocab)
         raise ValueError(f"{src}: unknown checkpoint format {path.suffix!r} (expected .safetensors, .bin or .pt)")
 
-    config_dict = read_config_dict(src, **hub_kwargs)
+    config_dict = read_config_dict(src, **hub_kwargs)  # the one read of config.json: the model is built from it
     if config_dict.get("model_type") != "gpt2":
         raise ValueError(f"{src}: model_type is {config_dict.get('model_type')!r}, not 'gpt2'")
-    model = load_strictly(src, **hub_kwargs)  # transformers reads it; every tensor checked
+    model = load_strictly(src, config=config_dict, **hub_kwargs)  # the weights, read once; every tensor checked
     state_dict = dict(model.state_dict())
     return Source(model.config, state_dict, "gpt2", src if has_tokenizer(src, **hub_kwargs) else None)
 
@@ -201,12 +203,10 @@ def sample_ids(folder, vocab_size: int, n_positions: int | None = None) -> torch
 
 
 def _checked_delta(model_a, model_b, folder, tolerance: float) -> float:
-    from .verify import max_logit_delta
-
     contexts = [getattr(m.config, "n_positions", None) or m.config.max_position_embeddings for m in (model_a, model_b)]
     ids = sample_ids(folder, model_a.config.vocab_size, min(contexts))
     delta, scale = max_logit_delta(model_a, model_b, ids)
-    if not delta <= tolerance * scale:
+    if not within_tolerance(delta, scale, tolerance):
         raise ValueError(
             f"verification failed: max |Δlogits| {delta:.3g} > {tolerance:g} × {scale:.3g} (the logits' "
             f"scale); nothing written"
@@ -341,6 +341,7 @@ def export_tinygpt(
         raise ValueError(f"`dtype` must be one of {sorted(DTYPES)}, got {dtype!r}")
     export, target_class = EXPORTS[to]
     with output_folder(out, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}) as staging:
+        hub_kwargs = at_one_revision(src, hub_kwargs)  # the model and its tokenizer from one commit of a Hub repo
         with reading_checkpoint(src):
             model = load_strictly(src, **hub_kwargs)
         scheme = model.config.position_embedding_type
@@ -360,3 +361,74 @@ def export_tinygpt(
             exported = load_strictly(staging, target_class, dtype=torch.float32).eval()
             delta = _checked_delta(exported, model.float().eval(), staging, verify_tolerance)
     return Path(out), delta
+
+
+# ---- the convert verb ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Converted:
+    """What `convert` wrote: the folder, what it read (a conversion to tinygpt; None for an export), and the
+    verification's max |Δlogits| and tolerance (per unit of the logits' scale; both None when not verified)."""
+
+    folder: Path
+    to: str
+    source: Source | None
+    delta: float | None
+    tolerance: float | None
+
+    @property
+    def form(self) -> str:
+        """What the folder holds, in a few words: "gpt2 → tinygpt, 12 layers, n_embd 768", "GPT2LMHeadModel format"."""
+        if self.source is None:
+            return f"{EXPORTS[self.to][1].__name__} format"
+        return f"{self.source.kind} → tinygpt, {self.source.config.n_layer} layers, n_embd {self.source.config.n_embd}"
+
+
+def convert(
+    src: str,
+    out: str,
+    *,
+    to: str = "tinygpt",
+    tokenizer: str | None = None,
+    dtype: str | None = None,
+    force: bool = False,
+    verify: bool = False,
+    tolerance: float = 1e-5,
+    n_head: int | None = None,
+    trim_vocab: int | None = None,
+    base_model: str | None = None,
+    license: str | None = None,
+    **hub_kwargs,
+) -> Converted:
+    """`hf-tinygpt convert`: any GPT-2-family source → a tinygpt folder (`to="tinygpt"`, `gpt2_to_tinygpt`; verified
+    with `verify`), or a tinygpt → its twin among transformers' classes (`to="gpt2" | "gpt_neox"`,
+    `export_tinygpt`), which is always verified: an export is for engines that will not check it. `n_head`,
+    `trim_vocab`, `base_model` and `license` (default mit) describe a conversion to tinygpt: with an export they
+    are refused, not ignored."""
+    if to != "tinygpt" and to not in EXPORTS:
+        raise ValueError(f"`to` must be one of {sorted(['tinygpt', *EXPORTS])}, got {to!r}")
+    check_tolerance(tolerance)
+    if to == "tinygpt":
+        verify_tolerance = tolerance if verify else None
+        folder, source, delta = gpt2_to_tinygpt(
+            src,
+            out,
+            tokenizer=tokenizer,
+            dtype=dtype,
+            force=force,
+            n_head=n_head,
+            trim_vocab=trim_vocab,
+            verify_tolerance=verify_tolerance,
+            base_model=base_model,
+            license=license or "mit",
+            **hub_kwargs,
+        )
+        return Converted(folder, to, source, delta, verify_tolerance)
+    for_tinygpt_only = {"n_head": n_head, "trim_vocab": trim_vocab, "base_model": base_model, "license": license}
+    if given := [f"`{name}`" for name, value in for_tinygpt_only.items() if value is not None]:
+        raise ValueError(f"{', '.join(given)} only apply to a conversion to tinygpt, not with `to={to!r}`")
+    folder, delta = export_tinygpt(
+        src, out, to=to, tokenizer=tokenizer, dtype=dtype, force=force, verify_tolerance=tolerance, **hub_kwargs
+    )
+    return Converted(folder, to, None, delta, tolerance)

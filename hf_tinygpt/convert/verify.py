@@ -1,11 +1,12 @@
-"""Check a TinyGPT against transformers' own GPT2LMHeadModel on the same weights."""
+"""Check a TinyGPT against transformers' own GPT2LMHeadModel on the same weights, and the one verdict every such
+comparison gives (`within_tolerance`: verify-gpt2, a verified conversion, an export)."""
 
 import tempfile
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from ..folders.reading import load_strictly, read_config_dict, reading_checkpoint
+from ..folders.reading import at_one_revision, load_strictly, read_config_dict, reading_checkpoint
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 
 
@@ -17,6 +18,17 @@ def max_logit_delta(model_a, model_b, input_ids: torch.Tensor) -> tuple[float, f
     a, b = model_a(input_ids).logits.float(), model_b(input_ids).logits.float()
     vocab = min(a.shape[-1], b.shape[-1])
     return (a[..., :vocab] - b[..., :vocab]).abs().max().item(), max(1.0, b.abs().max().item())
+
+
+def check_tolerance(tolerance, name: str = "tolerance"):
+    """A ValueError naming `name` unless `tolerance` is a number >= 0."""
+    if isinstance(tolerance, bool) or not (isinstance(tolerance, (int, float)) and tolerance >= 0):
+        raise ValueError(f"`{name}` must be a number >= 0, got {tolerance!r}")
+
+
+def within_tolerance(delta: float, scale: float, tolerance: float) -> bool:
+    """The verdict: max |Δlogits| `delta` is at most `tolerance` per unit of the logits' `scale` (a NaN never is)."""
+    return delta <= tolerance * scale
 
 
 @torch.no_grad()
@@ -41,24 +53,35 @@ def random_gpt2_folder(folder: str, seed: int = 0, **config) -> str:
     return folder
 
 
-def verify_gpt2_checkpoint(gpt2_folder: str | None, text: str, seed: int = 0, **hub_kwargs) -> dict:
-    """Load a GPT-2 folder (or, with None, a random GPT-2 small made here) with both libraries and compare."""
+def verify_gpt2_checkpoint(
+    gpt2_folder: str | None, text: str, seed: int = 0, tolerance: float = 1e-5, **hub_kwargs
+) -> dict:
+    """Load a GPT-2 folder or Hub id (or, with None, a random GPT-2 small made here) with both libraries, from one
+    read of its config.json, and compare them on `text`: `compare_with_gpt2`'s result, both continuations as text,
+    the parameter count, `tolerance`, and the verdict `ok`: the same greedy tokens and max |Δlogits| within
+    `tolerance` per unit of the logits' scale."""
     from ..folders.bundled import gpt2_tokenizer
 
+    check_tolerance(tolerance)
     with tempfile.TemporaryDirectory() as scratch:
         folder = gpt2_folder or random_gpt2_folder(scratch, seed=seed)
-        model_type = read_config_dict(folder, **hub_kwargs).get("model_type")
+        hub_kwargs = at_one_revision(folder, hub_kwargs)
+        config_dict = read_config_dict(folder, **hub_kwargs)  # both models are built from this one read
+        model_type = config_dict.get("model_type")
         if model_type != "gpt2":
             raise ValueError(f"{folder}: model_type {model_type!r}: verify-gpt2 compares GPT-2 checkpoints")
         if not text:
             raise ValueError("`text` is empty: give a prompt to compare the two models on")
         with reading_checkpoint(folder):
-            gpt2 = load_strictly(folder, GPT2LMHeadModel, **hub_kwargs).eval()
-            tiny = load_strictly(folder, **hub_kwargs).eval()
+            gpt2 = load_strictly(folder, GPT2LMHeadModel, config=config_dict, **hub_kwargs).eval()
+            tiny = load_strictly(folder, config=config_dict, **hub_kwargs).eval()
         tokenizer = gpt2_tokenizer()
         ids = torch.tensor([tokenizer(text).input_ids])
         result = compare_with_gpt2(tiny, gpt2, ids)
         result["tinygpt_text"] = tokenizer.decode(result["tinygpt_tokens"])
         result["gpt2_text"] = tokenizer.decode(result["gpt2_tokens"])
         result["parameters"] = tiny.num_parameters()
+        result["tolerance"] = tolerance
+        same_tokens = result["tinygpt_tokens"] == result["gpt2_tokens"]
+        result["ok"] = same_tokens and within_tolerance(result["max_abs_logit_delta"], result["logit_scale"], tolerance)
         return result

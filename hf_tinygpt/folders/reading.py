@@ -13,6 +13,7 @@ from huggingface_hub import file_exists
 from safetensors import SafetensorError
 from transformers import PreTrainedConfig
 
+from ..model.compat import resolve_revision
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.gpt2_layout import HEAD, TIED_TO
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
@@ -81,6 +82,15 @@ def refuse_revision_of_a_local_path(path, hub_kwargs: dict):
             f"`revision` is a revision of a Hub repo, and {path} is a local {kind}, which has none: leave `revision` "
             "out (or give a Hub id)"
         )
+
+
+def at_one_revision(path_or_repo_id, hub_kwargs: dict) -> dict:
+    """`hub_kwargs` with a Hub id's revision resolved to the commit it names now (transformers 5.24 and later; as
+    given before): every file read with them, config.json first, then comes from that one commit."""
+    if os.path.lexists(str(path_or_repo_id)):
+        return hub_kwargs
+    options = {key: hub_kwargs[key] for key in ("token", "local_files_only", "cache_dir") if key in hub_kwargs}
+    return {**hub_kwargs, "revision": resolve_revision(str(path_or_repo_id), hub_kwargs.get("revision"), **options)}
 
 
 def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
@@ -191,12 +201,22 @@ def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
 def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     """`model_class.from_pretrained(source, **kwargs)`, strictly: a checkpoint whose tensors do not fit the model
     (missing, unexpected or wrongly shaped ones) is a ValueError that lists them, where transformers would warn and
-    initialise them at random. Every load the command line makes goes through here."""
+    initialise them at random. Every load the command line makes goes through here.
+
+    config.json is read once: a `config` given is the one the caller read (`read_config_dict`'s dict, which a class
+    other than TinyGPT's builds its config from, or a config object), and is not read again; otherwise a local
+    folder's is read here, and a TinyGPT is built from that read."""
     refuse_revision_of_a_local_path(str(source), kwargs)
+    given = kwargs.get("config")
     if Path(str(source)).is_dir():
-        read_config_dict(source)  # refuses an auto_map of foreign code, naming it
+        if not isinstance(given, (dict, PreTrainedConfig)):
+            config_dict = read_config_dict(source)  # refuses an auto_map of foreign code, naming it
+            if given is None and issubclass(model_class, TinyGPTForCausalLM):  # it takes config.json as read
+                kwargs["config"] = config_dict
         check_weights_index(source)
     try:
+        if isinstance(given, dict) and not issubclass(model_class, TinyGPTForCausalLM):
+            kwargs["config"] = model_class.config_class.from_dict(given)  # a field it refuses is named below
         model, info = model_class.from_pretrained(
             source, output_loading_info=True, ignore_mismatched_sizes=True, trust_remote_code=False, **kwargs
         )

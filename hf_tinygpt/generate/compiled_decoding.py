@@ -60,9 +60,10 @@ AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,AT
 # as it is").
 GEMV_AUTOTUNE_SETTINGS = AUTOTUNE_SETTINGS | {"max_autotune_gemm_backends": "CPP"}
 DYNAMO_SETTINGS = {"recompile_limit": 64}
-# The step's guards leave out the decoder's private modules (most of a step's guards, and measurably faster decoding):
-# nothing changes those modules, the decoder checks the weights itself, and no other decoder's step can be taken for
-# this one's, since each compiles under a backend of its own.
+# The step's guards leave out the decoder's private modules (most of a step's guards, and faster decoding:
+# scripts/README.md, "Why CompiledDecoder is set up as it is"): nothing changes those modules, the decoder checks
+# the weights itself, and no other decoder's step can be taken for this one's, since each compiles under a backend
+# of its own.
 _SKIP_MODULE_GUARDS = getattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe", None)  # torch >= 2.7
 GUARD_SETTINGS = {"guard_filter_fn": _SKIP_MODULE_GUARDS} if _SKIP_MODULE_GUARDS else {}
 
@@ -152,13 +153,13 @@ class CompiledDecoder:
     """`generate` for one batch size and at most `max_length` tokens (prompt + new), with the step compiled.
 
     Works for any transformers causal LM whose cache can be static: TinyGPT, and GPT2LMHeadModel for comparison.
-    Building it compiles the step (tens of seconds for GPT-2 small on 2 cores; `autotune=False` skips timing
+    Building it compiles the step (how long that takes: scripts/README.md, "Costs"; `autotune=False` skips timing
     candidate kernels, for a faster compile and a slower step); calls reuse it. The model is left as it was. The
     decoder decodes with its own copy of the weights as they were at build time (one more copy of the weights in
-    memory; scripts/README.md has the figures), frozen into the step: after the model's weights change visibly
-    (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the new ones; a
-    change through `.data`, which it cannot see, leaves it decoding the weights it was built with. Arguments that
-    change what the step computes (`output_hidden_states`, `output_attentions`) are refused, since the step
+    memory; scripts/README.md, "Costs", has the figures), frozen into the step: after the model's weights change
+    visibly (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the new
+    ones; a change through `.data`, which it cannot see, leaves it decoding the weights it was built with. Arguments
+    that change what the step computes (`output_hidden_states`, `output_attentions`) are refused, since the step
     compiles only at the build. Safe to call from several threads: a decoder's calls run one at a time.
     """
 

@@ -1,12 +1,12 @@
 """int8 products of 5 to 16 rows of activations with AVX-512 BF16 dot products, for compiled decoding at batch 8.
 
-Inductor's int8 GEMM for few rows takes twice as long for 8 rows in one call as for 4 (its 8-row micro-kernel keeps
-its sums on the stack with GCC 12), so `Int8Linear` splits 8 rows into two calls of 4; each call reads the weights
-and converts them to fp32 again, and the `cat` that joins them keeps bias, GELU and residual out of the GEMM's own
-epilogue. `int8_dot_products` (int8_dot_products.cpp, a torch op built on first use with torch's C++ extension
-builder) converts each weight to bf16 once for all rows and multiplies with VDPBF16PS, two products per lane and
-instruction. At 4 rows and fewer inductor's own kernel is faster: it stays in use there (scripts/README.md, "int8 at
-batch 8", has the measurements).
+Inductor's int8 GEMM for few rows is slower for 8 rows in one call than for two calls of 4 (its 8-row micro-kernel
+keeps its sums on the stack with GCC 12), so `Int8Linear` splits 8 rows into two calls of 4; each call reads the
+weights and converts them to fp32 again, and the `cat` that joins them keeps bias, GELU and residual out of the
+GEMM's own epilogue. `int8_dot_products` (int8_dot_products.cpp, a torch op built on first use with torch's C++
+extension builder) converts each weight to bf16 once for all rows and multiplies with VDPBF16PS, two products per
+lane and instruction. At 4 rows and fewer inductor's own kernel is faster: it stays in use there (the measurements:
+scripts/README.md, "int8 at batch 8" and "int8 at batch 8 since 2026-11-29: `int8_dot_products`").
 """
 
 import contextlib

@@ -13,7 +13,7 @@ pre-scaled `wte` with the original matrix as an untied head.
 
 Pure data and tensor renaming, no I/O: used by the config (a GPT-2 config.json reads as a TinyGPTConfig), by
 `TinyGPTForCausalLM.from_pretrained` (a GPT-2 checkpoint converts on the fly) and by the converters in
-`hf_tinygpt.checkpoints`. It travels with the model's remote code, so it imports torch only.
+`hf_tinygpt.convert`. It travels with the model's remote code, so it imports torch only.
 """
 
 import torch

@@ -22,9 +22,8 @@ HAS_INT8_KERNEL = hasattr(torch.ops.aten, "_weight_int8pack_mm")
 INT8_ROW_ALIGNMENT = 16
 # The kernel's time grows with each row of activations; past this many (a prompt) the converted weight's GEMM wins.
 INT8_KERNEL_MAX_ROWS = 16
-# Rows of activations per call of the kernel: compiled, inductor's int8 GEMM for few rows takes twice as long for 6
-# rows in one call as for 5 (AVX-512, torch 2.13), so 8 rows go as two calls of 4 (scripts/README.md, "int8 at
-# batch 8").
+# Rows of activations per call of the kernel: compiled, inductor's int8 GEMM for few rows slows down sharply past 5
+# rows in one call, so 8 rows go as two calls of 4 (the times: scripts/README.md, "int8 at batch 8").
 INT8_KERNEL_ROWS_PER_CALL = 4
 
 

@@ -5,6 +5,7 @@ Part of the model bundle saved beside the weights: it imports transformers and i
 """
 
 import contextlib
+import copy
 
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedConfig
 
@@ -20,12 +21,17 @@ LOADING_KWARGS = ("dtype", "torch_dtype", "quantization_config", "attn_implement
 
 def read_config(pretrained_model_name_or_path, kwargs: dict) -> tuple[TinyGPTConfig, dict | None, dict]:
     """Read config.json once: (the TinyGPTConfig with the config fields in `kwargs` applied, GPT-2's config dict for a
-    GPT-2 checkpoint or None, the kwargs left for loading the weights)."""
-    hub = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
-    revision_args = {key: hub[key] for key in ("token", "local_files_only", "cache_dir") if key in hub}
-    hub["revision"] = resolve_revision(pretrained_model_name_or_path, hub.get("revision"), **revision_args)
-    kwargs = {**kwargs, "revision": hub["revision"]}  # the weights come from the commit the config came from
-    config_dict, _ = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub)
+    GPT-2 checkpoint or None, the kwargs left for loading the weights). A dict is config.json as the caller read it
+    (`from_pretrained(src, config=config_dict)`): nothing is read again, and the weights come from the revision in
+    `kwargs`, which should be the one the caller read it from."""
+    if isinstance(pretrained_model_name_or_path, dict):
+        config_dict = copy.deepcopy(pretrained_model_name_or_path)  # the caller's dict stays as it was
+    else:
+        hub = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+        revision_args = {key: hub[key] for key in ("token", "local_files_only", "cache_dir") if key in hub}
+        hub["revision"] = resolve_revision(pretrained_model_name_or_path, hub.get("revision"), **revision_args)
+        kwargs = {**kwargs, "revision": hub["revision"]}  # the weights come from the commit the config came from
+        config_dict, _ = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub)
     loading = {key: kwargs[key] for key in LOADING_KWARGS if key in kwargs}
     others = {key: value for key, value in kwargs.items() if key not in loading}
     config, unused = TinyGPTConfig.from_dict(config_dict, return_unused_kwargs=True, **others)  # GPT-2's translates

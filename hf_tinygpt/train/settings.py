@@ -1,5 +1,290 @@
-"""What a training run is asked to do."""
+"""What a training run is asked to do: `TrainingSettings`, each field checked at the door and described once (its
+`help`, which the command line shows for the flag that sets it), and what of them a resumed run must keep."""
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..folders.errors import needs_extra
+from ..folders.model_folder import DTYPES
+from ..model.configuration_tinygpt import TinyGPTConfig
+from .token_files import cache_folder
 
 # What `hf-tinygpt train` builds unless told otherwise: small enough to train on a CPU in minutes (the 50,257 × 64
 # tied head is most of its 3.4 M parameters). TinyGPTConfig's own defaults are GPT-2 small's 124 M.
 SMALL_MODEL = {"n_layer": 4, "n_embd": 64, "n_head": 4}
+
+
+def setting(default, help: str, **more):
+    """A field of `TrainingSettings` with what it means (`help`); a list or dict default is made afresh each time."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **more})
+    return field(default=default, metadata={"help": help, **more})
+
+
+@dataclass
+class TrainingSettings:
+    out: str = field(metadata={"help": "run folder: checkpoints/ and the final model/"})
+    # ---- data
+    train: list[str] = setting([], "text files or folders (folders: files matching `glob`), or one token folder")
+    validation: list[str] = setting(
+        [], "held-out text files (left out of `train` folders), or one token folder (default: none, no perplexity)"
+    )
+    glob: str = setting("*.txt", "which files of a `train` folder to use")
+    dataset: str | None = setting(
+        None,
+        "instead of `train`: a Hugging Face dataset ([datasets] extra), a save_to_disk folder or what load_dataset "
+        "takes (a Hub id, a folder of data files; default: none, the files of `train`)",
+    )
+    dataset_config: str | None = setting(
+        None, "the `dataset` configuration (load_dataset's name; default: the dataset's own)"
+    )
+    dataset_split: str = setting("train", "the `dataset` split to train on")
+    text_column: str = setting("text", "the `dataset` column that holds the text")
+    data_cache: str | None = setting(
+        None,
+        "where tokenized data is kept for later runs (default: $HF_TINYGPT_CACHE/tokens, ~/.cache/hf_tinygpt/tokens)",
+    )
+    tokenizer: str | None = setting(None, "the tokenizer to train with (default: gpt2)")
+    # ---- model
+    config: dict = setting({}, "TinyGPTConfig fields (default: the small model, `SMALL_MODEL`)")
+    init_from: str | None = setting(
+        None,
+        "start from this tinygpt or GPT-2 folder or Hub id (its shape; only dropout may change) instead of random "
+        "weights (default: none, random weights)",
+    )
+    init_revision: str | None = setting(None, "the Hub revision of `init_from`: branch, tag or commit (default: main)")
+    # ---- optimisation
+    block_size: int = setting(128, "tokens per training sequence")
+    batch_size: int = setting(16, "sequences per step, over all processes")
+    grad_accum: int = setting(
+        1, "split each process's share of a step into this many micro-batches, for batches bigger than memory"
+    )
+    steps: int = setting(500, "optimizer steps")
+    learning_rate: float = setting(1e-3, "peak learning rate (AdamW)")
+    min_lr_ratio: float = setting(0.1, "cosine decay ends at the learning rate × this")
+    warmup_steps: int = setting(100, "linear warmup steps")
+    weight_decay: float = setting(0.1, "AdamW weight decay of the matrices")
+    grad_clip: float = setting(1.0, "max gradient norm (0: no clipping)")
+    compile: bool = setting(False, "compile the model with torch.compile (inductor)")
+    bf16: bool = setting(False, "bf16 autocast (CPU or GPU)")
+    seed: int = setting(0, "weights, data order and dropout")
+    # ---- evaluation and output
+    eval_every: int = setting(200, "steps between validation perplexities")
+    eval_batch_size: int = setting(4, "windows per validation batch (logits are batch × block × vocab floats)")
+    validation_tokens: int | None = setting(
+        None, "validation perplexity over the first this many held-out tokens (default: all of them)"
+    )
+    save_every: int = setting(200, "steps between checkpoints")
+    keep_checkpoints: int = setting(2, "how many of the newest checkpoints are kept")
+    save_dtype: str | None = setting(
+        None, "dtype of the final weights (default: float32, as trained)", choices=sorted(DTYPES)
+    )
+    resume: bool = setting(False, "continue from the last complete checkpoint in `out`")
+    force: bool = setting(False, "replace an earlier output of hf-tinygpt at `out`")
+    command: str = setting("", "what produced this run, for the model card")
+    report_to: list[str] = setting(
+        [], "send the metrics to these accelerate trackers (tensorboard writes into `out`/trackers; wandb, mlflow, ...)"
+    )
+
+    def __post_init__(self):
+        """Every setting checked at the door, the message naming the field (`TrainingSettings.steps`)."""
+        _check_numbers(self)
+        _check_paths(self)
+        _check_data(self)
+        _check_config(self)
+        _check_trackers(self)
+
+
+# The settings that are paths a run reads (or, for the data cache, writes besides OUT).
+INPUTS = ("train", "validation", "tokenizer", "dataset", "init_from", "data_cache")
+# What a run may change in the config of the model it starts from: dropout acts only while training.
+DROPOUT_FIELDS = ("resid_pdrop", "embd_pdrop", "attn_pdrop")
+# Settings that do not change what the run computes: a resumed run may change them.
+FREE_ON_RESUME = {
+    "out",
+    "resume",
+    "force",
+    "command",
+    "eval_every",
+    "save_every",
+    "keep_checkpoints",
+    "report_to",
+    "data_cache",
+}
+
+
+def _check_numbers(settings: TrainingSettings):
+    at_least = {
+        "block_size": 2,
+        "batch_size": 1,
+        "grad_accum": 1,
+        "steps": 1,
+        "eval_every": 1,
+        "eval_batch_size": 1,
+        "save_every": 1,
+        "keep_checkpoints": 1,
+        "warmup_steps": 0,
+        "seed": 0,
+    }
+    for name, low in at_least.items():
+        value = getattr(settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"`TrainingSettings.{name}` must be an integer >= {low}, got {value!r}")
+    tokens = settings.validation_tokens
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 2):
+        raise ValueError(f"`TrainingSettings.validation_tokens` must be None or an integer >= 2, got {tokens!r}")
+    for name, (low, high) in {
+        "learning_rate": (0, math.inf),
+        "min_lr_ratio": (0, 1),
+        "weight_decay": (0, math.inf),
+        "grad_clip": (0, math.inf),
+    }.items():
+        value = getattr(settings, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not low <= value <= high
+            or not math.isfinite(value)
+            or (name == "learning_rate" and value == 0)
+        ):
+            raise ValueError(
+                f"`TrainingSettings.{name}` must be a finite number in [{low}, {high}]"
+                f"{' and not 0' if name == 'learning_rate' else ''}, got {value!r}"
+            )
+    if settings.save_dtype is not None and settings.save_dtype not in DTYPES:
+        raise ValueError(f"`TrainingSettings.save_dtype` must be one of {sorted(DTYPES)}, got {settings.save_dtype!r}")
+
+
+def _check_paths(settings: TrainingSettings):
+    if settings.init_revision is not None and settings.init_from is None:
+        raise ValueError("`TrainingSettings.init_revision` is the revision of `TrainingSettings.init_from`: set both")
+    if settings.init_revision is not None and os.path.lexists(settings.init_from):
+        raise ValueError(
+            f"`TrainingSettings.init_revision` is a revision of a Hub repo, and `TrainingSettings.init_from` "
+            f"({settings.init_from}) is a local folder, which has none: leave `TrainingSettings.init_revision` out"
+        )
+    if not (isinstance(settings.out, (str, os.PathLike)) and str(settings.out)):
+        raise ValueError(f"`TrainingSettings.out` must be a path, got {settings.out!r}")
+    for name in ("dataset", "dataset_config", "tokenizer", "init_from", "data_cache"):
+        if (value := getattr(settings, name)) is not None and not (isinstance(value, str) and value):
+            raise ValueError(f"`TrainingSettings.{name}` must be None or a non-empty string, got {value!r}")
+    for name in ("train", "validation"):
+        paths = getattr(settings, name)
+        if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) and p for p in paths):
+            raise ValueError(f"`TrainingSettings.{name}` must be a list of non-empty paths, got {paths!r}")
+    for name in ("out", *INPUTS):
+        value = getattr(settings, name)
+        for path in value if isinstance(value, (list, tuple)) else [value]:
+            try:  # the model card records the paths as UTF-8 text: an undecodable name would fail at the end
+                str(path or "").encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"`TrainingSettings.{name}`: {path!r} is not valid UTF-8, which the model card records; rename it"
+                ) from None
+
+
+def _check_data(settings: TrainingSettings):
+    if not settings.train and not settings.dataset:
+        raise ValueError(
+            "`TrainingSettings.train` needs at least one text file or folder (or give `TrainingSettings.dataset`)"
+        )
+    if settings.train and settings.dataset:
+        raise ValueError("`TrainingSettings.train` and `TrainingSettings.dataset` are both set: give one of them")
+    if not stays_inside(settings.glob):
+        raise ValueError(
+            "`TrainingSettings.glob` must be a pattern inside each `TrainingSettings.train` folder, such as "
+            f"'*.txt', got {settings.glob!r}"
+        )
+
+
+def _check_config(settings: TrainingSettings):
+    if not isinstance(settings.config, dict):
+        raise ValueError(f"`TrainingSettings.config` must be a dict of TinyGPTConfig fields, got {settings.config!r}")
+    known = {
+        *TinyGPTConfig.__dataclass_fields__,
+        *TinyGPTConfig.attribute_map,
+        "rope_theta",
+        "rope_parameters",
+        "partial_rotary_factor",
+        "rope_scaling",
+    }
+    if unknown := sorted(set(settings.config) - known):
+        raise ValueError(
+            f"`TrainingSettings.config`: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
+            "TinyGPTConfig field(s) (a typo would otherwise be ignored)"
+        )
+
+
+def _check_trackers(settings: TrainingSettings):
+    if not isinstance(settings.report_to, (list, tuple)) or any(not isinstance(t, str) for t in settings.report_to):
+        raise ValueError(f"`TrainingSettings.report_to` must be a list of tracker names, got {settings.report_to!r}")
+    try:
+        from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
+    except ImportError as error:
+        raise needs_extra("train", error) from error
+    trackers = sorted(LOGGER_TYPE_TO_CLASS)
+    if unknown := sorted(set(settings.report_to) - set(trackers)):
+        raise ValueError(
+            f"`TrainingSettings.report_to`: {', '.join(unknown)} is not a tracker accelerate supports "
+            f"({', '.join(trackers)})"
+        )
+    available = {str(tracker) for tracker in get_available_trackers()}
+    if missing := [name for name in settings.report_to if name not in available]:
+        raise ValueError(
+            f"`TrainingSettings.report_to`: {', '.join(missing)} is not installed (pip install {' '.join(missing)})"
+        )
+
+
+def stays_inside(glob) -> bool:
+    """Whether `glob` is a pattern that matches only inside the folder it is applied to."""
+    return isinstance(glob, str) and bool(glob) and not Path(glob).is_absolute() and ".." not in Path(glob).parts
+
+
+def inputs_of(settings: TrainingSettings) -> dict:
+    """Every path a run reads (or, for the data cache, writes besides OUT), by its setting: OUT may neither be,
+    contain nor lie inside any of them (`refuse_inputs`)."""
+    paths = {f"`TrainingSettings.{name}`": getattr(settings, name) for name in INPUTS}
+    paths["`TrainingSettings.data_cache`"] = cache_folder(settings.data_cache)  # a Path: protected before it exists
+    return paths
+
+
+def comparable(settings: TrainingSettings) -> dict:
+    """The settings as a checkpoint records them: paths absolute, so that `data` and `./data` are one setting."""
+
+    def absolute(path):
+        return str(Path(path).absolute().resolve()) if path not in (None, "gpt2") and Path(path).exists() else path
+
+    fields = asdict(settings)
+    fields["train"] = [absolute(p) for p in settings.train]
+    fields["validation"] = [absolute(p) for p in settings.validation]
+    fields["tokenizer"] = absolute(settings.tokenizer)
+    fields["init_from"] = absolute(settings.init_from)
+    fields["dataset"] = absolute(settings.dataset)
+    return fields
+
+
+def changed_settings(saved: dict, now: dict) -> list[str]:
+    """The settings that change what the run computes and differ between a checkpoint's and now."""
+    # A setting added since the checkpoint was saved had its default then.
+    default = {name: f.default for name, f in TrainingSettings.__dataclass_fields__.items()}
+    return sorted(key for key in now if key not in FREE_ON_RESUME and saved.get(key, default[key]) != now[key])
+
+
+def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
+    """The config of a new model: the small model, sized for the run's blocks and tokenizer, as `config` changes it."""
+    fields = {
+        **SMALL_MODEL,
+        "n_positions": settings.block_size,
+        "vocab_size": vocab_size,
+        "bos_token_id": eos_token_id,
+        "eos_token_id": eos_token_id,
+        **settings.config,
+    }
+    config = TinyGPTConfig(**fields)
+    if config.position_embedding_type == "learned" and config.n_positions < settings.block_size:
+        raise ValueError(
+            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {config.n_positions} (learned positions)"
+        )
+    return config

@@ -6,7 +6,7 @@
                         token count, and its sources (each file's resolved path, size and sha256, or a dataset's
                         fingerprint and the sha256 of its files), each source followed by the end-of-text token
 
-The folder is an output of this tool (`checkpoints/outputs.py`): written beside its place and renamed in whole, with
+The folder is an output of this tool (`folders/outputs.py`): written beside its place and renamed in whole, with
 a manifest that proves it ours (the sha256 of tokens.bin among them). Token files made for a run are kept in a cache
 (`$HF_TINYGPT_CACHE/tokens`, default `~/.cache/hf_tinygpt/tokens`) under a key of the tokenizer and the sources'
 contents, so a later run on the same data reuses them, a changed source gets a new one, and every process of a
@@ -34,8 +34,9 @@ TOKENS, INFO, KIND = "tokens.bin", "tokens.json", "tokens"
 FORMAT = 2  # of tokens.json: a change of layout gets new cache keys (2: sources by sha256, not size and mtime)
 _DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 # How much text one tokenizer call gets: a file is read and tokenized this much at a time. Small, because after
-# each call on 1 MiB glibc's malloc kept ~40 MB that the tokenizer had freed (a 500 MB file peaked at 4 GB); at
-# 64 KiB it reuses them, and the calls cost no more in all.
+# each call on 1 MiB glibc's malloc kept what the tokenizer had freed, so a large file's peak memory grew with its
+# size; at 64 KiB it reuses them, and the calls cost no more in all (scripts/README.md, "Training data: memory and
+# start-up").
 PIECE_BYTES = 1 << 16
 
 
@@ -196,7 +197,8 @@ def is_token_folder(path) -> bool:
 
 def read_token_folder(folder, tokenizer: dict | None = None, what: str = "`TrainingSettings.train`") -> TokenFile:
     """A token folder, its tokens memory-mapped, once proven ours and whole: nothing in it the manifest does not
-    list, every file (tokens.bin too: one read at ~1 GB/s, scripts/README.md) the sha256 it was written with.
+    list, every file (tokens.bin too: one read, a small part of a cached start: scripts/README.md, "Token cache:
+    what proving its contents costs") the sha256 it was written with.
     With `tokenizer` (a `tokenizer_identity`), it must have been made with that tokenizer."""
     folder = Path(folder)
     manifest = read_manifest(folder)

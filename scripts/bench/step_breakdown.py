@@ -7,9 +7,9 @@ CPU has them. The speed benchmark says how fast a step is; this says where its t
 same rounds between memory probes, a step of `generate`, the compiled forward alone and the weight products alone
 (what `generate`'s loop adds, and what the step's other kernels and its call add).
 
-    python -m scripts.step_breakdown [--model GPT2_FOLDER] [--dtypes bfloat16 int8] [--batches 1 8] [--rounds N]
+    python -m scripts.bench.step_breakdown [--model GPT2_FOLDER] [--dtypes bfloat16 int8] [--batches 1 8] [--rounds N]
                                      [--json OUT.json]
-    python -m scripts.step_breakdown --tiny                  # a smoke run on a tiny model, no autotuning
+    python -m scripts.bench.step_breakdown --tiny                  # a smoke run on a tiny model, no autotuning
 """
 
 import argparse
@@ -27,8 +27,8 @@ from torch._dynamo.utils import counters  # private: inductor counts its AMX GEM
 from hf_tinygpt import TinyGPTForCausalLM
 from hf_tinygpt.convert.verify import random_gpt2_folder
 from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
-from scripts.measure import cpu_line, machine, memory_bandwidth, timed
-from scripts.speed_benchmark import TINY_GPT2, load_options, tensor_bytes
+from scripts.bench.measure import cpu_line, machine, memory_bandwidth, timed
+from scripts.bench.speed_benchmark import TINY_GPT2, load_options, tensor_bytes
 
 # The profiler's names for a weight product: ATen's and ours (eager, or a compiled step's extern kernel) and, with
 # inductor's kernel profiling on, its own GEMM templates ("graph_0_gemm_m1n768k768_kernel", "graph_1_kernel"; its

@@ -1,5 +1,5 @@
-"""What scripts/engines.py runs by its path inside each engine's own venv (never in the project's): one engine, one
-folder, and JSON on the stdout line that starts with RESULT. It imports nothing of this repository: the venvs hold
+"""What scripts/bench/engines.py runs by its path inside each engine's own venv (never in the project's): one engine,
+one folder, and JSON on the stdout line that starts with RESULT. It imports nothing of this repository: the venvs hold
 the engine and what it needs from PyPI, not hf_tinygpt; TinyGPT folders load through the code saved beside their
 weights (`trust_remote_code`), as they would on a machine without this package.
 

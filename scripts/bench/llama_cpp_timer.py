@@ -6,13 +6,21 @@ import os
 import subprocess
 from pathlib import Path
 
-from scripts.engine_worker import RESULT
-from scripts.engines import HANG, WORKER, WORKER_ENV, convert_to_gguf, llama_cpp_engine, worker_result, write_inputs
-from scripts.measure import cpu_flags, llama_cpp_build_check
+from scripts.bench.engine_worker import RESULT
+from scripts.bench.engines import (
+    HANG,
+    WORKER,
+    WORKER_ENV,
+    convert_to_gguf,
+    llama_cpp_engine,
+    worker_result,
+    write_inputs,
+)
+from scripts.bench.measure import cpu_flags, llama_cpp_build_check
 
 
 class LlamaCppTimer:
-    """llama.cpp (llama-cpp-python from PyPI, in its own venv: scripts/engines.py) decoding one prompt greedily on
+    """llama.cpp (llama-cpp-python from PyPI, in its own venv: scripts/bench/engines.py) decoding one prompt greedily on
     request, in `engine_worker.py llama_cpp_timer`. A context manager: leaving it ends the worker.
 
     The GGUFs are made the way a user would make them: `hf-tinygpt convert --to gpt2` of the GPT-2 folder, then

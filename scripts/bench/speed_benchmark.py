@@ -5,9 +5,9 @@ from_pretrained time and memory, and the decode ceiling set by memory bandwidth;
 batch-1 decode of the same weights (f32, f16, q8_0 GGUFs made by its own converter) in the same rounds.
 How it measures, and what it measured: scripts/README.md, "Speed".
 
-    python -m scripts.speed_benchmark [--model GPT2_FOLDER] [--json OUT.json]   # default: random GPT-2 small, seed 0
-    python -m scripts.speed_benchmark --llama-cpp                                # and llama.cpp beside it
-    python -m scripts.speed_benchmark --tiny                                     # a smoke run on a tiny model
+    python -m scripts.bench.speed_benchmark [--model GPT2_FOLDER] [--json OUT.json]  # else: random GPT-2 small, seed 0
+    python -m scripts.bench.speed_benchmark --llama-cpp                               # and llama.cpp beside it
+    python -m scripts.bench.speed_benchmark --tiny                                    # a smoke run on a tiny model
 """
 
 import argparse
@@ -34,8 +34,16 @@ from hf_tinygpt.generate.compiled_decoding import (
     CompiledDecoder,
 )
 from hf_tinygpt.generate.text import int8_weight_only
-from scripts.llama_cpp_timer import LlamaCppTimer
-from scripts.measure import cpu_line, machine, measure_load, memory_bandwidth, paired_timings, timed, weights_bytes
+from scripts.bench.llama_cpp_timer import LlamaCppTimer
+from scripts.bench.measure import (
+    cpu_line,
+    machine,
+    measure_load,
+    memory_bandwidth,
+    paired_timings,
+    timed,
+    weights_bytes,
+)
 
 # How decode rows generate: transformers' default (dynamic cache), `cache_implementation="static"`, and a
 # CompiledDecoder (static cache + torch.compile, README "Speed").
@@ -471,7 +479,7 @@ def separate_runs(runs: int, child_argv: list[str], work: Path) -> list[dict]:
         out_json = work / f"run{run + 1}.json"
         print(f"\n# run {run + 1} of {runs}", flush=True)
         subprocess.run(
-            [sys.executable, "-m", "scripts.speed_benchmark", *child_argv, "--json", str(out_json)], check=True
+            [sys.executable, "-m", "scripts.bench.speed_benchmark", *child_argv, "--json", str(out_json)], check=True
         )
         results.append(json.loads(out_json.read_text()))
     return results
@@ -664,7 +672,7 @@ def main(argv=None) -> None:
         "--llama-cpp",
         action="store_true",
         help="batch-1 decode of llama.cpp (f32, f16, q8_0 GGUFs) beside ours, in the same rounds; "
-        "builds its venv on first use (scripts/engines.py; a long compile, once)",
+        "builds its venv on first use (scripts/bench/engines.py; a long compile, once)",
     )
     parser.add_argument(
         "--tiny", action="store_true", help="tiny model, short inputs, no autotuning: checks the script only"

@@ -1,0 +1,413 @@
+"""The run folder, OUT: everything a training run writes, kept provably ours by its manifest.
+
+    OUT/checkpoints/step-000200/   what resuming needs (the newest `keep_checkpoints` of them)
+    OUT/loss.png                   the loss curve, redrawn at every evaluation
+    OUT/trackers/hf-tinygpt/       what the trackers of `report_to` write (TensorBoard)
+    OUT/model/                     the complete tinygpt folder, with its card
+    OUT/summary.json               the loss history, validation perplexity and wall time
+
+Each of them is recorded in OUT's manifest before it appears and forgotten after it is gone, so the folder is ours
+at every moment (`folders.outputs`). Only the main process writes; the others wait where it does.
+"""
+
+import contextlib
+import copy
+import json
+import math
+import pickle
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+from accelerate.utils import gather_object
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+from tqdm.auto import tqdm
+
+from ..folders.model_card import render_model_card
+from ..folders.model_folder import DTYPES, save_model_folder
+from ..folders.outputs import (
+    check_output,
+    output_folder,
+    read_manifest,
+    record,
+    record_tree,
+    remove_leftovers_in,
+    run_folder,
+    unproven,
+    write_recorded_file,
+)
+from ..folders.reading import describe, load_strictly, read_json_object
+from ..folders.training_history import LOSS_CURVE, checked_history, loss_curve_png, write_history
+from .data import RunData
+from .evaluate import perplexity
+from .settings import TrainingSettings, changed_settings, comparable
+
+CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what resuming needs
+FINAL = "model"  # OUT/model: the complete tinygpt folder
+SUMMARY = "summary.json"
+TRACKERS, TRACKER_RUN = "trackers", "hf-tinygpt"  # OUT/trackers/hf-tinygpt: where TensorBoard writes
+
+# A checkpoint holds only safe formats: weights as safetensors, optimizer and schedule state and each process's RNG
+# state as tensors/numbers that `torch.load(weights_only=True)` reads without running any code. (accelerate's
+# `load_state` unpickles registered objects with weights_only=False, so a crafted run folder could run code.)
+PROGRESS, WEIGHTS, TRAINING_STATE = "progress.json", "model.safetensors", "training_state.pt"
+
+
+@dataclass
+class TrainingState:
+    """What a step changes and a checkpoint saves (the model as accelerate prepared it, perhaps compiled)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
+
+
+@dataclass
+class Progress:
+    """How far the run is: the steps taken, one history entry per step, and the training time so far."""
+
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+    wall_before: float = 0.0  # seconds spent training before this process started (a resumed run)
+    command: str = ""  # what started the run: its card records the recipe, not the command that resumed it
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_before + time.perf_counter() - self.started
+
+
+class RunFolder:
+    """OUT of one training run, as the loop sees it: checkpoints saved, pruned and resumed from, the trackers'
+    folder, the curve, and at the end the final model and the summary."""
+
+    def __init__(self, out: Path, accelerator):
+        self.out, self.accelerator = out, accelerator
+        self.main = accelerator.is_main_process
+        self.reporting = False  # whether trackers of `report_to` get the metrics (`start_trackers`)
+
+    @staticmethod
+    def check(settings: TrainingSettings, protect: dict) -> Path:
+        """OUT, checked before anything is read: free, or a run of ours to resume (or to replace, with `force`);
+        never one of the run's inputs (`protect`)."""
+        out = check_output(settings.out, force=settings.force, protect=protect, reuse=settings.resume)
+        if settings.resume and (out / FINAL).exists():  # written again at the end: say now if that would lose work
+            check_output(out / FINAL, force=True)
+        return out
+
+    @contextlib.contextmanager
+    def held(self, settings: TrainingSettings, protect: dict):
+        """OUT locked by the main process for the whole run; with `force` an earlier run is swapped out here."""
+        if not self.main:
+            yield
+            return
+        with run_folder(self.out, force=settings.force, resume=settings.resume, protect=protect):
+            yield
+
+    # ---- checkpoints -------------------------------------------------------------------------------------------
+
+    def checkpoints(self) -> list[Path]:
+        """Complete checkpoints, oldest first. Each is written beside its place and renamed in when complete, so a
+        checkpoint cut short by a kill is never taken for the newest (nor is a `step-N` without progress.json)."""
+        return sorted(p for p in (self.out / CHECKPOINTS).glob("step-*") if (p / PROGRESS).is_file())
+
+    def save_checkpoint(self, state: TrainingState, progress: Progress, settings: TrainingSettings, data: RunData):
+        """OUT/checkpoints/step-N, then the oldest beyond `keep_checkpoints` removed (one someone changed is kept)."""
+        folder = self.out / CHECKPOINTS / f"step-{progress.step:06d}"
+        if self.main:  # recorded before it appears, forgotten after it is gone: the run folder stays provably ours
+            record(self.out, folders=[CHECKPOINTS], outputs=[f"{CHECKPOINTS}/{folder.name}"])
+        at = {  # what progress.json records
+            "step": progress.step,
+            "settings": comparable(settings),
+            "data": data.identity,
+            "history": progress.history,
+            "wall_s": progress.wall_s,
+        }
+        save_checkpoint(folder, self.accelerator, state, at)
+        if self.main:
+            for old in self.checkpoints()[: -settings.keep_checkpoints]:
+                if problems := unproven(old):  # someone changed it meanwhile: leave it
+                    tqdm.write(f"keeping {old}: it holds {', '.join(problems[:3])}", file=sys.stderr)
+                    continue
+                shutil.rmtree(old)
+                record(self.out, forget=[f"{CHECKPOINTS}/{old.name}"])
+
+    def resume(self, settings: TrainingSettings, data: RunData, state: TrainingState) -> Progress:
+        """Load the newest checkpoint that loads (an unreadable one is reported and skipped) into `state`; where the
+        run then stands. Checkpoints a kill cut short are removed first: only those the manifest proves ours."""
+        self._remove_checkpoints_cut_short()
+        for folder in reversed(self.checkpoints()):
+            try:
+                progress, saved = _read_progress(folder)
+            except (OSError, ValueError) as error:
+                self.say(f"skipping {folder}: {error}")
+                continue
+            if changed := changed_settings(saved["settings"], comparable(settings)):
+                raise ValueError(
+                    f"`TrainingSettings.resume` needs the settings the run started with; changed: {', '.join(changed)}"
+                )
+            if "data" in saved and (changed := _changed_data(saved["data"], data.identity)):
+                raise ValueError(
+                    f"`TrainingSettings.resume`: the data changed since {folder} was saved: {', '.join(changed[:3])}; "
+                    "continue on the data the run started on, or start a new run"
+                )
+            if progress.step > settings.steps:
+                raise ValueError(f"{folder} is at step {progress.step}, past `TrainingSettings.steps` {settings.steps}")
+            try:
+                load_checkpoint(folder, self.accelerator, state)
+            except ValueError as error:
+                self.say(f"skipping {folder}: {error}")
+                continue
+            if self.main:
+                tqdm.write(f"resumed from {folder} (step {progress.step})")
+            return replace(progress, command=progress.command or settings.command)
+        return Progress(command=settings.command)
+
+    def _remove_checkpoints_cut_short(self):
+        if self.main:
+            for name in (read_manifest(self.out) or {}).get("outputs", []):
+                folder = self.out / name
+                if (
+                    re.fullmatch(rf"{CHECKPOINTS}/step-\d+", name)
+                    and folder.is_dir()
+                    and not (folder / PROGRESS).is_file()
+                ):
+                    shutil.rmtree(folder)  # a step-N of ours without its progress: never complete
+                    record(self.out, forget=[name])
+            remove_leftovers_in(self.out / CHECKPOINTS)  # the staging folders of saves a kill cut short
+        self.accelerator.wait_for_everyone()
+
+    def say(self, message: str, file=None):
+        """One line from the main process, beside the progress bar (on standard error unless `file`)."""
+        if self.main:
+            tqdm.write(message, file=file or sys.stderr)
+
+    # ---- trackers ----------------------------------------------------------------------------------------------
+
+    def start_trackers(self, settings: TrainingSettings):
+        """The trackers of `report_to` (none: nothing to do), given the run's settings as hyperparameters; their
+        folder is recorded first."""
+        self.reporting = bool(settings.report_to)
+        if not self.reporting:
+            return
+        if self.main:
+            record(self.out, folders=[TRACKERS])
+        hyperparameters = {
+            k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v) for k, v in asdict(settings).items()
+        }
+        self.accelerator.init_trackers(TRACKER_RUN, config=hyperparameters)
+
+    def report(self, logged: dict):
+        """A step's metrics to the trackers; what they write under OUT is then recorded as ours."""
+        if not self.reporting:
+            return
+        self.accelerator.log({k: v for k, v in logged.items() if k != "step"}, step=logged["step"])
+        if self.main:
+            for tracker in self.accelerator.trackers:
+                getattr(tracker.tracker, "flush", lambda: None)()  # TensorBoard's writer buffers in a thread
+            record_tree(self.out, TRACKERS)
+
+    def end_trackers(self):
+        if not self.reporting:
+            return
+        self.accelerator.end_training()
+        if self.main:
+            record_tree(self.out, TRACKERS)
+
+    # ---- the curve, the final model, the summary ---------------------------------------------------------------
+
+    def draw_curve(self, history: list[dict]):
+        if self.main:
+            write_recorded_file(self.out, LOSS_CURVE, loss_curve_png(history))
+
+    def finished_summary(self) -> dict | None:
+        """The summary of a run that already finished, or None."""
+        if (self.out / FINAL).is_dir() and (self.out / SUMMARY).is_file():
+            return read_json_object(self.out / SUMMARY)
+        return None
+
+    def finish(self, model, settings: TrainingSettings, data: RunData, progress: Progress, hardware: str) -> dict:
+        """OUT/model and OUT/summary.json (the main process writes them); the summary."""
+        summary = {
+            "steps": progress.step,
+            "final_train_loss": progress.history[-1]["train_loss"] if progress.history else None,
+            "wall_s": progress.wall_s,
+            "history": progress.history,
+        }
+        if self.main:
+            record(self.out, outputs=[FINAL])
+            summary["validation_perplexity"] = write_final_model(
+                model,
+                self.out / FINAL,
+                settings,
+                data,
+                _card_training(settings, data, summary, hardware),
+                progress.history,
+            )
+            write_recorded_file(self.out, SUMMARY, (json.dumps(summary, indent=2) + "\n").encode())
+        return summary
+
+    def rescue(self, step: int, model, tokenizer_from: str) -> OSError:
+        """The run folder is gone: the model as trained so far is written to a folder beside where it was (or the
+        temporary folder, where that is gone too), and the error says where, and at which step the run stopped."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for place in (self.out.parent, Path(tempfile.gettempdir())):
+            rescued = place / f"{self.out.name}-rescued-step-{step}-{stamp}"
+            try:
+                with output_folder(rescued) as staging:
+                    save_model_folder(model, staging, tokenizer_from=tokenizer_from)
+            except OSError:
+                continue
+            return FileNotFoundError(
+                f"the run folder {self.out} vanished during the run, at step {step}: the model as trained so far is "
+                f"saved in {rescued} (go on with `TrainingSettings.init_from` set to it)"
+            )
+        return FileNotFoundError(
+            f"the run folder {self.out} vanished during the run, at step {step}, and the model could not be saved "
+            "elsewhere"
+        )
+
+
+# ---- a checkpoint's files ------------------------------------------------------------------------------------
+
+
+def _rng_file(folder: Path, rank: int) -> Path:
+    return folder / f"rng_state_{rank}.pt"
+
+
+def _rng_state() -> dict:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict):
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(folder: Path, accelerator, state: TrainingState, progress: dict):
+    """The main process writes the checkpoint (with every process's RNG state, gathered) through `output_folder`:
+    it appears as `step-N` only when complete, and a checkpoint of the same step from an earlier run is replaced."""
+    rng_states = gather_object([_rng_state()])  # one per process, in rank order
+    if accelerator.is_main_process:
+        # A checkpoint of ours from an earlier run of the same step (proven unchanged when resuming) is replaced.
+        with output_folder(folder, force=True, kind="checkpoint") as staging:
+            for rank, rng in enumerate(rng_states):
+                torch.save(rng, _rng_file(staging, rank))
+            save_model(accelerator.unwrap_model(state.model, keep_torch_compile=False), str(staging / WEIGHTS))
+            saved = {"optimizer": state.optimizer.state_dict(), "schedule": state.schedule.state_dict()}
+            torch.save(saved, staging / TRAINING_STATE)
+            (staging / PROGRESS).write_text(json.dumps(progress, indent=2))
+    accelerator.wait_for_everyone()
+
+
+def load_checkpoint(folder: Path, accelerator, state: TrainingState):
+    """The inverse of `save_checkpoint`, reading nothing that can run code."""
+    try:
+        load_model(
+            accelerator.unwrap_model(state.model, keep_torch_compile=False),
+            str(folder / WEIGHTS),
+            device=str(accelerator.device),
+        )
+        saved = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=True)
+        rng = torch.load(_rng_file(folder, accelerator.process_index), map_location="cpu", weights_only=True)
+        state.optimizer.load_state_dict(saved["optimizer"])
+        state.schedule.load_state_dict(saved["schedule"])
+        _set_rng_state(rng)
+    except (OSError, RuntimeError, KeyError, ValueError, SafetensorError, pickle.UnpicklingError) as error:
+        raise ValueError(f"{folder}: cannot resume from this checkpoint ({describe(error)})") from error
+
+
+def _read_progress(folder: Path) -> tuple[Progress, dict]:
+    """A checkpoint's progress.json: where the run stood, and the whole record (its settings, its data)."""
+    saved = read_json_object(folder / PROGRESS)
+    step, settings = saved.get("step"), saved.get("settings")
+    if not (isinstance(step, int) and step >= 0 and isinstance(settings, dict)):
+        raise ValueError(f"{folder / PROGRESS} has no step and settings")
+    history = saved.get("history") or []  # a checkpoint from before histories were kept has none
+    if history:
+        checked_history(history, f"{folder / PROGRESS}")
+    wall = saved.get("wall_s", 0.0)
+    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not 0 <= wall < math.inf:
+        raise ValueError(f"{folder / PROGRESS}: wall_s must be a number of seconds, got {wall!r:.40}")
+    return Progress(step, history, wall, settings.get("command") or ""), saved
+
+
+def _changed_data(saved, now: dict) -> list[str]:
+    """What differs between the data a checkpoint was saved on and the run's now (both `TokenFile.identity`s, by
+    split): each source by its path, else the split's tokens."""
+    changed = []
+    for split in ("train", "validation"):
+        before, after = (saved or {}).get(split) or {}, now.get(split) or {}
+        if before == after:
+            continue
+        sources = {s.get("path"): s for s in before.get("sources", []) if isinstance(s, dict)}
+        paths = [s["path"] for s in after.get("sources", []) if sources.get(s["path"]) != s]
+        paths += sorted(set(sources) - {s["path"] for s in after.get("sources", [])})
+        changed += [f"{path} ({split})" for path in paths] or [f"the {split} tokens"]
+    return changed
+
+
+# ---- the final model -----------------------------------------------------------------------------------------
+
+
+def _card_training(settings: TrainingSettings, data: RunData, summary: dict, hardware: str) -> dict:
+    """What the model card says of the run (its YAML's `tinygpt.training`); the perplexity is filled in later."""
+    return {
+        "train_description": data.description,  # what the run trained on, as `training_data` describes it
+        "train_paths": settings.train or [settings.dataset],  # a published card names them without folders
+        "train_tokens": int(data.blocks.size),
+        "steps": settings.steps,
+        "tokens_per_step": settings.batch_size * settings.block_size,
+        "hardware": hardware,
+        "wall_time": f"{summary['wall_s'] / 60:.1f} min",
+        "validation_perplexity": None,
+        "validation_description": ", ".join(Path(p).name for p in settings.validation) or None,
+        "validation_tokens": int(len(data.validation)) if data.validation is not None else 0,
+        "block_size": settings.block_size,
+        "command": settings.command,
+        "seed": settings.seed,
+        "learning_rate": settings.learning_rate,
+    }
+
+
+def write_final_model(
+    model, folder: Path, settings: TrainingSettings, data: RunData, training: dict, history: list[dict]
+) -> float | None:
+    """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, the loss history and its
+    curve, and a card (showing the curve) whose validation perplexity is measured on the weights exactly as written."""
+    if bad := [key for key, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]:
+        raise ValueError(
+            f"training diverged: {len(bad)} tensors hold inf or NaN ({', '.join(bad[:3])}, ...); nothing "
+            f"written to {folder}; lower `TrainingSettings.learning_rate`"
+        )
+    dtype = DTYPES.get(settings.save_dtype) if settings.save_dtype else None
+    to_save = model if dtype is None else copy.deepcopy(model).to(dtype)
+    with output_folder(folder, force=True) as staging:  # OUT/model is ours: the run folder is locked
+        save_model_folder(to_save, staging, tokenizer_from=data.tokenizer_from)
+        if history:
+            write_history(staging, list(history))
+        if data.validation is not None:
+            written = load_strictly(staging, dtype=torch.float32)
+            training["validation_perplexity"] = perplexity(
+                written, data.validation, settings.block_size, settings.eval_batch_size
+            )
+        hub_id = settings.init_from if settings.init_from and not Path(settings.init_from).exists() else None
+        card = render_model_card(  # a local starting folder is not named: a published card would show its path
+            model.config,
+            model_id=str(folder),
+            provenance={"made_by": "training", "training": training},
+            base_model=hub_id,
+            loss_curve=LOSS_CURVE if history else None,
+        )
+        card.save(staging / "README.md")
+    return training["validation_perplexity"]
