@@ -14,7 +14,7 @@ from hf_tinygpt.plots.positions import (
     PICTURES,
     WHERE_POSITIONS_ACT,
     load_for_plots,
-    plot_alibi_bias,
+    plot_attention_bias,
     plot_cosine_similarity,
     plot_dimension_traces,
     plot_position_matrix,
@@ -119,13 +119,15 @@ def test_rope_frequencies_and_offset_similarity_are_the_models(tmp_path, rope):
 def test_alibi_bias_is_minus_slope_times_distance_as_the_model_adds_it(tmp_path, n_head):
     model = tiny_model("alibi", n_embd=48, n_head=n_head)
     wpe = model.transformer.wpe
-    result = plot_alibi_bias(model, tmp_path, max_positions=20)
+    result = plot_attention_bias(model, tmp_path, max_positions=20)
     distances, bias = result["distances"], result["bias"]
     assert bias.shape == (n_head, 20) and list(distances) == list(range(20))
     assert torch.equal(torch.from_numpy(result["slopes"]), wpe.slopes)
     np.testing.assert_allclose(bias, -wpe.slopes.numpy()[:, None] * distances[None, :], rtol=0, atol=1e-6)
     causal = torch.ones(20, 20, dtype=torch.bool).tril()[None, None]
-    added = wpe.bias_attention(causal, 20, 0, torch.float32)[0, :, -1]  # what attention adds for the last query
+    added = wpe.bias_attention(causal, torch.arange(20)[None], 0, torch.float32)[
+        0, :, -1
+    ]  # what attention adds for the last query
     assert torch.equal(torch.from_numpy(bias), added.flip(-1))
 
 

@@ -12,10 +12,13 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
 from hf_tinygpt.model.positions import (
     AlibiPositions,
+    FireBias,
+    KerpleBias,
     LearnedPositions,
     NoPositions,
     RotaryPositions,
     SinusoidalPositions,
+    T5Bias,
     apply_rotary,
 )
 
@@ -85,12 +88,15 @@ def test_each_scheme_builds_its_own_module(scheme):
         "sinusoidal": SinusoidalPositions,
         "rope": RotaryPositions,
         "alibi": AlibiPositions,
+        "t5": T5Bias,
+        "kerple": KerpleBias,
+        "fire": FireBias,
         "none": NoPositions,
     }
     model = tiny_model(scheme)
     assert type(model.transformer.positions) is expected[scheme]
     has_wpe_weight = "transformer.wpe.weight" in model.state_dict()
-    assert has_wpe_weight == (scheme == "learned")  # only learned positions are weights
+    assert has_wpe_weight == (scheme == "learned")  # only learned positions are a table of rows
 
 
 # ---- order: NoPE is blind to the order of earlier tokens; every other scheme is not ---------------------------
@@ -298,8 +304,8 @@ def test_alibi_bias_is_minus_slope_times_distance():
     assert bias.shape == (1, 4, 3, 8)
     for h, slope in enumerate(positions.slopes.tolist()):
         for i in range(3):
-            for j in range(8):
-                assert bias[0, h, i, j].item() == pytest.approx(-slope * (5 + i - j))
+            for j in range(8):  # keys after the query, which the causal mask hides, are at distance 0
+                assert bias[0, h, i, j].item() == pytest.approx(-slope * max(5 + i - j, 0))
 
 
 def test_alibi_attention_equals_softmax_of_biased_scores():
@@ -314,6 +320,190 @@ def test_alibi_attention_equals_softmax_of_biased_scores():
         q, k = (t.view(1, 7, 4, 8).transpose(1, 2) for t in (q, k))
         scores = q @ k.transpose(-1, -2) / math.sqrt(8) + model.transformer.wpe.bias(7, 7, 0)
         scores = scores.masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), float("-inf"))
+    assert (attentions - scores.softmax(-1)).abs().max() <= 1e-5
+
+
+# ---- t5, kerple, fire: each bias equals someone else's, and so does a whole attention layer --------------------
+
+
+def t5_attention(config):
+    """transformers' own T5 self-attention of a T5 decoder (causal buckets) for the same heads and buckets."""
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    t5 = T5Config(
+        d_model=config.n_embd,
+        d_kv=config.head_size,
+        num_heads=config.n_head,
+        relative_attention_num_buckets=config.relative_attention_num_buckets,
+        relative_attention_max_distance=config.relative_attention_max_distance,
+        is_decoder=True,
+        dropout_rate=0.0,
+    )
+    t5._attn_implementation = "eager"
+    return T5Attention(t5, has_relative_attention_bias=True, layer_idx=0).eval()
+
+
+@pytest.mark.parametrize(("buckets", "max_distance"), [(32, 128), (8, 20), (2, 5)])
+def test_t5_bias_equals_t5_attentions_compute_bias(buckets, max_distance):
+    config = tiny_config("t5", relative_attention_num_buckets=buckets, relative_attention_max_distance=max_distance)
+    ours, t5 = T5Bias(config), t5_attention(config)
+    torch.nn.init.normal_(ours.relative_attention_bias.weight)
+    t5.relative_attention_bias.load_state_dict(ours.relative_attention_bias.state_dict())
+    for query_length, key_length, past in [(300, 300, 0), (1, 301, 300), (7, 40, 33)]:
+        with torch.no_grad():
+            expected = t5.compute_bias(query_length, key_length, past_seen_tokens=past)
+            bias = ours.bias(query_length, key_length, past)
+        causal = torch.arange(key_length)[None, :] <= (torch.arange(query_length) + past)[:, None]
+        assert torch.equal(bias[..., causal], expected[..., causal])  # the same bucket, so the same table entry
+
+
+def test_t5_attention_layer_equals_t5s_own():
+    """A whole attention layer: T5's (no 1/√d scaling, no biases) given our q weights / √d, our k, v and output
+    weights, and its own relative bias with our table, equals ours on a causal input."""
+    model = tiny_model("t5", n_layer=1, initializer_range=0.3)
+    model.set_attn_implementation("eager")
+    attention, positions = model.transformer.h[0].attn, model.transformer.wpe
+    t5 = t5_attention(model.config)
+    with torch.no_grad():
+        attention.c_attn.bias.zero_()
+        attention.c_proj.bias.zero_()
+        q, k, v = attention.c_attn.weight.chunk(3)
+        t5.q.weight.copy_(q / math.sqrt(model.config.head_size))
+        t5.k.weight.copy_(k)
+        t5.v.weight.copy_(v)
+        t5.o.weight.copy_(attention.c_proj.weight)
+        t5.relative_attention_bias.load_state_dict(positions.relative_attention_bias.state_dict())
+        x = torch.randn(2, 13, model.config.n_embd)
+        causal = torch.ones(13, 13, dtype=torch.bool).tril()[None, None]
+        ours, _ = attention(
+            x, positions.bias_attention(causal.expand(2, 1, 13, 13), torch.arange(13)[None], 0, x.dtype)
+        )
+        additive = torch.zeros(1, 1, 13, 13).masked_fill(~causal, torch.finfo(torch.float32).min)
+        expected, _, _ = t5(x, mask=additive)
+    assert (ours - expected).abs().max() <= 1e-5
+
+
+def kerple_as_its_authors_compute_it(kernel: str, r1: torch.Tensor, r2: torch.Tensor, length: int) -> torch.Tensor:
+    """KERPLE's bias as ParallelKerpleLog / ParallelKerplePower compute it in the authors' code
+    (chijames/KERPLE, megatron/mpu/layers.py @ 73f1ee2d24722cdbe277d473899321218f5cbd00), re-derived here: the
+    distance matrix is tril(i − j); the log kernel is −bias_p · log(1 + bias_a · diff) and the power kernel
+    −bias_a · diff^bias_p, each parameter clamped to ≥ 0.01 (the power's exponent also ≤ 2) before it is used.
+    In the paper's names (and ours) r1 is the factor in front and r2 the one inside."""
+    diff = torch.tril(torch.arange(length)[:, None] - torch.arange(length)[None, :]).float()
+    factor = r1.clamp(min=0.01)[:, None, None]
+    if kernel == "log":
+        return (-factor * torch.log(1 + r2.clamp(min=0.01)[:, None, None] * diff))[None]
+    return (-diff.pow(r2.clamp(min=0.01, max=2)[:, None, None]) * factor)[None]
+
+
+def causal_part(length: int) -> torch.Tensor:
+    return torch.ones(length, length, dtype=torch.bool).tril()
+
+
+@pytest.mark.parametrize("kernel", ["log", "power"])
+def test_kerple_bias_equals_the_authors_code_and_the_papers_formula(kernel):
+    positions = KerpleBias(tiny_config("kerple", kerple_kernel=kernel))
+    with torch.no_grad():  # one head below each bound, one above the power kernel's, the rest drawn as they draw them
+        positions.r1.copy_(torch.tensor([-0.5, 1.5, 0.7, 0.3]))
+        positions.r2.copy_(torch.tensor([0.5, 0.003, 2.5, 1.2]))
+        bias = positions.bias(50, 50, 0)
+    expected = kerple_as_its_authors_compute_it(kernel, positions.r1.detach(), positions.r2.detach(), 50)
+    assert (bias - expected)[..., causal_part(50)].abs().max() <= 1e-6
+    # The paper's formula on a worked example: head 1 (r1 = 1.5, r2 = 0.01 after the clamp), distance 4.
+    paper = -1.5 * math.log(1 + 0.01 * 4) if kernel == "log" else -1.5 * 4**0.01
+    assert bias[0, 1, 10, 6].item() == pytest.approx(paper, rel=1e-6)
+
+
+def test_kerple_keeps_its_parameters_in_bounds_with_their_gradient_passed_through():
+    """The authors clamp the stored parameters in place at each forward; ours clamps the value used and lets the
+    gradient through, so a parameter below its bound still learns (and the forward writes to no parameter)."""
+    positions = KerpleBias(tiny_config("kerple", kerple_kernel="power"))
+    with torch.no_grad():
+        positions.r1.copy_(torch.tensor([-1.0, 0.5, 0.5, 0.5]))
+        positions.r2.copy_(torch.tensor([1.0, 3.0, 1.0, 1.0]))
+    bias = positions.bias(9, 9, 0)
+    assert bias[0, 0, 8, 0].item() == pytest.approx(-0.01 * 8)  # r1 used as 0.01
+    assert bias[0, 1, 8, 0].item() == pytest.approx(-0.5 * 8**2)  # r2 used as 2
+    bias[..., causal_part(9)].sum().backward()
+    assert positions.r1.grad[0] != 0 and positions.r2.grad[1] != 0 and torch.isfinite(positions.r2.grad).all()
+    assert positions.r1[0].item() == -1.0  # not written to
+
+
+def fire_as_its_authors_compute_it(fire: FireBias, length: int) -> torch.Tensor:
+    """FIRE's bias as the listing in the paper's appendix computes it, in the version
+    mcleish7/arithmetic, cramming/architectures/embeddings.py @ 86022a57d38c0fde46444d62e8dcbebcc0af614c (class FIRE,
+    line 419) runs, re-derived here for evaluation (positions 0..length-1): distances log(|c·(i − j)| + 1) divided by
+    log(|c·max(i, |L_multiplier · init_L|)| + 1) + eps, through the MLP, heads first."""
+    positions = torch.arange(length, dtype=torch.float)
+    distances = positions[:, None] - positions[None, :]
+    normalizer = torch.max(positions, torch.abs(fire.L_multiplier * fire.init_L))[:, None]
+    distances = torch.log(torch.abs(fire.c * distances) + 1)
+    normalizer = torch.log(torch.abs(fire.c * normalizer) + 1)
+    return fire.mlp((distances / (normalizer + 1e-6)).unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+
+
+def test_fire_bias_equals_the_authors_code_and_the_papers_formula():
+    model = tiny_model("fire", fire_init_L=16.0, initializer_range=0.5)
+    fire = model.transformer.wpe
+    with torch.no_grad():
+        fire.c.fill_(0.3)
+        fire.L_multiplier.fill_(1.25)  # L = 20: queries before position 20 share one normaliser, later ones their own
+        bias = fire.bias(60, 60, 0)
+        expected = fire_as_its_authors_compute_it(fire, 60)
+    assert (bias - expected)[..., causal_part(60)].abs().max() <= 1e-6
+    # The paper's formula on a worked example, with f_θ the identity (one unit, weights 1): ψ(d) / ψ(max(L, i)).
+    worked = tiny_model("fire", fire_mlp_width=1, fire_init_c=1.0, fire_init_L=4.0).transformer.wpe
+    with torch.no_grad():
+        for layer in (worked.mlp[0], worked.mlp[2]):
+            layer.weight.fill_(1.0)
+            layer.bias.zero_()
+        bias = worked.bias(10, 10, 0)[0, 0]
+    assert bias[9, 6].item() == pytest.approx(math.log(1 + 3) / math.log(1 + 9), rel=1e-5)  # i = 9 past L
+    assert bias[2, 0].item() == pytest.approx(math.log(1 + 2) / math.log(1 + 4), rel=1e-5)  # i = 2 below L = 4
+
+
+def test_fire_counts_a_querys_position_from_its_rows_first_real_token():
+    """FIRE's bias depends on where the query is, not only on the distance: a left-padded row's positions start at
+    its first real token (transformers' generate passes them), so its bias is that of the row alone."""
+    fire = tiny_model("fire", fire_init_L=2.0, initializer_range=0.5).transformer.wpe
+    with torch.no_grad():
+        alone = fire.bias(6, 6, 0)
+        padded = fire.bias(10, 10, 0, position_ids=torch.arange(-4, 6).clamp(min=0)[None])
+    assert torch.allclose(padded[..., 4:, 4:], alone, atol=1e-6)
+    assert not torch.allclose(fire.bias(10, 10, 0)[..., 4:, 4:], alone, atol=1e-3)
+
+
+def bias_by_its_reference(model, length: int) -> torch.Tensor:
+    scheme, positions = model.config.position_embedding_type, model.transformer.wpe
+    if scheme == "alibi":
+        from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+        slopes = build_alibi_tensor(torch.ones(1, 2), model.config.n_head, torch.float32)[:, 0, 1]
+        distance = torch.arange(length)[:, None] - torch.arange(length)[None, :]
+        return (-slopes[:, None, None] * distance)[None]
+    if scheme == "t5":
+        t5 = t5_attention(model.config)
+        t5.relative_attention_bias.load_state_dict(positions.relative_attention_bias.state_dict())
+        return t5.compute_bias(length, length)
+    if scheme == "kerple":
+        return kerple_as_its_authors_compute_it(model.config.kerple_kernel, positions.r1, positions.r2, length)
+    return fire_as_its_authors_compute_it(positions, length)
+
+
+@pytest.mark.parametrize("scheme_name", ["alibi", "t5", "kerple", "fire"])
+def test_a_bias_schemes_attention_equals_softmax_of_scores_plus_its_reference_bias(scheme_name):
+    """One eager layer by hand: softmax(q·kᵀ/√d + the reference's bias, causal) · v, for every bias scheme."""
+    model = tiny_model(scheme_name, n_layer=1, initializer_range=0.3)
+    model.set_attn_implementation("eager")
+    ids = torch.randint(0, VOCAB, (1, 11))
+    with torch.no_grad():
+        attentions = model(ids, output_attentions=True).attentions[0]
+        x = model.transformer.h[0].ln_1(model.transformer.wte(ids))
+        q, k, _ = model.transformer.h[0].attn.c_attn(x).split(32, dim=-1)
+        q, k = (t.view(1, 11, 4, 8).transpose(1, 2) for t in (q, k))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(8) + bias_by_its_reference(model, 11)
+        scores = scores.masked_fill(~causal_part(11), float("-inf"))
     assert (attentions - scores.softmax(-1)).abs().max() <= 1e-5
 
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -650,14 +650,32 @@ def test_a_hub_src_that_answers_an_error_is_named_in_one_line_without_the_token(
     assert HUB_TOKEN not in run.stdout + run.stderr and SOMEONE_ELSES not in run.stderr
 
 
+@pytest.fixture
 def interrupt_main_thread():
-    """Ctrl-C, as the terminal sends it: SIGINT to the main thread, which is waiting on the Hub's answer."""
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-    time.sleep(0.5)  # the answer comes late: the interrupt lands while the request is in flight
+    """A hook for the Hub look-alike: Ctrl-C, as the terminal sends it (SIGINT to the main thread, which is waiting
+    on the Hub's answer), answered only once the main thread has raised the KeyboardInterrupt, so the interrupt
+    lands while the request is in flight however busy the machine is. `landed` holds where it was raised."""
+    raised, landed = threading.Event(), []
+
+    def ctrl_c(number, frame):
+        landed.append("".join(traceback.format_stack(frame)))
+        raised.set()
+        raise KeyboardInterrupt
+
+    def hook():
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        assert raised.wait(30), "the main thread never ran its SIGINT handler"
+
+    previous = signal.signal(signal.SIGINT, ctrl_c)
+    hook.landed = landed
+    yield hook
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("moment", ["staging", "preupload", "commit"])
-def test_ctrl_c_during_a_push_says_whether_the_commit_may_land(moment, hub, tmp_path, capsys, monkeypatch):
+def test_ctrl_c_during_a_push_says_whether_the_commit_may_land(
+    moment, hub, tmp_path, capsys, monkeypatch, interrupt_main_thread
+):
     cli_against(hub, monkeypatch)
     _, folder = tinygpt_folder(tmp_path)
     if moment == "staging":
@@ -666,7 +684,7 @@ def test_ctrl_c_during_a_push_says_whether_the_commit_may_land(moment, hub, tmp_
         hub.after[moment] = interrupt_main_thread
     code = main(["push", str(folder), REPO, "--token", HUB_TOKEN])
     said = [line for line in capsys.readouterr().err.splitlines() if "interrupted" in line]
-    assert code == 130 and len(said) == 1 and REPO in said[0], said
+    assert code == 130 and len(said) == 1 and REPO in said[0], (said, getattr(interrupt_main_thread, "landed", None))
     if moment == "commit":  # it was received whole: the repo holds every file, and the message must not deny it
         assert set(hub.repo_files(REPO)) == REPO_FILES
         assert "may" in said[0] and f"{hub.url}/{REPO}" in said[0] and "before pushing again" in said[0]
@@ -682,7 +700,7 @@ def interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-def test_the_python_api_says_the_same_when_interrupted_after_the_commit_was_sent(hub, tmp_path):
+def test_the_python_api_says_the_same_when_interrupted_after_the_commit_was_sent(hub, tmp_path, interrupt_main_thread):
     _, folder = tinygpt_folder(tmp_path)
     hub.after["commit"] = interrupt_main_thread
     with pytest.raises(KeyboardInterrupt) as raised:

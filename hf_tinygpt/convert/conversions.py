@@ -315,6 +315,12 @@ NO_TWIN = {
     "alibi": "BLOOM normalises the token embeddings with an extra LayerNorm; Falcon divides the bias by √head_dim and "
     "builds it in bfloat16; MPT has no biases and uses the exact (erf) GELU. ALiBi TinyGPTs run as they are: "
     "transformers (eager or sdpa attention) or ONNX Runtime",
+    "t5": "the T5 family (T5, MT5, UMT5) are encoder-decoders with RMSNorm, no linear biases and no 1/√head_dim "
+    "scaling. T5-bias TinyGPTs run as they are: transformers (eager or sdpa attention) or ONNX Runtime",
+    "kerple": "none has KERPLE's kernel bias. KERPLE TinyGPTs run as they are: transformers (eager or sdpa "
+    "attention) or ONNX Runtime",
+    "fire": "none has FIRE's learned bias. FIRE TinyGPTs run as they are: transformers (eager or sdpa attention) or "
+    "ONNX Runtime",
 }
 
 

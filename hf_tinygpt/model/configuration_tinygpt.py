@@ -23,7 +23,15 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
 
 
-POSITION_SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "none")
+POSITION_SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "t5", "kerple", "fire", "none")
+# The fields only one scheme reads, with the value each takes when left unset: T5's names for its buckets, KERPLE's
+# kernel, FIRE's MLP width and the starting values of its c and L (the authors' listing).
+SCHEME_FIELDS = {
+    "t5": {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128},
+    "kerple": {"kerple_kernel": "log"},
+    "fire": {"fire_mlp_width": 32, "fire_init_c": 0.1, "fire_init_L": 512.0},
+}
+KERPLE_KERNELS = ("log", "power")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
 _ROPE_KWARGS = ("rope_theta", "partial_rotary_factor", "rope_scaling")
 
@@ -37,7 +45,17 @@ class TinyGPTConfig(PreTrainedConfig):
         GPT-2 (inputs longer than `n_positions` are refused). `"sinusoidal"`: fixed sin/cos rows added to the
         input (Vaswani et al. 2017). `"rope"`: q and k are rotated by an angle proportional to the position
         (Su et al. 2021, as in LLaMA). `"alibi"`: a per-head linear penalty on attention scores by distance
-        (Press et al. 2021). `"none"`: no position information at all (NoPE); the causal mask alone orders tokens.
+        (Press et al. 2021). `"t5"`: a learned per-head bias for each bucket of distances (Raffel et al. 2020).
+        `"kerple"`: a learned per-head kernel of the distance (Chi et al. 2022). `"fire"`: a learned function of
+        the distance relative to the query's position (Li et al. 2023). `"none"`: no position information at all
+        (NoPE); the causal mask alone orders tokens.
+    relative_attention_num_buckets, relative_attention_max_distance (`int`, *optional*):
+        Only with `"t5"` (defaults 32 and 128, T5's): how many buckets of distances get a bias each, and the
+        distance from which on all share the last one.
+    kerple_kernel (`str`, *optional*):
+        Only with `"kerple"`: `"log"` (the default), −r1·log(1 + r2·d), or `"power"`, −r1·d^r2.
+    fire_mlp_width, fire_init_c, fire_init_L (*optional*):
+        Only with `"fire"` (defaults 32, 0.1 and 512.0): the width of its MLP, and where its c and L start.
     rope_parameters (`dict`, *optional*):
         transformers' standard RoPE dictionary, only with `"rope"`: `rope_type` (`"default"`, `"linear"`,
         `"dynamic"`, `"yarn"`, ...), `rope_theta`, `partial_rotary_factor`, `factor`, ... The shortcuts
@@ -88,6 +106,12 @@ class TinyGPTConfig(PreTrainedConfig):
     position_embedding_type: str = "learned"
     scale_embeddings: bool = False
     sinusoidal_scale: float | None = None
+    relative_attention_num_buckets: int | None = None
+    relative_attention_max_distance: int | None = None
+    kerple_kernel: str | None = None
+    fire_mlp_width: int | None = None
+    fire_init_c: float | None = None
+    fire_init_L: float | None = None
     use_cache: bool = True
     bos_token_id: int | None = 50256
     eos_token_id: int | list[int] | None = 50256
@@ -122,6 +146,15 @@ class TinyGPTConfig(PreTrainedConfig):
             # `rope_parameters` and fills in the defaults.
             self.rope_parameters = rope_parameters or (None if kwargs.get("rope_scaling") else {"rope_type": "default"})
             kwargs.setdefault("partial_rotary_factor", 1.0)  # stated, even when whole heads rotate
+        for scheme, fields in SCHEME_FIELDS.items():
+            for name, default in fields.items():
+                if scheme != self.position_embedding_type and getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name} only applies to position_embedding_type={scheme!r}, not "
+                        f"{self.position_embedding_type!r}"
+                    )
+                if scheme == self.position_embedding_type and getattr(self, name) is None:
+                    setattr(self, name, default)
         if self.sinusoidal_scale is not None and self.position_embedding_type != "sinusoidal":
             raise ValueError(
                 f"sinusoidal_scale only applies to position_embedding_type='sinusoidal', not "
@@ -194,6 +227,23 @@ class TinyGPTConfig(PreTrainedConfig):
         scale = self.sinusoidal_scale
         if scale is not None and not (_is_number(scale) and 0 < scale < math.inf):
             raise ValueError(f"sinusoidal_scale must be a finite number > 0, got {self.sinusoidal_scale!r}")
+        if self.position_embedding_type == "t5":
+            buckets, distance = self.relative_attention_num_buckets, self.relative_attention_max_distance
+            if not (_is_int(buckets) and 2 <= buckets < 2**20):
+                raise ValueError(f"relative_attention_num_buckets must be an integer in [2, 2^20), got {buckets!r}")
+            if not (_is_int(distance) and buckets // 2 < distance < 2**31):
+                raise ValueError(
+                    f"relative_attention_max_distance must be an integer above relative_attention_num_buckets / 2 "
+                    f"({buckets // 2}: the buckets below it are one distance each), got {distance!r}"
+                )
+        if self.position_embedding_type == "kerple" and self.kerple_kernel not in KERPLE_KERNELS:
+            raise ValueError(f"kerple_kernel={self.kerple_kernel!r} is not one of {KERPLE_KERNELS}")
+        if self.position_embedding_type == "fire":
+            if not (_is_int(self.fire_mlp_width) and 1 <= self.fire_mlp_width < 2**16):
+                raise ValueError(f"fire_mlp_width must be an integer in [1, 2^16), got {self.fire_mlp_width!r}")
+            for name in ("fire_init_c", "fire_init_L"):
+                if not (_is_number(getattr(self, name)) and 0 < getattr(self, name) < math.inf):
+                    raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
         if self.position_embedding_type == "sinusoidal" and self.n_embd % 2:
             raise ValueError(f"position_embedding_type='sinusoidal' needs an even n_embd, got {self.n_embd}")
         if self.position_embedding_type == "rope":

@@ -1,7 +1,7 @@
 """TinyGPT: GPT-2 with a choice of position scheme, as a transformers model.
 
     ids ─► wte (·√d if scale_embeddings) ─► + position rows (learned | sinusoidal) ─► dropout
-        ─► n_layer × [ x + attn(ln_1 x) ; x + mlp(ln_2 x) ]   (rope rotates q, k; alibi biases the scores)
+        ─► n_layer × [ x + attn(ln_1 x) ; x + mlp(ln_2 x) ]   (rope rotates q, k; alibi, t5, kerple, fire bias the scores)
         ─► ln_f ─► lm_head (tied to wte)
 
 Module names mirror GPT-2 (`transformer.wte`, `.wpe`, `.h.N.{ln_1, attn, ln_2, mlp}`, `.ln_f`, `lm_head`), so a
@@ -59,7 +59,7 @@ class TinyGPTAttention(nn.Module):
     def forward(self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, **kwargs):
         batch, length, _ = hidden_states.shape
         qkv = self.c_attn(hidden_states)  # (B, T, 3C): [q | k | v]; under tensor parallelism, this rank's heads only
-        check_sharded_heads(qkv, attention_mask, self.head_dim, self.num_heads)
+        check_sharded_heads(qkv, attention_mask, self.head_dim, self.num_heads, self.config.position_embedding_type)
         heads = (batch, length, -1, self.head_dim)
         query, key, value = (t.view(heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))  # (B, H, T, D) each
         if rotary is not None:
@@ -151,6 +151,7 @@ class TinyGPTPreTrainedModel(PreTrainedModel):
             std = self.config.initializer_range / math.sqrt(2 * self.config.n_layer)
             init.normal_(module.c_proj.weight, mean=0.0, std=std)
         if isinstance(module, PositionScheme):
+            module.init_parameters()
             for name, value in module.fixed_buffers().items():
                 init.copy_(getattr(module, name), value)
 
@@ -228,7 +229,7 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         )
         if needs_bias:
             attention_mask = self.positions.bias_attention(
-                attention_mask, query_length, past_length, inputs_embeds.dtype
+                attention_mask, position_ids, past_length, inputs_embeds.dtype
             )
         rotary = self.positions.rotary_cos_sin(hidden_states, position_ids)
 

@@ -3,11 +3,12 @@
 Every scheme is a `PositionScheme` and acts in exactly one of three places, the one its class overrides:
     add_to_embeddings – rows added to the token embeddings            (learned, sinusoidal)
     rotary_cos_sin    – cos/sin that rotate q and k inside attention  (rope)
-    bias_attention    – an additive bias on the attention scores      (alibi)
+    bias_attention    – an additive bias on the attention scores      (alibi, t5, kerple, fire)
 
 Read in the order a reader meets them: learned rows (GPT-2), sinusoids (the Transformer), rotations (RoPE),
-biases (ALiBi) and nothing at all (NoPE). `POSITION_SCHEME_CLASSES` maps `config.position_embedding_type` to its
-class. This file travels with saved weights (the model bundle), so it imports torch and transformers only.
+biases by distance (ALiBi's fixed lines, T5's learned buckets, KERPLE's kernels, FIRE's learned function) and
+nothing at all (NoPE). `POSITION_SCHEME_CLASSES` maps `config.position_embedding_type` to its class. This file
+travels with saved weights (the model bundle), so it imports torch and transformers only.
 """
 
 import math
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from transformers import initialization as init
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
 from .configuration_tinygpt import TinyGPTConfig
@@ -38,7 +40,7 @@ class PositionScheme(nn.Module):
     def rotary_cos_sin(self, hidden_states: torch.Tensor, position_ids: torch.Tensor):
         return None
 
-    def bias_attention(self, attention_mask, query_length: int, past_length: int, dtype: torch.dtype):
+    def bias_attention(self, attention_mask, position_ids: torch.Tensor, past_length: int, dtype: torch.dtype):
         return attention_mask
 
     def added_rows(self, n: int, n_embd: int) -> torch.Tensor:
@@ -55,6 +57,10 @@ class PositionScheme(nn.Module):
     def register_fixed_buffers(self):
         for name, value in self.fixed_buffers().items():
             self.register_buffer(name, value, persistent=False)
+
+    def init_parameters(self):
+        """Initialise the scheme's own parameters (its nn.Linear and nn.Embedding layers start as GPT-2's do), with
+        `transformers.initialization`, which leaves alone what a checkpoint has loaded."""
 
 
 def checked_lookup(embedding: nn.Embedding, ids: torch.Tensor, explain: Callable[[torch.Tensor], str | None]):
@@ -175,6 +181,55 @@ class RotaryPositions(PositionScheme):
         return self(hidden_states, position_ids)
 
 
+class AttentionBias(PositionScheme):
+    """The schemes that add a per-head bias b_h(i, j) to the score of query i on key j: a function of the distance
+    i − j (for FIRE, of the query's position i too). One module serves every layer, as T5 shares its bias.
+
+    Distances are counted in cache slots: with left padding the real tokens are contiguous, so slot distances equal
+    token distances, and padding slots are masked anyway. A query's own position comes from `position_ids`, counted
+    from its row's first real token. Keys after the query, which the causal mask hides, get distance 0, so no bias
+    function sees a negative distance (and no gradient turns NaN through a masked score).
+    """
+
+    needs_attention_bias = True
+    KERNELS_WITH_BIAS = ("eager", "sdpa")  # the attention kernels that add a 4D float mask to the scores
+
+    def __init__(self, config: TinyGPTConfig):
+        super().__init__()
+        self.scheme, self.num_heads = config.position_embedding_type, config.n_head
+        kernel = config._attn_implementation
+        if kernel is not None and kernel not in self.KERNELS_WITH_BIAS:  # refuse at load, not at the first request
+            raise ValueError(self.needs_a_kernel_with_bias(f"attn_implementation={kernel!r}"))
+
+    def needs_a_kernel_with_bias(self, kernel: str) -> str:
+        return (
+            f"position_embedding_type={self.scheme!r} adds a per-head bias to the attention scores, which {kernel} "
+            f"cannot take: use attn_implementation in {self.KERNELS_WITH_BIAS} (an engine that brings its own "
+            f"attention kernel, such as vLLM's, cannot run {self.scheme} TinyGPTs)"
+        )
+
+    def bias_of_distance(self, distance: torch.Tensor, query_positions: torch.Tensor) -> torch.Tensor:
+        """The scheme: (1 or B, n_head, q, k) from `distance` (q, k) float32 ≥ 0 and `query_positions` (B, q)."""
+        raise NotImplementedError
+
+    def bias(self, query_length: int, key_length: int, past_length: int, position_ids=None, device=None):
+        """(1 or B, n_head, query_length, key_length) float32: queries sit at slots past_length, past_length+1, ...
+        and, unless `position_ids` says otherwise, at those positions."""
+        query_slots = torch.arange(query_length, device=device) + past_length
+        key_slots = torch.arange(key_length, device=device)
+        distance = (query_slots[:, None] - key_slots[None, :]).clamp(min=0).float()
+        return self.bias_of_distance(distance, query_slots[None] if position_ids is None else position_ids).float()
+
+    def bias_attention(self, attention_mask, position_ids, past_length, dtype):
+        # `attention_mask` is 4D (B, 1, q, kv): boolean (sdpa: True = attend) or additive float (eager: 0 = attend).
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:  # a kernel switched after load
+            raise ValueError(self.needs_a_kernel_with_bias("a kernel that takes no additive mask"))
+        allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+        query_length, key_length = position_ids.shape[-1], attention_mask.shape[-1]
+        bias = self.bias(query_length, key_length, past_length, position_ids, attention_mask.device)
+        return torch.where(allowed, bias.to(dtype), torch.finfo(dtype).min)
+
+
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     """Per-head slopes from the ALiBi paper: a geometric sequence starting at 2^(-8/n) for n a power of two;
     otherwise the closest smaller power of two, plus every other slope of the next power of two."""
@@ -188,49 +243,110 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float)
 
 
-class AlibiPositions(PositionScheme):
-    """`alibi` (Press et al. 2021): score(i, j) -= slope_h · (i - j). Nothing is added to the embeddings.
-
-    Distances are counted in cache slots. With left padding the real tokens are contiguous, so slot distances
-    equal token distances, and padding slots are masked anyway.
-    """
-
-    needs_attention_bias = True
-    KERNELS_WITH_BIAS = ("eager", "sdpa")  # the attention kernels that add a 4D float mask to the scores
+class AlibiPositions(AttentionBias):
+    """`alibi` (Press et al. 2021): b_h(i, j) = −m_h · (i − j), a fixed slope m_h per head. Nothing is learned."""
 
     def __init__(self, config: TinyGPTConfig):
-        super().__init__()
-        kernel = config._attn_implementation
-        if kernel is not None and kernel not in self.KERNELS_WITH_BIAS:  # refuse at load, not at the first request
-            raise ValueError(self.needs_a_kernel_with_bias(f"attn_implementation={kernel!r}"))
-        self.num_heads = config.n_head
+        super().__init__(config)
         self.register_fixed_buffers()
-
-    @classmethod
-    def needs_a_kernel_with_bias(cls, kernel: str) -> str:
-        return (
-            f"position_embedding_type='alibi' adds a per-head bias to the attention scores, which {kernel} "
-            f"cannot take: use attn_implementation in {cls.KERNELS_WITH_BIAS} (an engine that brings its own "
-            "attention kernel, such as vLLM's, cannot run ALiBi TinyGPTs)"
-        )
 
     def fixed_buffers(self):
         return {"slopes": alibi_slopes(self.num_heads)}
 
-    def bias(self, query_length: int, key_length: int, past_length: int, device=None) -> torch.Tensor:
-        """(1, n_head, query_length, key_length) float32 bias; queries sit at slots past_length, past_length+1, ..."""
-        query_slots = torch.arange(query_length, device=device) + past_length
-        key_slots = torch.arange(key_length, device=device)
-        distance = (query_slots[:, None] - key_slots[None, :]).float()
-        return (-self.slopes.to(device)[:, None, None] * distance)[None]
+    def bias_of_distance(self, distance, query_positions):
+        return (-self.slopes.to(distance.device)[:, None, None] * distance)[None]
 
-    def bias_attention(self, attention_mask, query_length, past_length, dtype):
-        # `attention_mask` is 4D (B, 1, q, kv): boolean (sdpa: True = attend) or additive float (eager: 0 = attend).
-        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:  # a kernel switched after load
-            raise ValueError(self.needs_a_kernel_with_bias("a kernel that takes no additive mask"))
-        allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
-        bias = self.bias(query_length, attention_mask.shape[-1], past_length, attention_mask.device)
-        return torch.where(allowed, bias.to(dtype), torch.finfo(dtype).min)
+
+def t5_buckets(distance: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's causal buckets of a distance d ≥ 0: one bucket each for d < num_buckets / 2, then buckets that widen
+    logarithmically up to `max_distance`; every longer distance shares the last one."""
+    exact = num_buckets // 2
+    widening = torch.log(distance.clamp(min=exact) / exact) / math.log(max_distance / exact) * (num_buckets - exact)
+    return torch.where(distance < exact, distance, (exact + widening.long()).clamp(max=num_buckets - 1)).long()
+
+
+class T5Bias(AttentionBias):
+    """`t5` (Raffel et al. 2020): b_h(i, j) = w[bucket(i − j), h], a learned table of `relative_attention_num_buckets`
+    rows of n_head biases, read through T5's causal buckets (`t5_buckets`) and shared by all layers, as in T5.
+
+    Every distance past `relative_attention_max_distance` shares the last bucket, so any length runs. The table
+    starts as GPT-2's embeddings do, N(0, initializer_range), where T5 draws it with std factor · d_model^-0.5.
+    """
+
+    def __init__(self, config: TinyGPTConfig):
+        super().__init__(config)
+        self.num_buckets = config.relative_attention_num_buckets
+        self.max_distance = config.relative_attention_max_distance
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, config.n_head)  # T5's name and layout
+
+    def bias_of_distance(self, distance, query_positions):
+        buckets = t5_buckets(distance, self.num_buckets, self.max_distance)
+        return self.relative_attention_bias(buckets).permute(2, 0, 1)[None]  # (q, k, H) -> (1, H, q, k)
+
+
+def at_least(value: torch.Tensor, floor: float, ceiling: float | None = None) -> torch.Tensor:
+    """`value` clamped to [floor, ceiling], with the gradient of `value` itself (a straight-through clamp)."""
+    return value + (value.clamp(min=floor, max=ceiling) - value).detach()
+
+
+class KerpleBias(AttentionBias):
+    """`kerple` (Chi et al. 2022): a conditionally positive definite kernel of the distance, per head h,
+        log   (`kerple_kernel="log"`):   b_h(i, j) = −r1_h · log(1 + r2_h · (i − j))
+        power (`kerple_kernel="power"`): b_h(i, j) = −r1_h · (i − j)^r2_h,  r2_h ≤ 2
+    with r1, r2 learned and kept ≥ 0.01, as the authors' code keeps them; drawn at the start as theirs are (log:
+    r1 ~ U(0, 2), r2 ~ U(0, 1); power: r1 ~ U(0, 1), r2 ~ U(0, 2)).
+
+    The authors clamp the stored parameters in place at every forward; here the clamp is applied to the value used,
+    with the gradient passed straight through, so the forward is theirs and no forward writes to a parameter
+    (which torch.compile, torch.export and FSDP need). A parameter pushed past a bound stays there, bounded.
+    """
+
+    def __init__(self, config: TinyGPTConfig):
+        super().__init__(config)
+        self.kernel = config.kerple_kernel
+        self.r1 = nn.Parameter(torch.empty(config.n_head))
+        self.r2 = nn.Parameter(torch.empty(config.n_head))
+
+    def init_parameters(self):
+        init.uniform_(self.r1, 0.0, 2.0 if self.kernel == "log" else 1.0)
+        init.uniform_(self.r2, 0.0, 1.0 if self.kernel == "log" else 2.0)
+
+    def bias_of_distance(self, distance, query_positions):
+        r1 = at_least(self.r1, 0.01)[:, None, None]
+        if self.kernel == "log":
+            return (-r1 * torch.log1p(at_least(self.r2, 0.01)[:, None, None] * distance))[None]
+        return (-r1 * distance.pow(at_least(self.r2, 0.01, 2.0)[:, None, None]))[None]
+
+
+class FireBias(AttentionBias):
+    """`fire` (Li et al. 2023): b_h(i, j) = f_θ(ψ(i − j) / ψ(max(L, i)))_h with ψ(x) = log(c·x + 1) and f_θ a small
+    MLP (1 → `fire_mlp_width` → n_head, ReLU). Dividing by ψ(max(L, i)) maps every distance of a query into [0, 1]
+    ("progressive interpolation"), so a longer input asks f_θ nothing new; L keeps short prefixes from being
+    stretched. c starts at `fire_init_c` and L at `fire_init_L` (L = |multiplier · fire_init_L|, the multiplier
+    learned from 1), as in the authors' listing; f_θ's layers start as GPT-2's linear layers do (N(0,
+    initializer_range), zero biases), so the bias starts near zero.
+    """
+
+    def __init__(self, config: TinyGPTConfig):
+        super().__init__(config)
+        width = config.fire_mlp_width
+        self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, config.n_head))
+        self.c = nn.Parameter(torch.empty(()))
+        self.L_multiplier = nn.Parameter(torch.empty(()))
+        self.init_c, self.init_L, self.eps = config.fire_init_c, config.fire_init_L, 1e-6
+
+    def init_parameters(self):
+        init.constant_(self.c, self.init_c)
+        init.constant_(self.L_multiplier, 1.0)
+
+    def bias_of_distance(self, distance, query_positions):
+        def psi(x):
+            return torch.log(torch.abs(self.c * x) + 1)
+
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        normalizer = psi(torch.maximum(query_positions.float(), threshold))[:, :, None]  # (B, q, 1)
+        interpolated = psi(distance)[None] / (normalizer + self.eps)  # (B, q, k), in [0, 1]
+        return self.mlp(interpolated[..., None].to(self.mlp[0].weight.dtype)).permute(0, 3, 1, 2)
 
 
 class NoPositions(PositionScheme):
@@ -242,5 +358,8 @@ POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
     "sinusoidal": SinusoidalPositions,
     "rope": RotaryPositions,
     "alibi": AlibiPositions,
+    "t5": T5Bias,
+    "kerple": KerpleBias,
+    "fire": FireBias,
     "none": NoPositions,
 }

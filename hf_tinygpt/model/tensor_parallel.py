@@ -36,9 +36,9 @@ if PackedColwiseParallel is not None:
     ALL_PARALLEL_STYLES.register("packed_qkv_colwise", PackedQKVColwise())
 
 
-def check_sharded_heads(qkv: torch.Tensor, attention_mask, head_dim: int, n_head: int):
+def check_sharded_heads(qkv: torch.Tensor, attention_mask, head_dim: int, n_head: int, scheme: str):
     """A ValueError naming the reason when `c_attn`'s output (this rank's [q | k | v]) does not split into whole
-    heads, or when an attention bias holds another number of heads than this rank computes (ALiBi's)."""
+    heads, or when an attention bias holds another number of heads than this rank computes (ALiBi's, T5's, ...)."""
     if qkv.shape[-1] % (3 * head_dim):
         raise ValueError(
             f"tensor parallelism splits attention by head: n_head ({n_head}) must be divisible by the "
@@ -48,6 +48,6 @@ def check_sharded_heads(qkv: torch.Tensor, attention_mask, head_dim: int, n_head
     if isinstance(attention_mask, torch.Tensor) and attention_mask.shape[1] not in (1, heads):
         raise ValueError(
             f"the attention bias has {attention_mask.shape[1]} heads but this attention layer computes {heads}: "
-            "position_embedding_type='alibi' biases every head differently, which head-sharded tensor parallelism "
+            f"position_embedding_type={scheme!r} biases every head differently, which head-sharded tensor parallelism "
             "does not support; load this model without tensor parallelism"
         )

@@ -2,8 +2,8 @@
 
 Every number plotted comes from the model's position scheme (`transformer.positions`): learned rows are its
 `weight`, sinusoidal rows its `rows()`, what is added to the token embeddings its `add_to_embeddings()`, RoPE angles
-its `inv_freq` and cos/sin from `rotary_cos_sin()` + `apply_rotary()`, ALiBi biases its `bias()`. Nothing is
-re-derived here.
+its `inv_freq` and cos/sin from `rotary_cos_sin()` + `apply_rotary()`, the biases of ALiBi, T5, KERPLE and FIRE its
+`bias()`. Nothing is re-derived here.
 
     model, label = load_for_plots("out/tinygpt")              # or a GPT-2 folder / Hub id, a config.json, "rope"
     arrays = plot_positions(model, "plots/", label=label)     # {picture name: {array name: numpy array}}
@@ -12,6 +12,7 @@ Which pictures apply (`PICTURES`):
     learned, sinusoidal  position_matrix, dimension_traces, cosine_similarity, token_vs_position
     rope                 rope_frequencies, rope_similarity, token_vs_position
     alibi                alibi_bias, token_vs_position
+    t5, kerple, fire     t5_bias / kerple_bias / fire_bias, token_vs_position
     none                 token_vs_position   (its title says that no position information enters at all)
 
 Figures are `matplotlib.figure.Figure` objects saved straight to files: no pyplot, no global state, no window, so
@@ -43,6 +44,9 @@ PICTURES = {
     "sinusoidal": ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position"),
     "rope": ("rope_frequencies", "rope_similarity", "token_vs_position"),
     "alibi": ("alibi_bias", "token_vs_position"),
+    "t5": ("t5_bias", "token_vs_position"),
+    "kerple": ("kerple_bias", "token_vs_position"),
+    "fire": ("fire_bias", "token_vs_position"),
     "none": ("token_vs_position",),
 }
 ROWS_SCHEMES = ("learned", "sinusoidal")  # the schemes that add a row per position to the token embeddings
@@ -52,6 +56,9 @@ BARE_CONFIG = dict(n_embd=128, n_positions=256, n_layer=2, n_head=4, resid_pdrop
 WHERE_POSITIONS_ACT = {
     "rope": "rope adds nothing to the embeddings: it rotates q and k inside attention",
     "alibi": "alibi adds nothing to the embeddings: it biases the attention scores by distance",
+    "t5": "t5 adds nothing to the embeddings: it biases the attention scores by bucket of distance",
+    "kerple": "kerple adds nothing to the embeddings: it biases the attention scores by a kernel of distance",
+    "fire": "fire adds nothing to the embeddings: it biases the attention scores by a learned function of distance",
     "none": "no position information at all: only the causal mask orders the tokens",
 }
 
@@ -69,7 +76,7 @@ def load_for_plots(
 ):
     """(model in eval mode and float32, label for titles) from any of:
 
-    - a bare scheme name ("learned", "sinusoidal", "rope", "alibi", "none"): an untrained TinyGPT of `BARE_CONFIG`
+    - a bare scheme name ("learned", "sinusoidal", "rope", "alibi", "t5", ..., "none"): an untrained TinyGPT of `BARE_CONFIG`
       (GPT-2 vocabulary, n_embd 128, 256 positions), randomly initialised with `seed`; `config_overrides` change it;
     - a `config.json` file (tinygpt or GPT-2): that shape, untrained, seeded; `scheme` and `config_overrides`
       change it;
@@ -370,29 +377,43 @@ def plot_rope_similarity(model, out_dir, *, label=None, svg=False, max_positions
     return {"offsets": offsets, "similarity": similarity}
 
 
-# ---- alibi -----------------------------------------------------------------------------------------------------
+# ---- attention biases: alibi, t5, kerple, fire -------------------------------------------------------------------
+
+BIAS_TITLES = {
+    "alibi": "ALiBi: per-head bias against distance (−slope × distance)",
+    "t5": "T5: per-head learned bias of each bucket of distances",
+    "kerple": "KERPLE ({kernel}): per-head kernel of distance",
+    "fire": "FIRE: per-head learned function of distance, for a query at position {query}",
+}
 
 
 @torch.no_grad()
-def plot_alibi_bias(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
-    """`alibi_bias`: the bias each head adds to the attention score of a key d positions before the query, from the
-    model's `positions.bias()` (last query against all keys). Returns {"distances": (n,), "bias": (n_head, n),
-    "slopes": (n_head,)}."""
-    _requires(model, "alibi_bias")
-    alibi = _body(model).positions
+def plot_attention_bias(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
+    """`SCHEME_bias` (alibi, t5, kerple, fire): the bias each head adds to the attention score of a key d positions
+    before the query, from the model's `positions.bias()` (the last of n queries against all keys; FIRE's depends on
+    where that query is). Returns {"distances": (n,), "bias": (n_head, n)}, and ALiBi's "slopes" (n_head,)."""
+    scheme = _scheme(model)
+    _requires(model, f"{scheme}_bias")
+    positions = _body(model).positions
     n = _positions(model, max_positions)
-    bias = _numpy(alibi.bias(1, n, n - 1)[0, :, 0].flip(-1))  # key slot n-1-d is d positions before the query
-    distances, slopes = np.arange(n), _numpy(alibi.slopes)
+    bias = _numpy(positions.bias(1, n, n - 1)[0, :, 0].flip(-1))  # key slot n-1-d is d positions before the query
+    distances = np.arange(n)
+    result = {"distances": distances, "bias": bias}
+    heads = [f"head {head}" for head in range(len(bias))]
+    if scheme == "alibi":
+        result["slopes"] = _numpy(positions.slopes)
+        heads = [f"{name}: slope {slope:.3g}" for name, slope in zip(heads, result["slopes"], strict=True)]
     fig = Figure(figsize=(10, 5.5), layout="constrained")
     ax = fig.add_subplot()
-    colours = _colour_cycle(len(slopes))
-    for head, (row, slope) in enumerate(zip(bias, slopes, strict=True)):
-        ax.plot(distances, row, color=colours[head], lw=1.2, label=f"head {head}: slope {slope:.3g}")
+    colours = _colour_cycle(len(bias))
+    for head, row in enumerate(bias):
+        ax.plot(distances, row, color=colours[head], lw=1.2, label=heads[head])
     ax.set(xlabel="distance i − j (query position − key position)", ylabel="bias added to the attention score")
-    ax.legend(fontsize=8, ncol=2 if len(slopes) > 8 else 1, loc="lower left")
-    _title(fig, "ALiBi: per-head bias against distance (−slope × distance)", model, label)
-    _save(fig, out_dir, "alibi_bias", svg)
-    return {"distances": distances, "bias": bias, "slopes": slopes}
+    ax.legend(fontsize=8, ncol=2 if len(bias) > 8 else 1, loc="best")
+    title = BIAS_TITLES[scheme].format(kernel=getattr(model.config, "kerple_kernel", None), query=n - 1)
+    _title(fig, title, model, label)
+    _save(fig, out_dir, f"{scheme}_bias", svg)
+    return result
 
 
 def _colour_cycle(n: int):
@@ -584,7 +605,10 @@ def plot_positions(
         "cosine_similarity": lambda: plot_cosine_similarity(model, out_dir, max_positions=max_positions, **common),
         "rope_frequencies": lambda: plot_rope_frequencies(model, out_dir, **common),
         "rope_similarity": lambda: plot_rope_similarity(model, out_dir, max_positions=max_positions, **common),
-        "alibi_bias": lambda: plot_alibi_bias(model, out_dir, max_positions=max_positions, **common),
+        "alibi_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
+        "t5_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
+        "kerple_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
+        "fire_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
         "token_vs_position": lambda: plot_token_vs_position(
             model, out_dir, prompt=prompt, tokenizer=tokenizer, **common
         ),
@@ -601,7 +625,7 @@ __all__ = [
     "DEFAULT_PROMPT",
     "PICTURES",
     "load_for_plots",
-    "plot_alibi_bias",
+    "plot_attention_bias",
     "plot_cosine_similarity",
     "plot_dimension_traces",
     "plot_position_matrix",
