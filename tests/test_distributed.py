@@ -68,11 +68,13 @@ def test_tensor_parallel_with_a_vocabulary_that_does_not_divide_among_the_ranks(
     assert_tensor_parallel_equals_one_process(tmp_path, saved_model(tmp_path, "learned", vocab_size=99))
 
 
-def test_tensor_parallel_alibi_is_refused_by_name(tmp_path):
-    """ALiBi gives each head its own bias, which head-sharded attention would misapply: a clear error, not noise."""
-    run = torchrun("tp", saved_model(tmp_path, "alibi"), tmp_path)
+@pytest.mark.parametrize("scheme", ["alibi", "kerple"])
+def test_tensor_parallel_of_a_bias_scheme_is_refused_by_name(tmp_path, scheme):
+    """ALiBi, T5, KERPLE and FIRE give each head its own bias, which head-sharded attention would misapply: a clear
+    error, not noise."""
+    run = torchrun("tp", saved_model(tmp_path, scheme), tmp_path)
     assert run.returncode != 0
-    assert "position_embedding_type='alibi' biases every head differently" in run.stderr
+    assert f"position_embedding_type={scheme!r} biases every head differently" in run.stderr
 
 
 def test_tensor_parallel_needs_heads_that_divide_among_the_ranks(tmp_path):

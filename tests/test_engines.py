@@ -19,7 +19,7 @@ import torch
 from conftest import readme_blocks, run_module, tiny_config, tiny_model
 from transformers import AutoTokenizer
 
-from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt import DEFAULT_MODEL_DIR, POSITION_SCHEMES, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.convert.conversions import export_tinygpt
 from hf_tinygpt.folders.reading import load_strictly
 from scripts.bench.engines import (
@@ -51,7 +51,7 @@ def installed(engine):
 # ---- torch.export (ExecuTorch's entry point) ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "rope", "alibi", "none"])
+@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
 def test_an_exported_program_decodes_transformers_greedy_tokens(scheme):
     """transformers' `TorchExportableModuleForDecoderOnlyLM` exports the model with a static cache; the program, fed
     the prompt one token at a time and then its own best token, gives `generate`'s greedy tokens and, at every
@@ -93,7 +93,7 @@ def onnx_python():
     return installed(onnx_engine)
 
 
-@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "rope", "alibi", "none"])
+@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
 def test_onnx_runtime_gives_transformers_logits(tmp_path, onnx_python, scheme):
     """torch.onnx.export (dynamo) of the saved folder, loaded through its own code, positions counted from each row's
     first real token (the README's recipe); ONNX Runtime's logits on a left-padded batch of another length than the
@@ -183,13 +183,15 @@ def test_vllm_generates_transformers_greedy_tokens(tmp_path, vllm_python, folder
     assert result["tokens"] == expected
 
 
-def test_vllm_refuses_alibi_at_load_with_the_reason(tmp_path, vllm_python):
-    """vLLM's attention kernel takes no additive bias: an ALiBi TinyGPT fails when it is loaded, saying so."""
-    engine_model("alibi").save_pretrained(tmp_path / "alibi")
+@pytest.mark.parametrize("scheme", ["alibi", "fire"])
+def test_vllm_refuses_a_bias_scheme_at_load_with_the_reason(tmp_path, vllm_python, scheme):
+    """vLLM's attention kernel takes no additive bias: an ALiBi (or T5, KERPLE, FIRE) TinyGPT fails when it is
+    loaded, saying so."""
+    engine_model(scheme).save_pretrained(tmp_path / scheme)
     inputs = write_inputs(tmp_path / "inputs.json", PROMPTS, NEW_TOKENS)
-    run = run_worker(vllm_python, "vllm", tmp_path / "alibi", inputs)
+    run = run_worker(vllm_python, "vllm", tmp_path / scheme, inputs)
     assert run.returncode != 0
-    refusal = "position_embedding_type='alibi' adds a per-head bias to the attention scores, which "
+    refusal = f"position_embedding_type={scheme!r} adds a per-head bias to the attention scores, which "
     assert refusal in run.stdout + run.stderr  # vLLM logs its engine process's error to stdout
 
 

@@ -1,5 +1,6 @@
 """Where the parameters are: GPT-2 small must come to exactly 124,439,808 with its tied head."""
 
+import pytest
 from conftest import random_gpt2, tiny_model
 
 from hf_tinygpt import TinyGPTConfig, parameter_breakdown
@@ -30,6 +31,18 @@ def test_schemes_without_weights_have_no_position_parameters():
         assert parameter_breakdown(TinyGPTConfig(position_embedding_type=scheme))["position_embedding"] == 0
     untied = parameter_breakdown(TinyGPTConfig(tie_word_embeddings=False))
     assert untied["lm_head"] == 50257 * 768 and untied["total"] == 124_439_808 + 50257 * 768
+
+
+@pytest.mark.parametrize(
+    ("scheme", "expected"),
+    [
+        ("t5", 32 * 12),  # a bias per bucket and head
+        ("kerple", 2 * 12),  # r1 and r2 per head
+        ("fire", (32 + 32) + (32 * 12 + 12) + 2),  # MLP 1 → 32 → 12 heads, c and L's multiplier
+    ],
+)
+def test_schemes_that_learn_a_bias_count_its_parameters(scheme, expected):
+    assert parameter_breakdown(TinyGPTConfig(position_embedding_type=scheme))["position_embedding"] == expected
 
 
 def test_params_command_on_a_gpt2_folder_and_a_config_file(tmp_path, cli):

@@ -124,11 +124,17 @@ def test_alibi_bias_is_minus_slope_times_distance_as_the_model_adds_it(tmp_path,
     assert bias.shape == (n_head, 20) and list(distances) == list(range(20))
     assert torch.equal(torch.from_numpy(result["slopes"]), wpe.slopes)
     np.testing.assert_allclose(bias, -wpe.slopes.numpy()[:, None] * distances[None, :], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("scheme", ["alibi", "t5", "kerple", "fire"])
+def test_a_bias_pictures_curves_are_what_attention_adds_for_the_last_query(tmp_path, scheme):
+    model = tiny_model(scheme, initializer_range=0.5)
+    result = plot_attention_bias(model, tmp_path, max_positions=20)
+    assert result["bias"].shape == (4, 20) and is_png(tmp_path / f"{scheme}_bias.png")
     causal = torch.ones(20, 20, dtype=torch.bool).tril()[None, None]
-    added = wpe.bias_attention(causal, torch.arange(20)[None], 0, torch.float32)[
-        0, :, -1
-    ]  # what attention adds for the last query
-    assert torch.equal(torch.from_numpy(bias), added.flip(-1))
+    added = model.transformer.wpe.bias_attention(causal, torch.arange(20)[None], 0, torch.float32)[0, :, -1]
+    assert torch.equal(torch.from_numpy(result["bias"]), added.flip(-1))
+    assert np.ptp(result["bias"], axis=1).min() > 0  # every head's curve changes with distance
 
 
 # ---- token vs position -------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from functools import partial
 import pytest
 from conftest import run_module
 
+from hf_tinygpt import POSITION_SCHEMES
 from scripts.bench.measure import llama_cpp_build_check, measure_in_subprocess, paired_timings
 from scripts.bench.speed_benchmark import across_runs, format_across_runs
 
@@ -159,6 +160,17 @@ def test_speed_benchmark_separate_runs_each_in_a_fresh_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_scheme_cost_script_smoke(tmp_path):
+    """scripts/bench/scheme_cost.py on a tiny model: a row per scheme, learned first, each ratio against it."""
+    out = run_module("bench.scheme_cost", "--tiny", "--json", tmp_path / "cost.json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads((tmp_path / "cost.json").read_text())["rows"]
+    assert [row["scheme"] for row in rows] == ["learned"] + [s for s in POSITION_SCHEMES if s != "learned"]
+    assert rows[0]["train_ratio"] == rows[0]["decode_ratio"] == 1.0
+    for row in rows:
+        assert row["train_tokens_per_s"] > 0 and row["decode_tokens_per_s"] > 0 and row["scheme"] in out.stdout
+
+
 def test_speed_benchmark_script_smoke(tmp_path):
     """Runs every measurement on a tiny model (one dtype, int8, the one with a peer; one decode batch: compiling is
     the slow part); no speed is asserted (that is what the script is for)."""

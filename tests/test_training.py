@@ -154,6 +154,22 @@ def test_validation_tokens_caps_the_held_out_text_every_validation_scores(plays,
             TrainingSettings(out="x", train=["y"], validation_tokens=bad)
 
 
+@pytest.mark.parametrize("scheme", ["t5", "kerple", "fire"])
+def test_train_position_trains_a_learned_bias_and_saves_it(scheme, plays, tmp_path, cli):
+    """`train --position NAME` for the schemes that learn their bias: the parameters move from where they started,
+    and the saved model is that scheme with those parameters."""
+    out = tmp_path / scheme
+    run = cli("train", "--train", plays, "--validation", plays / "held_out.txt", *TINY_TRAINING, "--steps", 6, "--out", out,
+              "--position", scheme, "--lr", "3e-2")  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    model = TinyGPTForCausalLM.from_pretrained(out / "model")
+    assert model.config.position_embedding_type == scheme
+    torch.manual_seed(0)  # what the run started from: the same seed, the same shape
+    start = TinyGPTForCausalLM(model.config).transformer.wpe.state_dict()
+    trained = model.transformer.wpe.state_dict()
+    assert start.keys() == trained.keys() and any(not torch.equal(start[k], trained[k]) for k in start)
+
+
 NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 
 

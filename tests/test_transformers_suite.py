@@ -118,6 +118,9 @@ TestTinyGPTLearned = suite_for("learned")
 TestTinyGPTSinusoidal = suite_for("sinusoidal")
 TestTinyGPTRope = suite_for("rope")
 TestTinyGPTAlibi = suite_for("alibi")
+TestTinyGPTT5 = suite_for("t5")
+TestTinyGPTKerple = suite_for("kerple")
+TestTinyGPTFire = suite_for("fire")
 TestTinyGPTNone = suite_for("none")
 
 
