@@ -43,15 +43,18 @@ def onnx(folder: str, out: str, inputs: dict) -> dict:
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
     example = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.config.n_positions)
-    torch.onnx.export(
-        Logits(model),
-        (example, torch.ones_like(example)),
-        out,
-        dynamo=True,
-        input_names=["input_ids", "attention_mask"],
-        output_names=["logits"],
-        dynamic_shapes={"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}},
-    )
+    # An inference graph: parameters that need gradients (the learned biases of t5, kerple and fire) would make the
+    # exporter decompose sdpa as for training, which it cannot convert.
+    with torch.no_grad():
+        torch.onnx.export(
+            Logits(model),
+            (example, torch.ones_like(example)),
+            out,
+            dynamo=True,
+            input_names=["input_ids", "attention_mask"],
+            output_names=["logits"],
+            dynamic_shapes={"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}},
+        )
     session = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"])
     feed = {name: torch.tensor(inputs[name]).numpy() for name in ("input_ids", "attention_mask")}
     return {"logits": session.run(["logits"], feed)[0].tolist()}
