@@ -29,6 +29,16 @@ def test_rope_options_land_in_rope_parameters():
     assert not hasattr(TinyGPTConfig(position_embedding_type="alibi"), "rope_parameters")
 
 
+def test_a_schemes_own_fields_take_their_defaults_and_survive_a_round_trip(tmp_path):
+    t5 = TinyGPTConfig(position_embedding_type="t5", relative_attention_max_distance=64)
+    assert (t5.relative_attention_num_buckets, t5.relative_attention_max_distance, t5.kerple_kernel) == (32, 64, None)
+    assert TinyGPTConfig(position_embedding_type="kerple").kerple_kernel == "log"
+    fire = TinyGPTConfig(position_embedding_type="fire", fire_init_L=64.0)
+    assert (fire.fire_mlp_width, fire.fire_init_c, fire.fire_init_L) == (32, 0.1, 64.0)
+    fire.save_pretrained(tmp_path)
+    assert TinyGPTConfig.from_pretrained(tmp_path).to_dict() == fire.to_dict()
+
+
 # ---- every bad value is refused by name ----------------------------------------------------------------------------
 
 
@@ -45,6 +55,21 @@ def test_rope_options_land_in_rope_parameters():
         (dict(activation_function="gelu_newest"), "activation_function='gelu_newest'"),
         (dict(n_layer=0), "n_layer must be a positive integer"),
         (dict(attn_pdrop=1.0), r"attn_pdrop must be in \[0, 1\)"),
+        (
+            dict(position_embedding_type="alibi", relative_attention_num_buckets=8),
+            "only applies to .*'t5', not 'alibi'",
+        ),
+        (dict(position_embedding_type="fire", kerple_kernel="log"), "kerple_kernel only applies to .*'kerple'"),
+        (
+            dict(position_embedding_type="t5", relative_attention_num_buckets=1),
+            r"num_buckets must be an integer in \[2",
+        ),
+        (dict(position_embedding_type="t5", relative_attention_max_distance=16), r"above .*num_buckets / 2 \(16"),
+        (dict(position_embedding_type="t5", relative_attention_max_distance=True), "max_distance must be an integer"),
+        (dict(position_embedding_type="kerple", kerple_kernel="cubic"), "kerple_kernel='cubic' is not one of"),
+        (dict(position_embedding_type="fire", fire_mlp_width=0), r"fire_mlp_width must be an integer in \[1"),
+        (dict(position_embedding_type="fire", fire_init_c=-0.1), "fire_init_c must be a finite number > 0"),
+        (dict(position_embedding_type="fire", fire_init_L=float("nan")), "fire_init_L must be a finite number > 0"),
     ],
 )
 def test_invalid_config_raises_value_error_naming_the_field(fields, message):

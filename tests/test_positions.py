@@ -474,6 +474,22 @@ def test_fire_counts_a_querys_position_from_its_rows_first_real_token():
     assert not torch.allclose(fire.bias(10, 10, 0)[..., 4:, 4:], alone, atol=1e-3)
 
 
+def test_the_learned_biases_start_where_their_docstrings_say():
+    """Where a start differs from the reference's, it is pinned here: T5's table and FIRE's MLP start as GPT-2's
+    layers do (T5 draws with std d_model^-0.5, the FIRE listing with PyTorch's defaults); KERPLE's and FIRE's
+    scalars start as their authors' do."""
+    t5 = tiny_model("t5", n_embd=64, n_head=8, relative_attention_num_buckets=512, relative_attention_max_distance=1024)
+    t5 = t5.transformer.wpe
+    assert t5.relative_attention_bias.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    fire = tiny_model("fire", fire_init_c=0.3, fire_init_L=100.0).transformer.wpe
+    assert fire.c.item() == pytest.approx(0.3) and fire.L_multiplier.item() == 1.0 and fire.init_L == 100.0
+    assert not fire.mlp[0].bias.any() and not fire.mlp[2].bias.any()
+    for kernel, (r1_max, r2_max) in {"log": (2.0, 1.0), "power": (1.0, 2.0)}.items():
+        kerple = tiny_model("kerple", n_embd=512, n_head=128, kerple_kernel=kernel).transformer.wpe
+        for value, top in ((kerple.r1, r1_max), (kerple.r2, r2_max)):
+            assert 0 <= value.min() and value.max() <= top and value.max() > 0.8 * top  # U(0, top)
+
+
 def bias_by_its_reference(model, length: int) -> torch.Tensor:
     scheme, positions = model.config.position_embedding_type, model.transformer.wpe
     if scheme == "alibi":
