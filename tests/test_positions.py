@@ -548,10 +548,12 @@ def kernel_without_bias():
     AttentionInterface._global_mapping.pop("engine_kernel")
 
 
-def test_alibi_is_refused_at_load_under_a_kernel_that_takes_no_bias(tmp_path, kernel_without_bias):
-    tiny_model("alibi").save_pretrained(tmp_path / "alibi")
-    with pytest.raises(ValueError, match="attn_implementation='engine_kernel' cannot take"):
-        TinyGPTForCausalLM.from_pretrained(tmp_path / "alibi", attn_implementation=kernel_without_bias)
+@pytest.mark.parametrize("scheme_name", ["alibi", "t5", "kerple", "fire"])
+def test_a_bias_scheme_is_refused_at_load_under_a_kernel_that_takes_no_bias(tmp_path, kernel_without_bias, scheme_name):
+    tiny_model(scheme_name).save_pretrained(tmp_path / scheme_name)
+    refusal = f"position_embedding_type={scheme_name!r} adds a per-head bias .* attn_implementation='engine_kernel'"
+    with pytest.raises(ValueError, match=refusal + " cannot take"):
+        TinyGPTForCausalLM.from_pretrained(tmp_path / scheme_name, attn_implementation=kernel_without_bias)
     tiny_model("rope").save_pretrained(tmp_path / "rope")  # the other schemes run on any kernel
     model = TinyGPTForCausalLM.from_pretrained(tmp_path / "rope", attn_implementation=kernel_without_bias)
     assert torch.isfinite(model(torch.randint(0, VOCAB, (1, 5))).logits).all()

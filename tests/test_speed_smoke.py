@@ -3,6 +3,7 @@ benchmarks (scripts/bench/speed_benchmark.py, scripts/bench/conversion_benchmark
 test asserts a speed or a memory figure: the scripts report them."""
 
 import json
+import math
 import statistics
 from functools import partial
 
@@ -238,7 +239,10 @@ def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp
         assert kinds == {"attn.c_attn": 2, "attn.c_proj": 2, "mlp.c_fc": 2, "mlp.c_proj": 2, "lm_head": 1}
         assert all(entry["s"] > 0 for entry in row["products"].values())
         [timings] = row["rounds"]
-        assert all(timings[key] > 0 for key in ("generate_step_s", "forward_alone_s", "products_alone_s"))
+        # A generate step is the difference of two timed runs, which a busy machine can make come out at or below
+        # zero: it is reported, not asserted; the two timed directly are.
+        assert math.isfinite(timings["generate_step_s"])
+        assert timings["forward_alone_s"] > 0 and timings["products_alone_s"] > 0
     for heading in ("| lm_head |", "| compiled step's call |", "| forward alone |"):
         assert heading in out.stdout
 
