@@ -7,6 +7,8 @@ import pytest
 from conftest import run_module
 from huggingface_hub import ModelCard
 
+from hf_tinygpt import POSITION_SCHEMES
+
 
 @pytest.mark.slow
 def test_quick_study_writes_csv_json_plot_and_marks_learned_beyond_its_rows(tmp_path):
@@ -19,7 +21,7 @@ def test_quick_study_writes_csv_json_plot_and_marks_learned_beyond_its_rows(tmp_
     assert run.returncode == 0, run.stderr[-3000:]
     with open(tmp_path / "out" / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    schemes = ["learned", "sinusoidal", "rope", "alibi", "none", "rope+dynamic-ntk"]
+    schemes = [*POSITION_SCHEMES, "rope+dynamic-ntk"]  # every scheme, then RoPE scaled at evaluation
     assert list(dict.fromkeys(row["scheme"] for row in rows)) == schemes
     assert sorted({int(row["context"]) for row in rows}) == [8, 16, 32, 64, 128]  # L/2 .. 8L for L = 16
     for row in rows:
