@@ -35,10 +35,12 @@ class EngineUnavailable(RuntimeError):
     """pip cannot install the engine here (the message ends with pip's last words)."""
 
 
-def engine_python(name: str, *pip_steps: str) -> Path:
-    """The python of a venv built by `pip_steps` (pip commands, in order; `{venv}` is its folder) on first use. A
-    venv that was interrupted while being built is rebuilt; one that pip cannot build raises EngineUnavailable."""
-    key = hashlib.sha256(json.dumps([sys.version_info[:2], pip_steps]).encode()).hexdigest()[:12]
+def engine_python(name: str, *pip_steps: str, env: dict[str, str] | None = None) -> Path:
+    """The python of a venv built by `pip_steps` (pip commands, in order; `{venv}` is its folder, `env` added to
+    their environment) on first use. A venv that was interrupted while being built is rebuilt; one that pip cannot
+    build raises EngineUnavailable."""
+    key_parts = [sys.version_info[:2], pip_steps] + ([env] if env else [])
+    key = hashlib.sha256(json.dumps(key_parts).encode()).hexdigest()[:12]
     venv = VENVS / f"{name}-{key}"
     python, complete = venv / "bin" / "python", venv / ".complete"
     if not complete.exists():
@@ -49,6 +51,7 @@ def engine_python(name: str, *pip_steps: str) -> Path:
                 [str(python), "-m", "pip", *step.format(venv=venv).split(), "-q"],
                 capture_output=True,
                 text=True,
+                env={**os.environ, **(env or {})},
             )
             if pip.returncode != 0:
                 raise EngineUnavailable(f"{name}: `pip {step}` fails here:\n{pip.stderr[-2000:]}")
@@ -75,6 +78,7 @@ def llama_cpp_engine() -> tuple[Path, Path]:
         f"install {LLAMA_CPP}",
         f"install {TORCH} transformers==4.57.6",
         f"download --no-deps --no-binary :all: {LLAMA_CPP} -d {{venv}}/sdist",
+        env={"CMAKE_ARGS": "-DLLAVA_BUILD=OFF"},  # no multimodal library: text only, a shorter compile
     )
     venv = python.parent.parent
     converter = venv / "src" / f"llama_cpp_python-{LLAMA_CPP.split('==')[1]}" / "vendor" / "llama.cpp"
