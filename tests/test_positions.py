@@ -308,21 +308,6 @@ def test_alibi_bias_is_minus_slope_times_distance():
                 assert bias[0, h, i, j].item() == pytest.approx(-slope * max(5 + i - j, 0))
 
 
-def test_alibi_attention_equals_softmax_of_biased_scores():
-    """One eager layer by hand: softmax(q·kᵀ/√d − slope·distance, causal) · v."""
-    model = tiny_model("alibi", n_layer=1)
-    model.set_attn_implementation("eager")
-    ids = torch.randint(0, VOCAB, (1, 7))
-    with torch.no_grad():
-        attentions = model(ids, output_attentions=True).attentions[0]
-        x = model.transformer.h[0].ln_1(model.transformer.wte(ids))
-        q, k, _ = model.transformer.h[0].attn.c_attn(x).split(32, dim=-1)
-        q, k = (t.view(1, 7, 4, 8).transpose(1, 2) for t in (q, k))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(8) + model.transformer.wpe.bias(7, 7, 0)
-        scores = scores.masked_fill(torch.ones(7, 7, dtype=torch.bool).triu(1), float("-inf"))
-    assert (attentions - scores.softmax(-1)).abs().max() <= 1e-5
-
-
 # ---- t5, kerple, fire: each bias equals someone else's, and so does a whole attention layer --------------------
 
 

@@ -410,7 +410,7 @@ def plot_attention_bias(model, out_dir, *, label=None, svg=False, max_positions=
         ax.plot(distances, row, color=colours[head], lw=1.2, label=heads[head])
     ax.set(xlabel="distance i − j (query position − key position)", ylabel="bias added to the attention score")
     ax.legend(fontsize=8, ncol=2 if len(bias) > 8 else 1, loc="best")
-    title = BIAS_TITLES[scheme].format(kernel=getattr(model.config, "kerple_kernel", None), query=n - 1)
+    title = BIAS_TITLES[scheme].format(kernel=model.config.kerple_kernel, query=n - 1)
     _title(fig, title, model, label)
     _save(fig, out_dir, f"{scheme}_bias", svg)
     return result
