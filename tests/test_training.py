@@ -159,8 +159,22 @@ def test_train_position_trains_a_learned_bias_and_saves_it(scheme, plays, tmp_pa
     """`train --position NAME` for the schemes that learn their bias: the parameters move from where they started,
     and the saved model is that scheme with those parameters."""
     out = tmp_path / scheme
-    run = cli("train", "--train", plays, "--validation", plays / "held_out.txt", *TINY_TRAINING, "--steps", 6, "--out", out,
-              "--position", scheme, "--lr", "3e-2")  # fmt: skip
+    run = cli(
+        "train",
+        "--train",
+        plays,
+        "--validation",
+        plays / "held_out.txt",
+        *TINY_TRAINING,
+        "--steps",
+        6,
+        "--out",
+        out,
+        "--position",
+        scheme,
+        "--lr",
+        "3e-2",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     model = TinyGPTForCausalLM.from_pretrained(out / "model")
     assert model.config.position_embedding_type == scheme

@@ -92,8 +92,10 @@ def main(argv=None) -> dict:
 
     where = machine()
     print(f"{cpu_line(where)}; torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"shape {shape} · training: batch {args.batch_size} × block {block}, fp32 eager · decoding: batch 1, "
-          f"16-token prompt, {new} new tokens, greedy · {rounds} rounds")  # fmt: skip
+    print(
+        f"shape {shape} · training: batch {args.batch_size} × block {block}, fp32 eager · decoding: batch 1, "
+        f"16-token prompt, {new} new tokens, greedy · {rounds} rounds"
+    )
     print(f"{'scheme':<11} {'params':>8} {'train tok/s':>12} {'× learned':>10} {'decode tok/s':>13} {'× learned':>10}")
     rows = []
     for scheme in schemes:
@@ -107,8 +109,10 @@ def main(argv=None) -> dict:
             "rounds": measured[scheme],
         }
         rows.append(row)
-        print(f"{scheme:<11} {row['position_parameters']:>8,} {row['train_tokens_per_s']:>12,.0f} "
-              f"{row['train_ratio']:>9.2f}× {row['decode_tokens_per_s']:>13,.1f} {row['decode_ratio']:>9.2f}×")  # fmt: skip
+        print(
+            f"{scheme:<11} {row['position_parameters']:>8,} {row['train_tokens_per_s']:>12,.0f} "
+            f"{row['train_ratio']:>9.2f}× {row['decode_tokens_per_s']:>13,.1f} {row['decode_ratio']:>9.2f}×"
+        )
     result = {"machine": where, "shape": shape, "block_size": block, "batch_size": args.batch_size, "rows": rows}
     if args.json:
         with open(args.json, "w") as out:
