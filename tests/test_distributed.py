@@ -53,10 +53,16 @@ def assert_tensor_parallel_equals_one_process(tmp_path: Path, folder: Path):
     assert result["greedy_tokens_equal"] and result["grad_max_abs_diff"] <= 1e-5
 
 
-@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "rope", "none"])
+@pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "rope", "xpos", "cope", "none"])
 def test_tensor_parallel_logits_generation_and_gradients_equal_one_process(tmp_path, scheme):
-    """Every rank holds half the heads; logits, greedy tokens, loss and gradients equal the unsharded model."""
-    assert_tensor_parallel_equals_one_process(tmp_path, saved_model(tmp_path, scheme))
+    """Every rank holds half the heads; logits, greedy tokens, loss and gradients equal the unsharded model. (xPos
+    rotates every head alike; CoPE's position vectors are shared by the heads, so each rank holds them whole.)"""
+    folder = saved_model(tmp_path, scheme)
+    if scheme == "cope":  # its vectors start at zero: give them values, so that sharding them wrongly would show
+        model = TinyGPTForCausalLM.from_pretrained(folder)
+        torch.nn.init.normal_(model.transformer.positions.pos_emb)
+        model.save_pretrained(folder)
+    assert_tensor_parallel_equals_one_process(tmp_path, folder)
 
 
 @pytest.mark.skipif(

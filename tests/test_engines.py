@@ -185,7 +185,7 @@ def test_vllm_generates_transformers_greedy_tokens(tmp_path, vllm_python, folder
 
 def test_vllm_refuses_alibi_at_load_with_the_reason(tmp_path, vllm_python):
     """vLLM's attention kernel takes no additive bias: an ALiBi TinyGPT fails when it is loaded, saying so. (T5,
-    KERPLE and FIRE refuse in the same place, their shared `AttentionBias`: tests/test_positions.py.)"""
+    KERPLE, FIRE and CoPE refuse in the same place, `check_kernel`: tests/test_positions.py.)"""
     engine_model("alibi").save_pretrained(tmp_path / "alibi")
     inputs = write_inputs(tmp_path / "inputs.json", PROMPTS, NEW_TOKENS)
     run = run_worker(vllm_python, "vllm", tmp_path / "alibi", inputs)

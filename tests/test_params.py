@@ -27,7 +27,7 @@ def test_breakdown_matches_transformers_gpt2_and_the_model_itself():
 
 
 def test_schemes_without_weights_have_no_position_parameters():
-    for scheme in ("sinusoidal", "rope", "alibi", "none"):
+    for scheme in ("sinusoidal", "rope", "xpos", "alibi", "none"):
         assert parameter_breakdown(TinyGPTConfig(position_embedding_type=scheme))["position_embedding"] == 0
     untied = parameter_breakdown(TinyGPTConfig(tie_word_embeddings=False))
     assert untied["lm_head"] == 50257 * 768 and untied["total"] == 124_439_808 + 50257 * 768
@@ -39,6 +39,7 @@ def test_schemes_without_weights_have_no_position_parameters():
         ("t5", 32 * 12),  # a bias per bucket and head
         ("kerple", 2 * 12),  # r1 and r2 per head
         ("fire", (32 + 32) + (32 * 12 + 12) + 2),  # MLP 1 → 32 → 12 heads, c and L's multiplier
+        ("cope", 12 * 64 * 64),  # per layer, 64 position vectors of head_dim 64
     ],
 )
 def test_schemes_that_learn_a_bias_count_its_parameters(scheme, expected):

@@ -1,6 +1,7 @@
 """Position pictures (hf_tinygpt.plots.positions): the numbers each picture plots are the model's own, and the files are real."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hf_tinygpt.plots.positions import (
     WHERE_POSITIONS_ACT,
     load_for_plots,
     plot_attention_bias,
+    plot_cope_positions,
     plot_cosine_similarity,
     plot_dimension_traces,
     plot_position_matrix,
@@ -22,6 +24,7 @@ from hf_tinygpt.plots.positions import (
     plot_rope_frequencies,
     plot_rope_similarity,
     plot_token_vs_position,
+    plot_xpos_decay,
     token_vs_position,
     trace_dimensions,
 )
@@ -110,6 +113,38 @@ def test_rope_frequencies_and_offset_similarity_are_the_models(tmp_path, rope):
     expected = np.cos(offsets[:, None] * theta[None, :]).mean(axis=1)  # mean over pairs of cos(m·θ_i)
     np.testing.assert_allclose(similarity, expected, atol=1e-5)
     assert is_png(tmp_path / "rope_frequencies.png") and is_png(tmp_path / "rope_similarity.png")
+
+
+def test_xpos_decay_is_zeta_to_the_offset_over_gamma_and_its_similarity_the_models(tmp_path):
+    model = tiny_model("xpos", xpos_scale_base=16.0)
+    result = plot_xpos_decay(model, tmp_path, max_positions=40)
+    zeta = model.transformer.positions.zeta.numpy()
+    np.testing.assert_allclose(result["decay"], zeta[:, None] ** (np.arange(40)[None] / 16.0), rtol=1e-5)
+    curve = plot_rope_similarity(model, tmp_path, max_positions=40)
+    theta = model.transformer.positions.inv_freq.numpy()
+    expected = (zeta[None] ** (curve["offsets"][:, None] / 16.0) * np.cos(curve["offsets"][:, None] * theta)).mean(1)
+    np.testing.assert_allclose(curve["similarity"], expected, atol=1e-5)
+    assert is_png(tmp_path / "xpos_decay.png") and is_png(tmp_path / "rope_similarity.png")
+
+
+def test_cope_positions_are_those_its_attention_counted_on_the_prompt(tmp_path):
+    """The picture's positions are recorded in the model's own forward pass: for layer 0 they are the gates of its
+    scores summed from each key up to the query, and the model's attention is unchanged by the recording."""
+    model = tiny_model("cope", initializer_range=0.5)
+    model.set_attn_implementation("eager")
+    result = plot_cope_positions(model, tmp_path)
+    positions = result["positions"]
+    assert positions.shape == (2, 4, len(result["tokens"]), len(result["tokens"])) and is_png(
+        tmp_path / "cope_positions.png"
+    )
+    ids = torch.from_numpy(token_vs_position(model)["ids"])[None]
+    with torch.no_grad():
+        x = model.transformer.h[0].ln_1(model.transformer.wte(ids))
+        q, k, _ = model.transformer.h[0].attn.c_attn(x).split(32, dim=-1)
+        q, k = (t.view(1, -1, 4, 8).transpose(1, 2) for t in (q, k))
+        gates = (q @ k.transpose(-1, -2) / math.sqrt(8)).sigmoid()[0] * torch.ones(ids.shape[1], ids.shape[1]).tril()
+    np.testing.assert_allclose(positions[0], gates.flip(-1).cumsum(-1).flip(-1).numpy(), atol=1e-5)
+    assert "contextual_positions" not in vars(model.transformer.positions)  # the recording is undone
 
 
 # ---- alibi -------------------------------------------------------------------------------------------------------

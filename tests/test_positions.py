@@ -1,4 +1,4 @@
-"""The five position schemes: what each one computes, and that each one decodes and saves exactly."""
+"""The position schemes: what each one computes, and that each one decodes and saves exactly."""
 
 import json
 import math
@@ -12,6 +12,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
 from hf_tinygpt.model.positions import (
     AlibiPositions,
+    CopePositions,
     FireBias,
     KerpleBias,
     LearnedPositions,
@@ -19,6 +20,7 @@ from hf_tinygpt.model.positions import (
     RotaryPositions,
     SinusoidalPositions,
     T5Bias,
+    XposPositions,
     apply_rotary,
 )
 
@@ -87,10 +89,12 @@ def test_each_scheme_builds_its_own_module(scheme):
         "learned": LearnedPositions,
         "sinusoidal": SinusoidalPositions,
         "rope": RotaryPositions,
+        "xpos": XposPositions,
         "alibi": AlibiPositions,
         "t5": T5Bias,
         "kerple": KerpleBias,
         "fire": FireBias,
+        "cope": CopePositions,
         "none": NoPositions,
     }
     model = tiny_model(scheme)
@@ -115,6 +119,8 @@ def test_nope_property(scheme):
     """One layer without positions sees a bag of earlier tokens: shuffling them leaves the last output unchanged.
     Every real scheme sees the order. (Weights at scale 0.5 so tokens and positions are of similar size.)"""
     model = tiny_model(scheme, n_layer=1, initializer_range=0.5)
+    if scheme == "cope":  # its position vectors start at zero, as its authors' do: a trained model's are not
+        torch.nn.init.normal_(model.transformer.positions.pos_emb, std=0.5)
     before, after = last_logits_before_and_after_shuffling_the_prefix(model)
     if scheme == "none":
         assert (before - after).abs().max() <= 1e-5
@@ -459,6 +465,167 @@ def test_fire_counts_a_querys_position_from_its_rows_first_real_token():
     assert not torch.allclose(fire.bias(10, 10, 0)[..., 4:, 4:], alone, atol=1e-3)
 
 
+# ---- xPos, CoPE and RoPE in some layers: against x-transformers and Llama 4 ------------------------------------
+
+
+def interleaved(head_dim: int, n_head: int = 1) -> torch.Tensor:
+    """The rows that put our rotate-half pairs (i, i + head_dim/2) where x-transformers' interleaved pairs
+    (2i, 2i + 1) are, in every head: dot products over a head are unchanged by it."""
+    pairs = torch.stack((torch.arange(head_dim // 2), torch.arange(head_dim // 2) + head_dim // 2), -1).flatten()
+    return (torch.arange(n_head)[:, None] * head_dim + pairs[None]).flatten()
+
+
+def x_transformers_attention(model, **options):
+    """x-transformers' own Attention (causal, eager) holding layer 0's weights of `model`, whose projections have
+    no biases (theirs have none), q and k rows reordered into x-transformers' interleaved pairs."""
+    from x_transformers.x_transformers import Attention
+
+    attn, config = model.transformer.h[0].attn, model.config
+    rows = interleaved(config.head_size, config.n_head)
+    reference = Attention(dim=config.n_embd, dim_head=config.head_size, heads=config.n_head, causal=True, **options)
+    q, k, v = attn.c_attn.weight.split(config.n_embd)
+    with torch.no_grad():
+        attn.c_attn.bias.zero_()
+        attn.c_proj.bias.zero_()
+        for layer, weight in zip((reference.to_q, reference.to_k, reference.to_v), (q[rows], k[rows], v), strict=True):
+            layer.weight.copy_(weight)
+        reference.to_out.weight.copy_(attn.c_proj.weight)
+    return reference.eval()
+
+
+def layer_zero(model, x: torch.Tensor, attention_mask=None) -> torch.Tensor:
+    """Layer 0's attention of `model` on hidden states `x` (1, T, C), its rotation and mask as the model makes them."""
+    from transformers.masking_utils import create_causal_mask
+
+    positions, position_ids = model.transformer.positions, torch.arange(x.shape[1])[None]
+    mask = create_causal_mask(model.config, x, attention_mask, None, position_ids, allow_is_causal_skip=False)
+    rotary = positions.rotary_cos_sin(x, position_ids)
+    with torch.no_grad():
+        out, _ = model.transformer.h[0].attn(
+            x, mask, rotary=rotary, attend=positions.attention(0), position_ids=position_ids
+        )
+    return out
+
+
+def test_xpos_scores_equal_x_transformers_rotary_embedding_with_xpos():
+    """q·kᵀ after xPos equals x-transformers' `RotaryEmbedding(use_xpos=True)` applied as its attention applies it
+    (scale to q, 1/scale to k). Its exponent is centred in the sequence, ours counted from 0: a factor that cancels
+    in q·k, so the scores are compared (the rotated vectors differ by it)."""
+    from x_transformers.x_transformers import RotaryEmbedding, apply_rotary_pos_emb
+
+    xpos = tiny_model("xpos", xpos_scale_base=32.0).transformer.positions
+    q, k = torch.randn(2, 1, 4, 90, 8).unbind(0)
+    cos, sin, key_cos, key_sin = xpos.rotary_cos_sin(q[:, 0], torch.arange(90)[None])
+    ours_q, ours_k = apply_rotary(q, k, cos, sin, key_cos, key_sin)
+    freqs, scale = RotaryEmbedding(8, use_xpos=True, scale_base=32.0)(torch.arange(90))
+    rows = interleaved(8)
+    their_q, their_k = (
+        apply_rotary_pos_emb(q[..., rows], freqs, scale),
+        apply_rotary_pos_emb(k[..., rows], freqs, scale**-1),
+    )
+    ours, theirs = ours_q @ ours_k.transpose(-1, -2), their_q @ their_k.transpose(-1, -2)
+    assert ((ours - theirs).abs() / theirs.abs().clamp(min=1)).max() <= 1e-5
+
+
+def test_xpos_attention_layer_equals_x_transformers_attention():
+    model = tiny_model("xpos", n_layer=1, initializer_range=0.3, xpos_scale_base=16.0)
+    reference = x_transformers_attention(model, flash=False)
+    from x_transformers.x_transformers import RotaryEmbedding
+
+    x = torch.randn(1, 40, 32)
+    with torch.no_grad():
+        theirs = reference(x, rotary_pos_emb=RotaryEmbedding(8, use_xpos=True, scale_base=16.0)(torch.arange(40)))
+    assert (layer_zero(model, x) - theirs).abs().max() <= 1e-5
+
+
+def test_xpos_shrinks_each_pairs_product_by_zeta_to_the_distance_over_gamma():
+    """The paper's formula on a worked example: a query and a key that are the same unit vector in pair k's first
+    dimension give q_i·k_j = ζ_k^((i−j)/γ) · cos((i−j)·θ_k), ζ_k = (2k/d + 0.4)/1.4, θ_k = 10000^(-2k/d)."""
+    xpos = tiny_model("xpos", xpos_scale_base=20.0).transformer.positions
+    d, k = 8, 1
+    unit = torch.zeros(1, 1, 50, d)
+    unit[..., k] = 1.0
+    q, key = apply_rotary(unit, unit, *xpos.rotary_cos_sin(unit[:, 0], torch.arange(50)[None]))
+    products = (q @ key.transpose(-1, -2))[0, 0]
+    zeta, theta = (2 * k / d + 0.4) / 1.4, 10000 ** (-2 * k / d)
+    for i, j in ((49, 0), (30, 29), (12, 5)):
+        assert products[i, j].item() == pytest.approx(zeta ** ((i - j) / 20) * math.cos((i - j) * theta), rel=1e-4)
+
+
+def test_xpos_refuses_a_position_whose_key_scale_would_overflow():
+    model = tiny_model("xpos", xpos_scale_base=4.0)
+    last = model.transformer.positions.last_position(torch.float32)
+    assert last == int(4.0 * (math.log(torch.finfo(torch.float32).max) - 8 * math.log(2)) / -math.log(0.4 / 1.4))
+    ids = torch.randint(0, VOCAB, (1, 1))
+    with torch.no_grad():
+        assert torch.isfinite(model(ids, position_ids=torch.tensor([[last]])).logits).all()
+        with pytest.raises(ValueError, match=f"past position {last} overflows torch.float32; position {last + 1}"):
+            model(ids, position_ids=torch.tensor([[last + 1]]))
+
+
+def test_cope_position_logits_equal_x_transformers_cope():
+    from x_transformers.x_transformers import CoPE
+
+    cope = tiny_model("cope", cope_max_positions=7).transformer.positions
+    reference = CoPE(dim=8, heads=4, max_pos=7)
+    with torch.no_grad():
+        cope.pos_emb.normal_()
+        reference.pos_emb.copy_(cope.pos_emb[1])
+    query = torch.randn(2, 4, 12, 8)
+    scores = torch.randn(2, 4, 12, 12).masked_fill(~causal_part(12), torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        assert (cope.position_logits(query, scores, layer_idx=1) - reference(query, scores)).abs().max() <= 1e-6
+
+
+def test_cope_counts_the_gates_from_each_key_up_to_the_query():
+    """The paper's formula on a worked example: with e[p]·q = p (so the interpolated logit is the position itself),
+    key j of query i sits at p_ij = Σ_{j ≤ k ≤ i} σ(s_ik), clamped at cope_max_positions − 1."""
+    cope = tiny_model("cope", cope_max_positions=5).transformer.positions
+    with torch.no_grad():
+        cope.pos_emb[0, :, 0] = torch.arange(5.0)
+    query = torch.zeros(1, 1, 6, 8)
+    query[..., 0] = 1.0
+    scores = torch.randn(1, 1, 6, 6).masked_fill(~causal_part(6), torch.finfo(torch.float32).min)
+    positions = cope.position_logits(query, scores, layer_idx=0)[0, 0]
+    gates = scores[0, 0].sigmoid()
+    for i, j in ((5, 0), (5, 5), (3, 1), (2, 0)):
+        assert positions[i, j].item() == pytest.approx(min(gates[i, j : i + 1].sum().item(), 4.0), rel=1e-5)
+    assert positions[5, 0].item() > positions[5, 4].item()  # farther keys sit at larger positions
+
+
+def test_cope_attention_layer_equals_x_transformers_attention():
+    model = tiny_model("cope", n_layer=1, initializer_range=0.3, cope_max_positions=6)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        model.transformer.positions.pos_emb.normal_(0, 0.5)
+    reference = x_transformers_attention(model, flash=False, use_cope=True, cope_max_pos=6)
+    with torch.no_grad():
+        # its q has our dims reordered (`interleaved`), so the position vectors e[p] that q meets are reordered too
+        reference.attend.cope.pos_emb.copy_(model.transformer.positions.pos_emb[0][:, interleaved(8)])
+        x = torch.randn(1, 11, 32)
+        theirs = reference(x)
+        without_positions = x_transformers_attention(model, flash=False)(x)
+    assert (layer_zero(model, x) - theirs).abs().max() <= 1e-5
+    assert (theirs - without_positions).abs().max() > 1e-2  # CoPE's logits did change the layer
+
+
+def test_rope_skips_the_layers_llama_4_configures_without_it():
+    """`no_rope_layer_interval` leaves the layers Llama 4's config marks (`no_rope_layers[i] == 0`) unrotated; with
+    interval 1 no layer rotates and the model is the NoPE model with the same weights."""
+    from transformers import Llama4TextConfig
+
+    for layers, interval in ((8, 4), (5, 2), (3, 1), (6, 7)):
+        rope = tiny_model("rope", n_layer=layers, no_rope_layer_interval=interval).transformer.positions
+        llama4 = Llama4TextConfig(num_hidden_layers=layers, no_rope_layer_interval=interval).no_rope_layers
+        assert [rope.rotary_in_layer("cos, sin", i) is not None for i in range(layers)] == [bool(x) for x in llama4]
+    unrotated, nope = tiny_model("rope", no_rope_layer_interval=1), tiny_model("none")
+    nope.load_state_dict(unrotated.state_dict())
+    ids = torch.randint(0, VOCAB, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(unrotated(ids).logits, nope(ids).logits)
+        assert not torch.allclose(tiny_model("rope", no_rope_layer_interval=2)(ids).logits, nope(ids).logits)
+
+
 def test_the_learned_biases_start_where_their_docstrings_say():
     """Where a start differs from the reference's, it is pinned here: T5's table and FIRE's MLP start as GPT-2's
     layers do (T5 draws with std d_model^-0.5, the FIRE listing with PyTorch's defaults); KERPLE's and FIRE's
@@ -533,10 +700,13 @@ def kernel_without_bias():
     AttentionInterface._global_mapping.pop("engine_kernel")
 
 
-@pytest.mark.parametrize("scheme_name", ["alibi", "t5", "kerple", "fire"])
+@pytest.mark.parametrize("scheme_name", ["alibi", "t5", "kerple", "fire", "cope"])
 def test_a_bias_scheme_is_refused_at_load_under_a_kernel_that_takes_no_bias(tmp_path, kernel_without_bias, scheme_name):
     tiny_model(scheme_name).save_pretrained(tmp_path / scheme_name)
-    refusal = f"position_embedding_type={scheme_name!r} adds a per-head bias .* attn_implementation='engine_kernel'"
+    acts = (
+        "adds position logits computed from the attention scores" if scheme_name == "cope" else "adds a per-head bias"
+    )
+    refusal = f"position_embedding_type={scheme_name!r} {acts}.* attn_implementation='engine_kernel'"
     with pytest.raises(ValueError, match=refusal + " cannot take"):
         TinyGPTForCausalLM.from_pretrained(tmp_path / scheme_name, attn_implementation=kernel_without_bias)
     tiny_model("rope").save_pretrained(tmp_path / "rope")  # the other schemes run on any kernel

@@ -154,7 +154,7 @@ def test_validation_tokens_caps_the_held_out_text_every_validation_scores(plays,
             TrainingSettings(out="x", train=["y"], validation_tokens=bad)
 
 
-@pytest.mark.parametrize("scheme", ["t5", "kerple", "fire"])
+@pytest.mark.parametrize("scheme", ["t5", "kerple", "fire", "cope"])
 def test_train_position_trains_a_learned_bias_and_saves_it(scheme, plays, tmp_path, cli):
     """`train --position NAME` for the schemes that learn their bias: the parameters move from where they started,
     and the saved model is that scheme with those parameters."""

@@ -101,7 +101,7 @@ def generate_where_hf_tinygpt_is_not_installed(model, folder, tmp_path) -> tuple
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scheme_name", ["learned", "rope", "alibi", "t5", "kerple", "fire"])
+@pytest.mark.parametrize("scheme_name", ["learned", "rope", "xpos", "alibi", "t5", "kerple", "fire", "cope"])
 def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, scheme_name):
     model = text_model(scheme_name)
     result, _ = generate_where_hf_tinygpt_is_not_installed(model, save_with_tokenizer(model, tmp_path / "m"), tmp_path)

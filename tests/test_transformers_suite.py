@@ -92,35 +92,40 @@ class TinyGPTModelTester(CausalLMModelTester):
     config_class = TinyGPTConfig
     causal_lm_class = TinyGPTForCausalLM
 
-    def __init__(self, parent, position_embedding_type="learned", **kwargs):
+    def __init__(self, parent, position_embedding_type="learned", scheme_fields=None, **kwargs):
         # n_embd 32, 2 layers (the suite's defaults) and 4 heads: head_dim 8, so partial rotary has room to work.
         super().__init__(parent, num_attention_heads=4, **kwargs)
         self.position_embedding_type = position_embedding_type
+        for name, value in (scheme_fields or {}).items():  # the tester passes its attributes the config takes
+            setattr(self, name, value)
 
 
-def suite_for(scheme: str):
-    """The suite's test class for one position scheme."""
+def suite_for(scheme: str, name: str | None = None, **scheme_fields):
+    """The suite's test class for one position scheme (with `scheme_fields` set in its config)."""
 
     class Tester(TinyGPTModelTester):
         def __init__(self, parent, **kwargs):
-            super().__init__(parent, position_embedding_type=scheme, **kwargs)
+            super().__init__(parent, position_embedding_type=scheme, scheme_fields=scheme_fields, **kwargs)
 
     class Test(CausalLMModelTest, unittest.TestCase):
         model_tester_class = Tester
         # The suite runs this check only for models whose config file has a 2023+ copyright line; ours has none.
         test_can_init_all_missing_weights_before_2023 = True
 
-    Test.__name__ = Test.__qualname__ = f"TestTinyGPT{scheme.capitalize()}"
+    Test.__name__ = Test.__qualname__ = f"TestTinyGPT{name or scheme.capitalize()}"
     return Test
 
 
 TestTinyGPTLearned = suite_for("learned")
 TestTinyGPTSinusoidal = suite_for("sinusoidal")
 TestTinyGPTRope = suite_for("rope")
+TestTinyGPTRopeEverySecondLayer = suite_for("rope", "RopeEverySecondLayer", no_rope_layer_interval=2)
+TestTinyGPTXpos = suite_for("xpos")
 TestTinyGPTAlibi = suite_for("alibi")
 TestTinyGPTT5 = suite_for("t5")
 TestTinyGPTKerple = suite_for("kerple")
 TestTinyGPTFire = suite_for("fire")
+TestTinyGPTCope = suite_for("cope")
 TestTinyGPTNone = suite_for("none")
 
 

@@ -321,6 +321,9 @@ NO_TWIN = {
     "attention) or ONNX Runtime",
     "fire": "none has FIRE's learned bias. FIRE TinyGPTs run as they are: transformers (eager or sdpa attention) or "
     "ONNX Runtime",
+    "xpos": "none scales q and k as xPos does. xPos TinyGPTs run as they are: transformers or ONNX Runtime",
+    "cope": "none counts positions from the attention scores. CoPE TinyGPTs run as they are: transformers (eager or "
+    "sdpa attention) or ONNX Runtime",
 }
 
 

@@ -23,13 +23,17 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
 
 
-POSITION_SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "t5", "kerple", "fire", "none")
-# The fields only one scheme reads, with the value each takes when left unset: T5's names for its buckets, KERPLE's
-# kernel, FIRE's MLP width and the starting values of its c and L (the authors' listing).
+POSITION_SCHEMES = ("learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "cope", "none")
+# The fields only one scheme reads, with the value each takes when left unset: RoPE's layers without rotation (Llama
+# 4's name; unset, every layer rotates), xPos's decay length (its authors'), T5's names for its buckets, KERPLE's
+# kernel, FIRE's MLP width and the starting values of its c and L (the authors' listing), CoPE's largest position.
 SCHEME_FIELDS = {
+    "rope": {"no_rope_layer_interval": None},
+    "xpos": {"xpos_scale_base": 512.0},
     "t5": {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128},
     "kerple": {"kerple_kernel": "log"},
     "fire": {"fire_mlp_width": 32, "fire_init_c": 0.1, "fire_init_L": 512.0},
+    "cope": {"cope_max_positions": 64},
 }
 KERPLE_KERNELS = ("log", "power")
 ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
@@ -44,11 +48,18 @@ class TinyGPTConfig(PreTrainedConfig):
         Where token order enters the model. `"learned"`: a trained row per position added to the input, as in
         GPT-2 (inputs longer than `n_positions` are refused). `"sinusoidal"`: fixed sin/cos rows added to the
         input (Vaswani et al. 2017). `"rope"`: q and k are rotated by an angle proportional to the position
-        (Su et al. 2021, as in LLaMA). `"alibi"`: a per-head linear penalty on attention scores by distance
+        (Su et al. 2021, as in LLaMA). `"xpos"`: RoPE whose rotated pairs also shrink with distance (Sun et al.
+        2022). `"alibi"`: a per-head linear penalty on attention scores by distance
         (Press et al. 2021). `"t5"`: a learned per-head bias for each bucket of distances (Raffel et al. 2020).
         `"kerple"`: a learned per-head kernel of the distance (Chi et al. 2022). `"fire"`: a learned function of
-        the distance relative to the query's position (Li et al. 2023). `"none"`: no position information at all
+        the distance relative to the query's position (Li et al. 2023). `"cope"`: positions counted by learned gates over
+        the keys, from the attention scores themselves (Golovneva et al. 2024). `"none"`: no position information at all
         (NoPE); the causal mask alone orders tokens.
+    no_rope_layer_interval (`int`, *optional*):
+        Only with `"rope"`: every n-th layer (layers n-1, 2n-1, ...) does not rotate q and k, as in Llama 4 (whose
+        config field this is); unset, every layer rotates.
+    xpos_scale_base (`float`, *optional*):
+        Only with `"xpos"` (default 512, the authors'): γ, the distance over which q·k shrinks by ζ (see `positions`).
     relative_attention_num_buckets, relative_attention_max_distance (`int`, *optional*):
         Only with `"t5"` (defaults 32 and 128, T5's): how many buckets of distances get a bias each, and the
         distance from which on all share the last one.
@@ -56,6 +67,9 @@ class TinyGPTConfig(PreTrainedConfig):
         Only with `"kerple"`: `"log"` (the default), −r1·log(1 + r2·d), or `"power"`, −r1·d^r2.
     fire_mlp_width, fire_init_c, fire_init_L (*optional*):
         Only with `"fire"` (defaults 32, 0.1 and 512.0): the width of its MLP, and where its c and L start.
+    cope_max_positions (`int`, *optional*):
+        Only with `"cope"` (default 64): how many position vectors each layer learns; contextual positions beyond
+        the last share it.
     rope_parameters (`dict`, *optional*):
         transformers' standard RoPE dictionary, only with `"rope"`: `rope_type` (`"default"`, `"linear"`,
         `"dynamic"`, `"yarn"`, ...), `rope_theta`, `partial_rotary_factor`, `factor`, ... The shortcuts
@@ -106,12 +120,15 @@ class TinyGPTConfig(PreTrainedConfig):
     position_embedding_type: str = "learned"
     scale_embeddings: bool = False
     sinusoidal_scale: float | None = None
+    no_rope_layer_interval: int | None = None
+    xpos_scale_base: float | None = None
     relative_attention_num_buckets: int | None = None
     relative_attention_max_distance: int | None = None
     kerple_kernel: str | None = None
     fire_mlp_width: int | None = None
     fire_init_c: float | None = None
     fire_init_L: float | None = None
+    cope_max_positions: int | None = None
     use_cache: bool = True
     bos_token_id: int | None = 50256
     eos_token_id: int | list[int] | None = 50256
@@ -244,6 +261,20 @@ class TinyGPTConfig(PreTrainedConfig):
             for name in ("fire_init_c", "fire_init_L"):
                 if not (_is_number(getattr(self, name)) and 0 < getattr(self, name) < math.inf):
                     raise ValueError(f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
+        interval = self.no_rope_layer_interval
+        if interval is not None and not (_is_int(interval) and interval >= 1):
+            raise ValueError(
+                f"no_rope_layer_interval must be a positive integer (every n-th layer does not rotate) or null (every "
+                f"layer rotates), got {interval!r}"
+            )
+        if self.position_embedding_type == "xpos":
+            if not (_is_number(self.xpos_scale_base) and 0 < self.xpos_scale_base < math.inf):
+                raise ValueError(f"xpos_scale_base must be a finite number > 0, got {self.xpos_scale_base!r}")
+            if self.head_size % 2:
+                raise ValueError(f"xPos rotates pairs of dimensions: head_dim ({self.head_size}) must be even")
+        most = self.cope_max_positions
+        if self.position_embedding_type == "cope" and not (_is_int(most) and 1 <= most < 2**20):
+            raise ValueError(f"cope_max_positions must be an integer in [1, 2^20), got {most!r}")
         if self.position_embedding_type == "sinusoidal" and self.n_embd % 2:
             raise ValueError(f"position_embedding_type='sinusoidal' needs an even n_embd, got {self.n_embd}")
         if self.position_embedding_type == "rope":

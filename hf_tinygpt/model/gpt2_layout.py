@@ -76,10 +76,12 @@ def tinygpt_fields_of_gpt2(gpt2_config: dict) -> dict:
 GPT2_POSITIONS = ("learned", "sinusoidal", "none")
 NOT_GPT2 = {
     "rope": "RoPE rotates q and k inside attention, which GPT-2's attention does not",
+    "xpos": "xPos rotates and scales q and k inside attention, which GPT-2's attention does not",
     "alibi": "ALiBi biases the attention scores by distance, which GPT-2's attention does not",
     "t5": "T5's bias adds a learned value per bucket of distances to the attention scores, which GPT-2's does not",
     "kerple": "KERPLE biases the attention scores by a learned kernel of distance, which GPT-2's attention does not",
     "fire": "FIRE biases the attention scores by a learned function of distance, which GPT-2's attention does not",
+    "cope": "CoPE adds position logits counted from the attention scores, which GPT-2's attention does not",
 }
 
 

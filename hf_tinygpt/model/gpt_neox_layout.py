@@ -31,6 +31,11 @@ def gpt_neox_fields_of_tinygpt(config) -> dict:
             f"GPT-NeoX rotates q and k (RoPE); position_embedding_type="
             f"{config.position_embedding_type!r} has no GPT-NeoX twin"
         )
+    if config.no_rope_layer_interval:
+        raise ValueError(
+            f"GPT-NeoX rotates q and k in every layer; no_rope_layer_interval={config.no_rope_layer_interval} "
+            "leaves some layers unrotated, which it cannot express"
+        )
     if config.embd_pdrop != config.resid_pdrop:
         raise ValueError(
             f"GPT-NeoX has one hidden dropout; embd_pdrop ({config.embd_pdrop}) and resid_pdrop "

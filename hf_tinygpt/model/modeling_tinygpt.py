@@ -1,7 +1,8 @@
 """TinyGPT: GPT-2 with a choice of position scheme, as a transformers model.
 
     ids ─► wte (·√d if scale_embeddings) ─► + position rows (learned | sinusoidal) ─► dropout
-        ─► n_layer × [ x + attn(ln_1 x) ; x + mlp(ln_2 x) ]   (rope rotates q, k; alibi, t5, kerple, fire bias the scores)
+        ─► n_layer × [ x + attn(ln_1 x) ; x + mlp(ln_2 x) ]   (rope, xpos rotate q, k; alibi, t5, kerple, fire
+                                                              bias the scores; cope reads them)
         ─► ln_f ─► lm_head (tied to wte)
 
 Module names mirror GPT-2 (`transformer.wte`, `.wpe`, `.h.N.{ln_1, attn, ln_2, mlp}`, `.ln_f`, `lm_head`), so a
@@ -56,7 +57,9 @@ class TinyGPTAttention(nn.Module):
         self.attn_dropout = nn.Dropout(config.attn_pdrop)
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
-    def forward(self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, **kwargs):
+    def forward(
+        self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, attend=None, **kwargs
+    ):
         batch, length, _ = hidden_states.shape
         qkv = self.c_attn(hidden_states)  # (B, T, 3C): [q | k | v]; under tensor parallelism, this rank's heads only
         check_sharded_heads(qkv, attention_mask, self.head_dim, self.num_heads, self.config.position_embedding_type)
@@ -67,7 +70,7 @@ class TinyGPTAttention(nn.Module):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, H, past + T, D)
 
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+        attention_interface: Callable = attend or ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
         attn_output, attn_weights = attention_interface(
@@ -112,8 +115,10 @@ class TinyGPTBlock(GradientCheckpointingLayer):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.mlp = TinyGPTMLP(config)
 
-    def forward(self, hidden_states, attention_mask=None, cache=None, rotary=None, **kwargs):
-        attn_output, _ = self.attn(self.ln_1(hidden_states), attention_mask, cache=cache, rotary=rotary, **kwargs)
+    def forward(self, hidden_states, attention_mask=None, cache=None, rotary=None, attend=None, **kwargs):
+        attn_output, _ = self.attn(
+            self.ln_1(hidden_states), attention_mask, cache=cache, rotary=rotary, attend=attend, **kwargs
+        )
         hidden_states = hidden_states + attn_output
         return hidden_states + self.mlp(self.ln_2(hidden_states))
 
@@ -175,7 +180,7 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
     @property
     def positions(self) -> PositionScheme:
         """The position scheme (`self.wpe`, or `self.rotary_emb` for rope)."""
-        return self.rotary_emb if self.config.position_embedding_type == "rope" else self.wpe
+        return self.get_submodule(POSITION_SCHEME_CLASSES[self.config.position_embedding_type].module_name)
 
     def outside_the_vocabulary(self, input_ids: torch.Tensor) -> str | None:
         low, high = int(input_ids.min()), int(input_ids.max())
@@ -222,20 +227,23 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
             hidden_states = hidden_states + self.wte(token_type_ids)
         hidden_states = self.drop(hidden_states)
 
-        needs_bias = self.positions.needs_attention_bias
         # The cache is passed positionally: its keyword is `cache` on transformers >= 5.24, `past_key_values` before.
+        full_mask = self.positions.needs_full_mask
         attention_mask = create_causal_mask(
-            self.config, inputs_embeds, attention_mask, cache, position_ids, allow_is_causal_skip=not needs_bias
+            self.config, inputs_embeds, attention_mask, cache, position_ids, allow_is_causal_skip=not full_mask
         )
-        if needs_bias:
-            attention_mask = self.positions.bias_attention(
-                attention_mask, position_ids, past_length, inputs_embeds.dtype
-            )
+        attention_mask = self.positions.bias_attention(attention_mask, position_ids, past_length, inputs_embeds.dtype)
         rotary = self.positions.rotary_cos_sin(hidden_states, position_ids)
 
-        for block in self.h:
+        for i, block in enumerate(self.h):
             hidden_states = block(
-                hidden_states, attention_mask, cache=cache, rotary=rotary, position_ids=position_ids, **kwargs
+                hidden_states,
+                attention_mask,
+                cache=cache,
+                rotary=self.positions.rotary_in_layer(rotary, i),
+                attend=self.positions.attention(i),
+                position_ids=position_ids,
+                **kwargs,
             )
         hidden_states = self.ln_f(hidden_states)
         return BaseModelOutputWithPast(last_hidden_state=hidden_states, **{CACHE_FIELD: cache if use_cache else None})

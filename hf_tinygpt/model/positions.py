@@ -1,16 +1,20 @@
 """Positions: how TinyGPT tells the model where each token stands, one small class per scheme.
 
-Every scheme is a `PositionScheme` and acts in exactly one of three places, the one its class overrides:
-    add_to_embeddings – rows added to the token embeddings            (learned, sinusoidal)
-    rotary_cos_sin    – cos/sin that rotate q and k inside attention  (rope)
-    bias_attention    – an additive bias on the attention scores      (alibi, t5, kerple, fire)
+Every scheme is a `PositionScheme` and acts in exactly one of four places, the one its class overrides:
+    add_to_embeddings – rows added to the token embeddings              (learned, sinusoidal)
+    rotary_cos_sin    – cos/sin that rotate (and scale) q and k         (rope, xpos)
+    bias_attention    – an additive bias on the attention scores        (alibi, t5, kerple, fire)
+    attention         – the attention itself, reading its own scores    (cope)
+and `rotary_in_layer` says which layers take the rotation (RoPE without it in every n-th layer, as Llama 4).
 
-Read in the order a reader meets them: learned rows (GPT-2), sinusoids (the Transformer), rotations (RoPE),
-biases by distance (ALiBi's fixed lines, T5's learned buckets, KERPLE's kernels, FIRE's learned function) and
-nothing at all (NoPE). `POSITION_SCHEME_CLASSES` maps `config.position_embedding_type` to its class. This file
-travels with saved weights (the model bundle), so it imports torch and transformers only.
+Read in the order a reader meets them: learned rows (GPT-2), sinusoids (the Transformer), rotations (RoPE, and
+xPos's decaying ones), biases by distance (ALiBi's fixed lines, T5's learned buckets, KERPLE's kernels, FIRE's
+learned function), positions counted by the content (CoPE) and nothing at all (NoPE). `POSITION_SCHEME_CLASSES`
+maps `config.position_embedding_type` to its class. This file travels with saved weights (the model bundle), so it
+imports torch and transformers only.
 """
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -26,7 +30,7 @@ class PositionScheme(nn.Module):
     """The interface: each hook below leaves its input as it is, so a scheme overrides only the one place where it
     acts (and a scheme that overrides none adds no position information at all)."""
 
-    needs_attention_bias = False  # True: the causal mask must be materialised so that a bias can be added to it
+    needs_full_mask = False  # True: the causal mask is materialised (4D), to add a bias to or to mask scores with
     # The module's name in the model: GPT-2's `wpe` (its weights are `transformer.wpe.weight` for learned rows),
     # LLaMA's `rotary_emb` for rope, where transformers' own RoPE tests look for it.
     module_name = "wpe"
@@ -42,6 +46,15 @@ class PositionScheme(nn.Module):
 
     def bias_attention(self, attention_mask, position_ids: torch.Tensor, past_length: int, dtype: torch.dtype):
         return attention_mask
+
+    def rotary_in_layer(self, rotary, layer_idx: int):
+        """What `rotary_cos_sin` gave, for the layer `layer_idx` to rotate with (None: that layer does not rotate)."""
+        return rotary
+
+    def attention(self, layer_idx: int) -> Callable | None:
+        """An attention function (transformers' attention-interface signature) for the layer `layer_idx` to use
+        instead of the kernel the config names; None keeps that kernel."""
+        return None
 
     def added_rows(self, n: int, n_embd: int) -> torch.Tensor:
         """(n, n_embd) float32: what `add_to_embeddings` adds at positions 0..n-1 (zeros for the schemes that act
@@ -129,16 +142,17 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """Rotate the first `cos.shape[-1]` dims of each head of q and k (B, H, T, head_dim); the rest pass through."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, T, rotary_dim) -> broadcast over heads
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, key_cos=None, key_sin=None):
+    """Rotate the first `cos.shape[-1]` dims of each head of q and k (B, H, T, head_dim); the rest pass through.
+    Keys take `key_cos`/`key_sin` where given (xPos scales queries and keys oppositely), else `cos`/`sin`."""
     rotary_dim = cos.shape[-1]
 
-    def rotate(x):
+    def rotate(x, cos, sin):
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, T, rotary_dim) -> broadcast over heads
         x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
         return torch.cat((x_rot * cos + rotate_half(x_rot) * sin, x_pass), dim=-1)
 
-    return rotate(q), rotate(k)
+    return rotate(q, cos, sin), rotate(k, cos if key_cos is None else key_cos, sin if key_sin is None else key_sin)
 
 
 class RotaryPositions(PositionScheme):
@@ -180,6 +194,72 @@ class RotaryPositions(PositionScheme):
     def rotary_cos_sin(self, hidden_states, position_ids):
         return self(hidden_states, position_ids)
 
+    def rotary_in_layer(self, rotary, layer_idx):
+        interval = self.config.no_rope_layer_interval  # Llama 4's rule: layers n-1, 2n-1, ... do not rotate
+        return None if interval and (layer_idx + 1) % interval == 0 else rotary
+
+
+class XposPositions(PositionScheme):
+    """`xpos` (Sun et al. 2022, "A Length-Extrapolatable Transformer"): RoPE whose pairs also shrink with distance.
+    Pair k of every head (θ_k = 10000^(-2k/head_dim), as in RoPE) is rotated as in RoPE and scaled by ζ_k^(p/γ) in
+    a query at position p and by ζ_k^(-p/γ) in a key, ζ_k = (2k/head_dim + 0.4) / 1.4 < 1, γ = `xpos_scale_base`;
+    so pair k's share of q_i·k_j is multiplied by ζ_k^((i−j)/γ), which decays with distance, fastest in the fast
+    pairs. Nothing is learned.
+
+    The exponent is the paper's, p/γ, counted from position 0. x-transformers and the authors' torchscale centre it
+    within each sequence, a factor that cancels in q·k but that a cache cannot follow. Counted from 0 the key's
+    scale grows as ζ_0^(-p/γ), so positions stop where it would overflow the dtype (`last_position`); past it the
+    model refuses the input, naming the limit.
+    """
+
+    def __init__(self, config: TinyGPTConfig, base: float = 10000.0):
+        super().__init__()
+        self.dim, self.base, self.scale_base = config.head_size, base, config.xpos_scale_base
+        self.register_fixed_buffers()
+
+    def fixed_buffers(self):
+        pairs = torch.arange(0, self.dim, 2, dtype=torch.float) / self.dim
+        return {"inv_freq": 1.0 / self.base**pairs, "zeta": (pairs + 0.4) / 1.4}
+
+    def last_position(self, dtype: torch.dtype) -> int:
+        """The last position whose key scale ζ_0^(-p/γ) stays 2^8 below `dtype`'s largest value (room for the key)."""
+        room = math.log(torch.finfo(dtype).max) - 8 * math.log(2)
+        return int(self.scale_base * room / -math.log(0.4 / 1.4))
+
+    def rotary_cos_sin(self, hidden_states, position_ids):
+        if position_ids.device.type == "cpu" or position_ids.shape[-1] > 1:  # on an accelerator: prompts only
+            if not torch.compiler.is_compiling() and int(position_ids.max()) > self.last_position(hidden_states.dtype):
+                raise ValueError(
+                    f"xPos scales keys by ζ^(-position/{self.scale_base:g}), which past position "
+                    f"{self.last_position(hidden_states.dtype)} overflows {hidden_states.dtype}; position "
+                    f"{int(position_ids.max())} was requested. Shorten the input, or raise xpos_scale_base (a slower "
+                    "decay) when training"
+                )
+        positions = position_ids[..., None].float()
+        angles = torch.cat((positions * self.inv_freq,) * 2, dim=-1)  # (B, T, head_dim), rotate_half's pairing
+        scale = torch.cat((self.zeta ** (positions / self.scale_base),) * 2, dim=-1)
+        cos, sin = angles.cos(), angles.sin()
+        return tuple(t.to(hidden_states.dtype) for t in (cos * scale, sin * scale, cos / scale, sin / scale))
+
+
+KERNELS_WITH_FULL_MASK = ("eager", "sdpa")  # the kernels that take a 4D float mask; the rest bring their own
+
+
+def check_kernel(config: TinyGPTConfig, acts: str):
+    """At load, not at the first request: a ValueError when the config's attention kernel cannot run a scheme that
+    `acts` on the scores."""
+    kernel = config._attn_implementation
+    if kernel is not None and kernel not in KERNELS_WITH_FULL_MASK:
+        raise ValueError(needs_a_full_mask(config.position_embedding_type, acts, f"attn_implementation={kernel!r}"))
+
+
+def needs_a_full_mask(scheme: str, acts: str, kernel: str) -> str:
+    return (
+        f"position_embedding_type={scheme!r} {acts}, which {kernel} cannot take: use attn_implementation in "
+        f"{KERNELS_WITH_FULL_MASK} (an engine that brings its own attention kernel, such as vLLM's, cannot run "
+        f"{scheme} TinyGPTs)"
+    )
+
 
 class AttentionBias(PositionScheme):
     """The schemes that add a per-head bias b_h(i, j) to the score of query i on key j: a function of the distance
@@ -191,22 +271,13 @@ class AttentionBias(PositionScheme):
     function sees a negative distance (and no gradient turns NaN through a masked score).
     """
 
-    needs_attention_bias = True
-    KERNELS_WITH_BIAS = ("eager", "sdpa")  # the attention kernels that add a 4D float mask to the scores
+    needs_full_mask = True
+    ACTS = "adds a per-head bias to the attention scores"
 
     def __init__(self, config: TinyGPTConfig):
         super().__init__()
         self.scheme, self.num_heads = config.position_embedding_type, config.n_head
-        kernel = config._attn_implementation
-        if kernel is not None and kernel not in self.KERNELS_WITH_BIAS:  # refuse at load, not at the first request
-            raise ValueError(self.needs_a_kernel_with_bias(f"attn_implementation={kernel!r}"))
-
-    def needs_a_kernel_with_bias(self, kernel: str) -> str:
-        return (
-            f"position_embedding_type={self.scheme!r} adds a per-head bias to the attention scores, which {kernel} "
-            f"cannot take: use attn_implementation in {self.KERNELS_WITH_BIAS} (an engine that brings its own "
-            f"attention kernel, such as vLLM's, cannot run {self.scheme} TinyGPTs)"
-        )
+        check_kernel(config, self.ACTS)
 
     def bias_of_distance(self, distance: torch.Tensor, query_positions: torch.Tensor) -> torch.Tensor:
         """The scheme: (1 or B, n_head, q, k) from `distance` (q, k) float32 ≥ 0 and `query_positions` (B, q)."""
@@ -223,7 +294,7 @@ class AttentionBias(PositionScheme):
     def bias_attention(self, attention_mask, position_ids, past_length, dtype):
         # `attention_mask` is 4D (B, 1, q, kv): boolean (sdpa: True = attend) or additive float (eager: 0 = attend).
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:  # a kernel switched after load
-            raise ValueError(self.needs_a_kernel_with_bias("a kernel that takes no additive mask"))
+            raise ValueError(needs_a_full_mask(self.scheme, self.ACTS, "a kernel that takes no additive mask"))
         allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
         query_length, key_length = position_ids.shape[-1], attention_mask.shape[-1]
         bias = self.bias(query_length, key_length, past_length, position_ids, attention_mask.device)
@@ -349,6 +420,59 @@ class FireBias(AttentionBias):
         return self.mlp(interpolated[..., None].to(self.mlp[0].weight.dtype)).permute(0, 3, 1, 2)
 
 
+class CopePositions(PositionScheme):
+    """`cope` (Golovneva et al. 2024, "Contextual Position Encoding"): positions counted by the content. In each
+    layer, query i gates every key j it may see with g_ij = σ(s_ij), s_ij its attention score (q·k/√head_dim), and
+    puts key j at the contextual position p_ij = Σ_{j ≤ k ≤ i} g_ik: the sum of the gates from j up to the query
+    itself, a fractional count of what lies between. The score gains q_i·e[p_ij], interpolated between the learned
+    vectors e[⌊p⌋] and e[⌈p⌉] of that layer (`cope_max_positions` of them, shared by the heads, as the authors'
+    layer has; positions past the last one share it). Masked keys (later, or padding) get gate 0, so a row's count
+    starts at its own real tokens and a cached step counts what the full forward would.
+
+    This scheme reads the scores, so it brings its own attention (`attention`): eager attention with that one
+    addition. The vectors start at zero, as in the authors' listing and x-transformers.
+    """
+
+    needs_full_mask = True
+    ACTS = "adds position logits computed from the attention scores themselves"
+
+    def __init__(self, config: TinyGPTConfig):
+        super().__init__()
+        self.scheme = config.position_embedding_type
+        check_kernel(config, self.ACTS)
+        self.pos_emb = nn.Parameter(torch.empty(config.n_layer, config.cope_max_positions, config.head_size))
+
+    def init_parameters(self):
+        init.zeros_(self.pos_emb)
+
+    def contextual_positions(self, scores: torch.Tensor) -> torch.Tensor:
+        """p_ij = Σ_{j ≤ k ≤ i} σ(s_ik) for the masked `scores` (B, H, q, k), clamped at the last position vector."""
+        return scores.sigmoid().flip(-1).cumsum(-1).flip(-1).clamp(max=self.pos_emb.shape[1] - 1)
+
+    def position_logits(self, query: torch.Tensor, scores: torch.Tensor, layer_idx: int) -> torch.Tensor:
+        """(B, H, q, k): q_i·e[p_ij] for the masked `scores` (B, H, q, k) of `query` (B, H, q, head_dim)."""
+        positions = self.contextual_positions(scores)
+        logits = query @ self.pos_emb[layer_idx].to(query.dtype).T  # (B, H, q, cope_max_positions): q_i·e[p]
+        below, fraction = positions.floor(), positions - positions.floor()
+        at_floor, at_ceiling = logits.gather(-1, below.long()), logits.gather(-1, positions.ceil().long())
+        return at_ceiling * fraction + at_floor * (1 - fraction)
+
+    def attention(self, layer_idx):
+        return functools.partial(self.attend, layer_idx=layer_idx)
+
+    def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, layer_idx=0, **kwargs):
+        """Eager attention (transformers' attention-interface signature) with CoPE's logits added to the scores."""
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
+            raise ValueError(needs_a_full_mask(self.scheme, self.ACTS, "a kernel that takes no additive mask"))
+        allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+        scores = (query @ key.transpose(-1, -2)) * scaling
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        scores = scores + self.position_logits(query, scores, layer_idx)
+        weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+        return (weights @ value).transpose(1, 2).contiguous(), weights  # (B, T, H, D), as the kernels return it
+
+
 class NoPositions(PositionScheme):
     """`none` (NoPE; Kazemnejad et al. 2023): no position signal; the causal mask is the only source of order."""
 
@@ -357,9 +481,11 @@ POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
     "learned": LearnedPositions,
     "sinusoidal": SinusoidalPositions,
     "rope": RotaryPositions,
+    "xpos": XposPositions,
     "alibi": AlibiPositions,
     "t5": T5Bias,
     "kerple": KerpleBias,
     "fire": FireBias,
+    "cope": CopePositions,
     "none": NoPositions,
 }

@@ -2,8 +2,9 @@
 
 Every number plotted comes from the model's position scheme (`transformer.positions`): learned rows are its
 `weight`, sinusoidal rows its `rows()`, what is added to the token embeddings its `add_to_embeddings()`, RoPE angles
-its `inv_freq` and cos/sin from `rotary_cos_sin()` + `apply_rotary()`, the biases of ALiBi, T5, KERPLE and FIRE its
-`bias()`. Nothing is re-derived here.
+its `inv_freq` and cos/sin from `rotary_cos_sin()` + `apply_rotary()` (xPos's scales too), the biases of ALiBi, T5,
+KERPLE and FIRE its `bias()`, CoPE's positions its `contextual_positions()` in a forward pass. Nothing is re-derived
+here.
 
     model, label = load_for_plots("out/tinygpt")              # or a GPT-2 folder / Hub id, a config.json, "rope"
     arrays = plot_positions(model, "plots/", label=label)     # {picture name: {array name: numpy array}}
@@ -11,8 +12,10 @@ its `inv_freq` and cos/sin from `rotary_cos_sin()` + `apply_rotary()`, the biase
 Which pictures apply (`PICTURES`):
     learned, sinusoidal  position_matrix, dimension_traces, cosine_similarity, token_vs_position
     rope                 rope_frequencies, rope_similarity, token_vs_position
+    xpos                 xpos_decay, rope_similarity, token_vs_position
     alibi                alibi_bias, token_vs_position
     t5, kerple, fire     t5_bias / kerple_bias / fire_bias, token_vs_position
+    cope                 cope_positions (on the prompt), token_vs_position
     none                 token_vs_position   (its title says that no position information enters at all)
 
 Figures are `matplotlib.figure.Figure` objects saved straight to files: no pyplot, no global state, no window, so
@@ -43,10 +46,12 @@ PICTURES = {
     "learned": ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position"),
     "sinusoidal": ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position"),
     "rope": ("rope_frequencies", "rope_similarity", "token_vs_position"),
+    "xpos": ("xpos_decay", "rope_similarity", "token_vs_position"),
     "alibi": ("alibi_bias", "token_vs_position"),
     "t5": ("t5_bias", "token_vs_position"),
     "kerple": ("kerple_bias", "token_vs_position"),
     "fire": ("fire_bias", "token_vs_position"),
+    "cope": ("cope_positions", "token_vs_position"),
     "none": ("token_vs_position",),
 }
 ROWS_SCHEMES = ("learned", "sinusoidal")  # the schemes that add a row per position to the token embeddings
@@ -55,10 +60,12 @@ DEFAULT_PROMPT = "The cat sat on the mat by the door"  # " the" twice: one token
 BARE_CONFIG = dict(n_embd=128, n_positions=256, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 WHERE_POSITIONS_ACT = {
     "rope": "rope adds nothing to the embeddings: it rotates q and k inside attention",
+    "xpos": "xpos adds nothing to the embeddings: it rotates and scales q and k inside attention",
     "alibi": "alibi adds nothing to the embeddings: it biases the attention scores by distance",
     "t5": "t5 adds nothing to the embeddings: it biases the attention scores by bucket of distance",
     "kerple": "kerple adds nothing to the embeddings: it biases the attention scores by a kernel of distance",
     "fire": "fire adds nothing to the embeddings: it biases the attention scores by a learned function of distance",
+    "cope": "cope adds nothing to the embeddings: it counts positions from the attention scores in every layer",
     "none": "no position information at all: only the causal mask orders the tokens",
 }
 
@@ -333,14 +340,14 @@ def rope_similarity(model, max_offset: int | None = None) -> tuple[np.ndarray, n
 
     That is mean_i cos(m·θ_i) over the rotated pairs, which is also the expected q·k (normalised) for q = k with
     i.i.d. zero-mean entries: how much RoPE alone lowers the score of a key that matches the query exactly, as it
-    moves m positions back. 1 at offset 0. Any attention scaling (YaRN) cancels in the ratio. With rope_type
+    moves m positions back. 1 at offset 0 (xPos: mean_i ζ_i^(m/γ)·cos(m·θ_i)). Any attention scaling (YaRN) cancels
+    in the ratio. With rope_type
     "dynamic" and more than n_positions offsets, the model rescales its frequencies as a forward pass that long
     would (and leaves them so until a shorter one), so the curve is what such a pass computes."""
     body = _body(model)
     n = _positions(model, max_offset)
     ones = torch.ones(1, 1, n, model.config.rotary_dim)  # (batch, heads, positions, rotary_dim)
-    cos, sin = body.positions.rotary_cos_sin(ones, torch.arange(n)[None])
-    query, key = apply_rotary(ones, ones, cos, sin)
+    query, key = apply_rotary(ones, ones, *body.positions.rotary_cos_sin(ones, torch.arange(n)[None]))  # xPos: 4
     scores = query[0, 0] @ key[0, 0, 0]  # query at every position m · key at position 0
     return np.arange(n), _numpy(scores / scores[0])
 
@@ -372,9 +379,33 @@ def plot_rope_similarity(model, out_dir, *, label=None, svg=False, max_positions
         fontsize=9,
         bbox=dict(fc="white", ec="0.8"),
     )
-    _title(fig, "RoPE: similarity of identical q and k as their offset grows", model, label)
+    what = "xPos" if _scheme(model) == "xpos" else "RoPE"
+    _title(fig, f"{what}: similarity of identical q and k as their offset grows", model, label)
     _save(fig, out_dir, "rope_similarity", svg)
     return {"offsets": offsets, "similarity": similarity}
+
+
+@torch.no_grad()
+def plot_xpos_decay(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
+    """`xpos_decay`: how much xPos shrinks each rotated pair's share of q·k as the offset m grows, ζ_i^(m/γ): the
+    length of pair i's (cos, sin) for a query at position m times that of a key at position 0, both from the model's
+    `rotary_cos_sin`. Returns {"offsets": (n,), "decay": (head_dim/2, n)}."""
+    _requires(model, "xpos_decay")
+    n = _positions(model, max_positions)
+    cos, sin, key_cos, key_sin = _body(model).positions.rotary_cos_sin(torch.zeros(1, n, 1), torch.arange(n)[None])
+    pairs = cos.shape[-1] // 2
+    decay = _numpy((torch.hypot(cos, sin) * torch.hypot(key_cos, key_sin)[:, :1])[0, :, :pairs].T)
+    fig = Figure(figsize=(10, 5.5), layout="constrained")
+    ax = fig.add_subplot()
+    colours = _colour_cycle(pairs)
+    shown = sorted(set(np.linspace(0, pairs - 1, min(pairs, 8)).round().astype(int)))
+    for pair in shown:
+        ax.plot(np.arange(n), decay[pair], color=colours[pair], lw=1.2, label=f"pair {pair}")
+    ax.set(xlabel="offset m = query position − key position", ylabel="factor on pair i's share of q·k")
+    ax.legend(fontsize=8)
+    _title(fig, f"xPos: ζ_i^(m/γ), γ = xpos_scale_base = {model.config.xpos_scale_base:g}", model, label)
+    _save(fig, out_dir, "xpos_decay", svg)
+    return {"offsets": np.arange(n), "decay": decay}
 
 
 # ---- attention biases: alibi, t5, kerple, fire -------------------------------------------------------------------
@@ -420,6 +451,59 @@ def _colour_cycle(n: int):
     from matplotlib import colormaps
 
     return colormaps["viridis"](np.linspace(0, 0.9, n))
+
+
+# ---- cope: positions counted from the prompt's own scores -------------------------------------------------------
+
+
+@torch.no_grad()
+def cope_positions(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> dict:
+    """CoPE's contextual positions on `prompt`, as the model's forward pass computes them (its
+    `contextual_positions`, recorded in each layer): {"tokens", "positions": (n_layer, n_head, T, T)}, entry
+    [layer, head, i, j] the position of key j seen from query i (0 where the causal mask hides j)."""
+    body, tokenizer = _body(model), tokenizer or gpt2_tokenizer()
+    raw_ids = tokenizer(prompt)["input_ids"]
+    if not raw_ids:
+        raise ValueError(f"the prompt {prompt!r} gives no tokens")
+    ids, _ = _fit_vocabulary(raw_ids, model.config.vocab_size)
+    cope, recorded = body.positions, []
+    count = cope.contextual_positions
+    cope.contextual_positions = lambda scores: recorded.append(count(scores)) or recorded[-1]
+    try:
+        model(torch.tensor([ids]))
+    finally:
+        del cope.contextual_positions  # the class's method again
+    positions = torch.stack([layer[0] for layer in recorded]) * torch.ones(len(ids), len(ids)).tril()
+    return {"tokens": [tokenizer.decode([token_id]) for token_id in raw_ids], "positions": _numpy(positions)}
+
+
+@torch.no_grad()
+def plot_cope_positions(model, out_dir, *, label=None, svg=False, prompt=DEFAULT_PROMPT, tokenizer=None) -> dict:
+    """`cope_positions`: `cope_positions()` for head 0 of the first and last layers (query × key), and the position
+    of every key seen from the last query, per head of the first layer. Returns `cope_positions()`'s dict."""
+    _requires(model, "cope_positions")
+    result = cope_positions(model, prompt, tokenizer)
+    positions, names = result["positions"], [f"{i}: {text!r}" for i, text in enumerate(result["tokens"])]
+    layers = sorted({0, len(positions) - 1})
+    fig = Figure(figsize=(6 * (len(layers) + 1), 6), layout="constrained")
+    axes = fig.subplots(1, len(layers) + 1, squeeze=False)[0]
+    for ax, layer in zip(axes, layers, strict=False):
+        image = ax.imshow(positions[layer, 0], cmap="viridis", vmin=0)
+        fig.colorbar(image, ax=ax, label="contextual position", shrink=0.8)
+        ax.set(title=f"layer {layer}, head 0", xlabel="key", ylabel="query", xticks=range(len(names)))
+        ax.set_xticklabels(names, fontsize=7, rotation=90)
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+    last = axes[-1]
+    colours = _colour_cycle(positions.shape[1])
+    for head, row in enumerate(positions[0, :, -1]):
+        last.plot(np.arange(len(names)), row, "o-", ms=3, color=colours[head], label=f"head {head}")
+    last.set(xlabel="key", ylabel="contextual position", title="seen from the last query, layer 0")
+    last.set_xticks(range(len(names)), names, fontsize=7, rotation=90)
+    last.legend(fontsize=8)
+    most = model.config.cope_max_positions
+    _title(fig, f"CoPE: positions counted by gates σ(q·k) over {prompt!r} (at most {most - 1})", model, label)
+    _save(fig, out_dir, "cope_positions", svg)
+    return result
 
 
 # ---- every scheme: token vs position ---------------------------------------------------------------------------
@@ -605,10 +689,12 @@ def plot_positions(
         "cosine_similarity": lambda: plot_cosine_similarity(model, out_dir, max_positions=max_positions, **common),
         "rope_frequencies": lambda: plot_rope_frequencies(model, out_dir, **common),
         "rope_similarity": lambda: plot_rope_similarity(model, out_dir, max_positions=max_positions, **common),
+        "xpos_decay": lambda: plot_xpos_decay(model, out_dir, max_positions=max_positions, **common),
         "alibi_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
         "t5_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
         "kerple_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
         "fire_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
+        "cope_positions": lambda: plot_cope_positions(model, out_dir, prompt=prompt, tokenizer=tokenizer, **common),
         "token_vs_position": lambda: plot_token_vs_position(
             model, out_dir, prompt=prompt, tokenizer=tokenizer, **common
         ),
@@ -624,8 +710,10 @@ def written_files(out_dir, names, svg: bool = False) -> list[Path]:
 __all__ = [
     "DEFAULT_PROMPT",
     "PICTURES",
+    "cope_positions",
     "load_for_plots",
     "plot_attention_bias",
+    "plot_cope_positions",
     "plot_cosine_similarity",
     "plot_dimension_traces",
     "plot_position_matrix",
@@ -633,6 +721,7 @@ __all__ = [
     "plot_rope_frequencies",
     "plot_rope_similarity",
     "plot_token_vs_position",
+    "plot_xpos_decay",
     "rope_similarity",
     "token_vs_position",
     "trace_dimensions",
