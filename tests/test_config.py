@@ -70,6 +70,13 @@ def test_a_schemes_own_fields_take_their_defaults_and_survive_a_round_trip(tmp_p
         (dict(position_embedding_type="fire", fire_mlp_width=0), r"fire_mlp_width must be an integer in \[1"),
         (dict(position_embedding_type="fire", fire_init_c=-0.1), "fire_init_c must be a finite number > 0"),
         (dict(position_embedding_type="fire", fire_init_L=float("nan")), "fire_init_L must be a finite number > 0"),
+        (dict(position_embedding_type="rope", no_rope_layer_interval=0), "no_rope_layer_interval must be a positive"),
+        (dict(position_embedding_type="xpos", no_rope_layer_interval=2), "no_rope_layer_interval only applies to"),
+        (dict(position_embedding_type="xpos", xpos_scale_base=0), "xpos_scale_base must be a finite number > 0"),
+        (dict(position_embedding_type="xpos", n_embd=36, n_head=4), r"head_dim \(9\) must be even"),
+        (dict(position_embedding_type="xpos", rope_theta=500.0), "only apply to position_embedding_type='rope'"),
+        (dict(position_embedding_type="cope", cope_max_positions=0), r"cope_max_positions must be an integer in \[1"),
+        (dict(position_embedding_type="rope", cope_max_positions=8), "cope_max_positions only applies to .*'cope'"),
     ],
 )
 def test_invalid_config_raises_value_error_naming_the_field(fields, message):

@@ -310,6 +310,8 @@ def test_the_conversion_scripts_are_the_convert_verb(tmp_path):
         ("rope", "gpt2", "RoPE rotates q and k inside attention, which GPT-2's attention does not"),
         ("alibi", "gpt2", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
         ("alibi", "gpt_neox", "no exact twin among transformers' architectures: BLOOM normalises the token embeddings"),
+        ("xpos", "gpt_neox", "no exact twin among transformers' architectures: none scales q and k as xPos does"),
+        ("cope", "gpt2", "no exact twin among transformers' architectures: none counts positions from the attention"),
     ],
 )
 def test_export_names_what_the_target_cannot_express(tmp_path, scheme, to, reason, cli):

@@ -10,6 +10,7 @@ from transformers import DynamicCache, LlamaConfig, StaticCache
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
+from hf_tinygpt.model.gpt_neox_layout import gpt_neox_fields_of_tinygpt
 from hf_tinygpt.model.positions import (
     AlibiPositions,
     CopePositions,
@@ -624,6 +625,8 @@ def test_rope_skips_the_layers_llama_4_configures_without_it():
     with torch.no_grad():
         assert torch.equal(unrotated(ids).logits, nope(ids).logits)
         assert not torch.allclose(tiny_model("rope", no_rope_layer_interval=2)(ids).logits, nope(ids).logits)
+    with pytest.raises(ValueError, match="GPT-NeoX rotates q and k in every layer; no_rope_layer_interval=2"):
+        gpt_neox_fields_of_tinygpt(tiny_config("rope", no_rope_layer_interval=2))
 
 
 def test_the_learned_biases_start_where_their_docstrings_say():
@@ -701,7 +704,9 @@ def kernel_without_bias():
 
 
 @pytest.mark.parametrize("scheme_name", ["alibi", "t5", "kerple", "fire", "cope"])
-def test_a_bias_scheme_is_refused_at_load_under_a_kernel_that_takes_no_bias(tmp_path, kernel_without_bias, scheme_name):
+def test_a_scheme_acting_on_the_scores_is_refused_at_load_under_a_kernel_that_cannot_take_it(
+    tmp_path, kernel_without_bias, scheme_name
+):
     tiny_model(scheme_name).save_pretrained(tmp_path / scheme_name)
     acts = (
         "adds position logits computed from the attention scores" if scheme_name == "cope" else "adds a per-head bias"

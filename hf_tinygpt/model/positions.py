@@ -438,7 +438,7 @@ class CopePositions(PositionScheme):
 
     def __init__(self, config: TinyGPTConfig):
         super().__init__()
-        self.scheme = config.position_embedding_type
+        self.scheme, self.num_heads = config.position_embedding_type, config.n_head
         check_kernel(config, self.ACTS)
         self.pos_emb = nn.Parameter(torch.empty(config.n_layer, config.cope_max_positions, config.head_size))
 
@@ -464,6 +464,12 @@ class CopePositions(PositionScheme):
         """Eager attention (transformers' attention-interface signature) with CoPE's logits added to the scores."""
         if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
             raise ValueError(needs_a_full_mask(self.scheme, self.ACTS, "a kernel that takes no additive mask"))
+        if query.shape[1] != self.num_heads:  # head-sharded tensor parallelism: this rank computes some heads
+            raise ValueError(
+                f"position_embedding_type='cope' learns position vectors shared by all {self.num_heads} heads, but "
+                f"this attention layer computes {query.shape[1]}: under head-sharded tensor parallelism each rank's "
+                "gradient of them would cover its own heads only. Load this model without tensor parallelism"
+            )
         allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
         scores = (query @ key.transpose(-1, -2)) * scaling
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
