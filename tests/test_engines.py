@@ -51,8 +51,14 @@ def installed(engine):
 # ---- torch.export (ExecuTorch's entry point) ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
-def test_an_exported_program_decodes_transformers_greedy_tokens(scheme):
+# Every scheme, and RoPE with NoPE layers (Llama 4's interleaving): (scheme, config fields) by test id.
+VARIANTS = {scheme: (scheme, {}) for scheme in POSITION_SCHEMES} | {
+    "rope-nope-layers": ("rope", {"no_rope_layer_interval": 2})
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_an_exported_program_decodes_transformers_greedy_tokens(variant):
     """transformers' `TorchExportableModuleForDecoderOnlyLM` exports the model with a static cache; the program, fed
     the prompt one token at a time and then its own best token, gives `generate`'s greedy tokens and, at every
     step, the logits of a full forward. (transformers' own `.generate` helper for such a program feeds the prompt's
@@ -60,7 +66,8 @@ def test_an_exported_program_decodes_transformers_greedy_tokens(scheme):
     from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
-    model = tiny_model(scheme)
+    scheme, fields = VARIANTS[variant]
+    model = tiny_model(scheme, **fields)
     length = 32
     cache = {"batch_size": 1, "max_cache_len": length}
     model.generation_config = GenerationConfig(
@@ -93,13 +100,14 @@ def onnx_python():
     return installed(onnx_engine)
 
 
-@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
-def test_onnx_runtime_gives_transformers_logits(tmp_path, onnx_python, scheme):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_onnx_runtime_gives_transformers_logits(tmp_path, onnx_python, variant):
     """torch.onnx.export (dynamo) of the saved folder, loaded through its own code, positions counted from each row's
     first real token (the README's recipe); ONNX Runtime's logits on a left-padded batch of another length than the
     export's example equal transformers' within 1e-4, on the padded row too, as if it came alone."""
+    scheme, fields = VARIANTS[variant]
     torch.manual_seed(0)
-    model = TinyGPTForCausalLM(tiny_config(scheme, initializer_range=0.2)).eval()
+    model = TinyGPTForCausalLM(tiny_config(scheme, initializer_range=0.2, **fields)).eval()
     model.save_pretrained(tmp_path / scheme)
     input_ids = torch.randint(0, model.config.vocab_size, (2, 11))
     attention_mask = torch.ones_like(input_ids)
