@@ -123,12 +123,12 @@ def test_onnx_runtime_gives_transformers_logits(tmp_path, onnx_python, variant):
 # ---- models the engines are given: head_dim 32 (vLLM's CPU attention takes 32..512), GPT-2's vocabulary -----------
 
 
-def engine_model(scheme: str) -> TinyGPTForCausalLM:
+def engine_model(scheme: str, **fields) -> TinyGPTForCausalLM:
     """Random weights, large enough (initializer_range 0.2) that greedy choices are clear: for rope, ≥ 0.044 between
     the two best logits at every step of the PROMPTS' continuations, far above the engines' differences (≤ 1e-3)."""
     torch.manual_seed(0)
     config = TinyGPTConfig(
-        position_embedding_type=scheme, n_embd=64, n_head=2, n_layer=2, n_positions=128, initializer_range=0.2
+        position_embedding_type=scheme, n_embd=64, n_head=2, n_layer=2, n_positions=128, initializer_range=0.2, **fields
     )
     return TinyGPTForCausalLM(config).eval()
 
@@ -152,7 +152,12 @@ def folders(tmp_path_factory) -> dict[str, tuple[Path, list[list[int]]]]:
     """name → (folder, transformers' greedy tokens): the shipped model (rope) and a learned model as saved TinyGPT
     folders (weights, their code, the tokenizer), and their exact twins exported by `hf-tinygpt convert --to`."""
     root = tmp_path_factory.mktemp("engines")
-    models = {"shipped": load_strictly(DEFAULT_MODEL_DIR).float().eval(), "learned": engine_model("learned")}
+    models = {
+        "shipped": load_strictly(DEFAULT_MODEL_DIR).float().eval(),
+        "learned": engine_model("learned"),
+        "xpos": engine_model("xpos"),  # rotations in our own attention module, which vLLM's backend calls
+        "rope-nope-layers": engine_model("rope", no_rope_layer_interval=2),
+    }
     made = {}
     for name, model in models.items():
         model.save_pretrained(root / name)
@@ -177,6 +182,8 @@ def vllm_python():
     [
         ("shipped", "TransformersForCausalLM"),
         ("learned", "TransformersForCausalLM"),  # the folder's own code
+        ("xpos", "TransformersForCausalLM"),
+        ("rope-nope-layers", "TransformersForCausalLM"),
         ("shipped-gpt_neox", "GPTNeoXForCausalLM"),
         ("learned-gpt2", "GPT2LMHeadModel"),  # vLLM's native classes
     ],

@@ -49,12 +49,12 @@ class TinyGPTConfig(PreTrainedConfig):
         GPT-2 (inputs longer than `n_positions` are refused). `"sinusoidal"`: fixed sin/cos rows added to the
         input (Vaswani et al. 2017). `"rope"`: q and k are rotated by an angle proportional to the position
         (Su et al. 2021, as in LLaMA). `"xpos"`: RoPE whose rotated pairs also shrink with distance (Sun et al.
-        2022). `"alibi"`: a per-head linear penalty on attention scores by distance
-        (Press et al. 2021). `"t5"`: a learned per-head bias for each bucket of distances (Raffel et al. 2020).
-        `"kerple"`: a learned per-head kernel of the distance (Chi et al. 2022). `"fire"`: a learned function of
-        the distance relative to the query's position (Li et al. 2023). `"cope"`: positions counted by learned gates over
-        the keys, from the attention scores themselves (Golovneva et al. 2024). `"none"`: no position information at all
-        (NoPE); the causal mask alone orders tokens.
+        2022). `"alibi"`: a per-head linear penalty on attention scores by distance (Press et al. 2021). `"t5"`: a
+        learned per-head bias for each bucket of distances (Raffel et al. 2020). `"kerple"`: a learned per-head
+        kernel of the distance (Chi et al. 2022). `"fire"`: a learned function of the distance relative to the
+        query's position (Li et al. 2023). `"cope"`: positions counted by gates over the keys, from the attention
+        scores themselves (Golovneva et al. 2024). `"none"`: no position information at all (NoPE); the causal mask
+        alone orders tokens.
     no_rope_layer_interval (`int`, *optional*):
         Only with `"rope"`: every n-th layer (layers n-1, 2n-1, ...) does not rotate q and k, as in Llama 4 (whose
         config field this is); unset, every layer rotates.

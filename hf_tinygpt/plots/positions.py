@@ -341,9 +341,9 @@ def rope_similarity(model, max_offset: int | None = None) -> tuple[np.ndarray, n
     That is mean_i cos(m·θ_i) over the rotated pairs, which is also the expected q·k (normalised) for q = k with
     i.i.d. zero-mean entries: how much RoPE alone lowers the score of a key that matches the query exactly, as it
     moves m positions back. 1 at offset 0 (xPos: mean_i ζ_i^(m/γ)·cos(m·θ_i)). Any attention scaling (YaRN) cancels
-    in the ratio. With rope_type
-    "dynamic" and more than n_positions offsets, the model rescales its frequencies as a forward pass that long
-    would (and leaves them so until a shorter one), so the curve is what such a pass computes."""
+    in the ratio. With rope_type "dynamic" and more than n_positions offsets, the model rescales its frequencies as
+    a forward pass that long would (and leaves them so until a shorter one), so the curve is what such a pass
+    computes."""
     body = _body(model)
     n = _positions(model, max_offset)
     ones = torch.ones(1, 1, n, model.config.rotary_dim)  # (batch, heads, positions, rotary_dim)
@@ -473,7 +473,7 @@ def cope_positions(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> dict:
         model(torch.tensor([ids]))
     finally:
         del cope.contextual_positions  # the class's method again
-    positions = torch.stack([layer[0] for layer in recorded]) * torch.ones(len(ids), len(ids)).tril()
+    positions = torch.stack([layer[0] for layer in recorded])  # a hidden key's gate is σ(masked score) = 0
     return {"tokens": [tokenizer.decode([token_id]) for token_id in raw_ids], "positions": _numpy(positions)}
 
 
