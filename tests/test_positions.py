@@ -495,16 +495,15 @@ def x_transformers_attention(model, **options):
 
 
 def layer_zero(model, x: torch.Tensor, attention_mask=None) -> torch.Tensor:
-    """Layer 0's attention of `model` on hidden states `x` (1, T, C), its rotation and mask as the model makes them."""
+    """Layer 0's attention of `model` on hidden states `x` (1, T, C), its rotation and mask as the model makes them
+    (CoPE's layers hold their own attention, `attn.attend`)."""
     from transformers.masking_utils import create_causal_mask
 
     positions, position_ids = model.transformer.positions, torch.arange(x.shape[1])[None]
     mask = create_causal_mask(model.config, x, attention_mask, None, position_ids, allow_is_causal_skip=False)
     rotary = positions.rotary_cos_sin(x, position_ids)
     with torch.no_grad():
-        out, _ = model.transformer.h[0].attn(
-            x, mask, rotary=rotary, attend=positions.attention(0), position_ids=position_ids
-        )
+        out, _ = model.transformer.h[0].attn(x, mask, rotary=rotary, position_ids=position_ids)
     return out
 
 

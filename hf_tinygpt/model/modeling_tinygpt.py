@@ -56,10 +56,9 @@ class TinyGPTAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
         self.attn_dropout = nn.Dropout(config.attn_pdrop)
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
+        self.attend: Callable | None = None  # the scheme's own attention (CoPE's), else the config's kernel
 
-    def forward(
-        self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, attend=None, **kwargs
-    ):
+    def forward(self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, **kwargs):
         batch, length, _ = hidden_states.shape
         qkv = self.c_attn(hidden_states)  # (B, T, 3C): [q | k | v]; under tensor parallelism, this rank's heads only
         check_sharded_heads(qkv, attention_mask, self.head_dim, self.num_heads, self.config.position_embedding_type)
@@ -70,9 +69,12 @@ class TinyGPTAttention(nn.Module):
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, H, past + T, D)
 
-        attention_interface: Callable = attend or ALL_ATTENTION_FUNCTIONS.get_interface(
+        # vLLM finds a layer's attention by reading this one assignment in the source: it stays a plain lookup.
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
+        if self.attend is not None:
+            attention_interface = self.attend
         attn_output, attn_weights = attention_interface(
             self,
             query,
@@ -115,10 +117,8 @@ class TinyGPTBlock(GradientCheckpointingLayer):
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.mlp = TinyGPTMLP(config)
 
-    def forward(self, hidden_states, attention_mask=None, cache=None, rotary=None, attend=None, **kwargs):
-        attn_output, _ = self.attn(
-            self.ln_1(hidden_states), attention_mask, cache=cache, rotary=rotary, attend=attend, **kwargs
-        )
+    def forward(self, hidden_states, attention_mask=None, cache=None, rotary=None, **kwargs):
+        attn_output, _ = self.attn(self.ln_1(hidden_states), attention_mask, cache=cache, rotary=rotary, **kwargs)
         hidden_states = hidden_states + attn_output
         return hidden_states + self.mlp(self.ln_2(hidden_states))
 
@@ -173,6 +173,8 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         self.add_module(positions.module_name, positions)  # `wpe`, or `rotary_emb` for rope
         self.drop = nn.Dropout(config.embd_pdrop)
         self.h = nn.ModuleList(TinyGPTBlock(config, layer_idx=i) for i in range(config.n_layer))
+        for i, block in enumerate(self.h):  # an attribute, not an argument: engines trace the attention's forward
+            block.attn.attend = positions.attention(i)
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.gradient_checkpointing = False
         self.post_init()
@@ -236,14 +238,9 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         rotary = self.positions.rotary_cos_sin(hidden_states, position_ids)
 
         for i, block in enumerate(self.h):
+            rotary_here = self.positions.rotary_in_layer(rotary, i)
             hidden_states = block(
-                hidden_states,
-                attention_mask,
-                cache=cache,
-                rotary=self.positions.rotary_in_layer(rotary, i),
-                attend=self.positions.attention(i),
-                position_ids=position_ids,
-                **kwargs,
+                hidden_states, attention_mask, cache=cache, rotary=rotary_here, position_ids=position_ids, **kwargs
             )
         hidden_states = self.ln_f(hidden_states)
         return BaseModelOutputWithPast(last_hidden_state=hidden_states, **{CACHE_FIELD: cache if use_cache else None})
