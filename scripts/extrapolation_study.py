@@ -40,7 +40,7 @@ from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.folders.outputs import MANIFEST, output_folder
 from hf_tinygpt.train.data import tokenize_files
 from hf_tinygpt.train.evaluate import perplexity, sliding_perplexity
-from hf_tinygpt.train.loop import train
+from hf_tinygpt.train.loop import keep_freed_memory, train
 from hf_tinygpt.train.run_folder import CHECKPOINTS, FINAL, SUMMARY
 from hf_tinygpt.train.settings import TrainingSettings
 
@@ -343,6 +343,7 @@ def main(argv=None) -> int:
         "context (held-out tokens), one seed: checks the pipeline only",
     )
     args = parser.parse_args(argv)
+    keep_freed_memory()  # this process trains and scores only, as `hf-tinygpt train` does: about 2× faster steps
     transformers.utils.logging.disable_progress_bar()  # a bar per model loaded would bury the tables
     if args.quick:
         args.block_size, args.steps, args.batch_size, args.n_layer, args.n_embd, args.n_head = 16, 4, 4, 1, 16, 2
