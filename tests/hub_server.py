@@ -83,6 +83,7 @@ class HubServer:
         self.failures: dict[str, tuple[int, str, dict[str, str]]] = {}
         self.after: dict[str, Callable[[], None]] = {}
         self._repos: dict[tuple[str, str], _Repo] = {}
+        self.collections: dict[str, dict] = {}  # slug -> the collection as the Hub answers it
         self._lock = threading.RLock()  # requests are served on several threads
         self._httpd: ThreadingHTTPServer | None = None
 
@@ -199,6 +200,8 @@ class HubServer:
             return self._create_repo(json.loads(body), token)
         if method == "POST" and segs == ["api", "validate-yaml"]:  # upload_folder checks a README.md's metadata
             return self._validate_yaml(json.loads(body)["content"])
+        if segs[:2] == ["api", "collections"]:
+            return self._collection_request(method, segs[2:], json.loads(body or b"{}"), token)
         if segs == ["api", "agent-harnesses"]:  # build_hf_headers() fetches this once per process from HF_ENDPOINT
             return _json({"standardEnvVars": [], "harnesses": {}})
         if len(segs) < 4 or segs[1] not in API_SEGMENTS:
@@ -260,6 +263,53 @@ class HubServer:
             repo.refs["main"] = initial
             self._repos[(repo_type, repo_id)] = repo
         return _json({"url": url, "name": repo_id})
+
+    def _collection_request(self, method: str, rest: list[str], payload: dict, token: str | None):
+        """Collections as huggingface_hub's create_collection / add_collection_item / get_collection use them: a
+        title is unique per namespace (a second create answers 409 with the slug); an item must be a repo that
+        exists, and only once (409)."""
+        with self._lock:
+            if method == "POST" and not rest:
+                if not token:
+                    raise HubError(401, "Creating a collection needs an `Authorization: Bearer <token>` header")
+                namespace, title = payload["namespace"], payload["title"]
+                for slug, collection in self.collections.items():
+                    if collection["owner"]["name"] == namespace and collection["title"] == title:
+                        raise HubError(409, "You already have a collection with this title", slug=slug)
+                slug = f"{namespace}/{re.sub(r'[^a-z0-9]+', '-', title.lower()).strip('-')}-{secrets.token_hex(12)}"
+                self.collections[slug] = {
+                    "slug": slug,
+                    "title": title,
+                    "description": payload.get("description"),
+                    "owner": {"name": namespace},
+                    "items": [],
+                    "lastUpdated": "2026-01-01T00:00:00.000Z",
+                    "position": 0,
+                    "private": bool(payload.get("private")),
+                    "theme": "default",
+                    "upvotes": 0,
+                }
+                return _json(self.collections[slug])
+            slug = "/".join(rest[:2])
+            if slug not in self.collections:
+                raise HubError(404, f"Collection {slug} not found")
+            collection = self.collections[slug]
+            if method == "GET" and len(rest) == 2:
+                return _json(collection)
+            if method == "POST" and rest[2:] == ["items"]:
+                if not token:
+                    raise HubError(401, "Adding to a collection needs an `Authorization: Bearer <token>` header")
+                item = payload["item"]
+                self._repo(item["type"], item["id"], token)  # 404 unless the repo exists and is visible
+                if any(known["id"] == item["id"] for known in collection["items"]):
+                    raise HubError(409, "Item already in the collection")
+                entry = {"_id": secrets.token_hex(12), "id": item["id"], "type": item["type"]}
+                entry["position"] = len(collection["items"])
+                if payload.get("note"):
+                    entry["note"] = {"text": payload["note"]}
+                collection["items"].append(entry)
+                return _json(collection)
+        raise HubError(404, f"hub_server does not implement {method} /api/collections/{'/'.join(rest)}")
 
     def _repo_info(self, repo_type: str, repo_id: str, revision: str, token: str | None):
         with self._lock:

@@ -725,3 +725,47 @@ def test_push_refuses_settings_that_generate_would_crash_on_or_misread(file, con
     code, err = run_cli(capsys, "push", folder, "me/model", "--dry-run", "--out", tmp_path / "staged")
     assert code == 2 and message in last_line(err), err
     assert not (tmp_path / "staged").exists()
+
+
+def test_push_adds_each_model_to_one_collection_of_the_owner_made_once(hub, tmp_path, capsys, monkeypatch):
+    """`push --collection TITLE` (the length study's zoo): the first push makes the owner's collection, later ones add
+    to it, a model pushed again stays listed once; huggingface_hub's own get_collection reads it back."""
+    from huggingface_hub import HfApi
+
+    cli_against(hub, monkeypatch)
+    for i, scheme in enumerate(("rope", "alibi", "rope")):
+        _, folder = tinygpt_folder(tmp_path / str(i), scheme=scheme)
+        code = main(["push", str(folder), f"tester/zoo-{scheme}", "--collection", "Position zoo", "--token", HUB_TOKEN])
+        assert code == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    [slug] = hub.collections
+    assert f"collection: {hub.url}/collections/{slug}" in printed and slug.startswith("tester/position-zoo-")
+    collection = HfApi(endpoint=hub.url, token=HUB_TOKEN).get_collection(slug)
+    assert collection.title == "Position zoo" and not collection.private
+    assert [(item.item_id, item.item_type) for item in collection.items] == [
+        ("tester/zoo-rope", "model"),
+        ("tester/zoo-alibi", "model"),
+    ]
+    assert HUB_TOKEN not in printed
+
+
+def test_a_collection_the_hub_refuses_is_one_line_after_the_model_was_published(hub, tmp_path, capsys, monkeypatch):
+    cli_against(hub, monkeypatch)
+    _, folder = tinygpt_folder(tmp_path)
+    hub.failures["collections"] = (403, QUOTING, QUOTING_HEADERS)
+    code = main(["push", str(folder), REPO, "--collection", "Zoo", "--token", HUB_TOKEN])
+    printed = capsys.readouterr()
+    assert code == 2 and len(printed.err.strip().splitlines()) == 1, printed.err
+    assert f"adding {REPO} to the collection 'Zoo'" in printed.err and "HTTP 403" in printed.err
+    assert "commit:" in printed.out and set(hub.repo_files(REPO)) == REPO_FILES  # the model itself was published
+    for secret in (HUB_TOKEN, SOMEONE_ELSES, "\x1b"):
+        assert secret not in printed.out + printed.err
+
+
+def test_a_dry_run_says_which_collection_it_would_add_to_and_sends_nothing(hub, tmp_path, capsys, monkeypatch):
+    cli_against(hub, monkeypatch)
+    _, folder = tinygpt_folder(tmp_path)
+    code = main(["push", str(folder), REPO, "--collection", "Zoo", "--dry-run", "--out", str(tmp_path / "staged")])
+    assert code == 0
+    assert f"and {REPO} would be added to the collection 'Zoo'" in capsys.readouterr().out
+    assert hub.requests == [] and hub.collections == {}

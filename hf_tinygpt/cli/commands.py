@@ -539,6 +539,12 @@ def add_push_arguments(parser: argparse.ArgumentParser):
         default=60.0,
         help="seconds a network request may make no progress before the push fails",
     )
+    parser.add_argument(
+        "--collection",
+        metavar="TITLE",
+        help="then add the model to the repo owner's collection of that title, made if needed (with --private, "
+        "a new collection is private too; default: no collection)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="only stage the files into --out and list them")
     parser.add_argument(
         "--out",
@@ -558,7 +564,7 @@ def add_push_arguments(parser: argparse.ArgumentParser):
 
 
 def run_push(args) -> int:
-    from ..hub.publish import push_to_hub, stage_for_hub
+    from ..hub.publish import add_to_collection, push_to_hub, stage_for_hub
 
     def show(files):
         width = max(map(len, files))
@@ -583,6 +589,8 @@ def run_push(args) -> int:
         files = stage_for_hub(args.src, args.out, args.repo_id, force=args.force, **options)
         print(f"dry run: staged in {args.out} what would be uploaded to {args.repo_id}:")
         show(files)
+        if args.collection:
+            print(f"and {args.repo_id} would be added to the collection {args.collection!r}")
         return 0
 
     def staged(files):
@@ -602,6 +610,11 @@ def run_push(args) -> int:
         **options,
     )
     print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
+    if args.collection:
+        url = add_to_collection(
+            args.repo_id, args.collection, private=args.private, token=args.token, timeout=args.timeout
+        )
+        print(f"collection: {url}")
     return 0
 
 
