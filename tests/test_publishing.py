@@ -769,3 +769,11 @@ def test_a_dry_run_says_which_collection_it_would_add_to_and_sends_nothing(hub, 
     assert code == 0
     assert f"and {REPO} would be added to the collection 'Zoo'" in capsys.readouterr().out
     assert hub.requests == [] and hub.collections == {}
+
+
+def test_an_empty_collection_title_is_refused_by_its_flag_before_any_request(hub, tmp_path, capsys, monkeypatch):
+    cli_against(hub, monkeypatch)
+    _, folder = tinygpt_folder(tmp_path)
+    code = main(["push", str(folder), REPO, "--collection", " ", "--token", HUB_TOKEN])
+    assert code == 2 and "--collection must be a title" in capsys.readouterr().err
+    assert hub.requests == []  # refused before the model was pushed

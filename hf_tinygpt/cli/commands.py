@@ -576,6 +576,8 @@ def run_push(args) -> int:
         raise ValueError(
             "--out is where --dry-run stages the files; without --dry-run the push stages in a temporary folder"
         )
+    if args.collection is not None and not args.collection.strip():  # before the push, not after it
+        raise ValueError("--collection must be a title, got an empty one")
     options = dict(
         tokenizer=args.tokenizer,
         base_model=args.base_model,

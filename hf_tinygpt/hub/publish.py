@@ -388,7 +388,7 @@ def push_to_hub(
 
 def add_to_collection(
     repo_id: str,
-    title: str,
+    collection: str,
     *,
     note: str | None = None,
     private: bool = False,
@@ -396,23 +396,23 @@ def add_to_collection(
     endpoint: str | None = None,
     timeout: float = 60.0,
 ) -> str:
-    """Add the model repo `repo_id` to its owner's collection called `title`, made first if the owner has none by
-    that title (`private` then says whether it is); a repo already in it stays where it is. `note` is shown beside
+    """Add the model repo `repo_id` to its owner's collection titled `collection`, made first if the owner has none
+    by that title (`private` then says whether it is); a repo already in it stays where it is. `note` is shown beside
     the model. Returns the collection's URL. Errors as `push_to_hub`'s: one line, never the token."""
     check_repo_id(repo_id)
-    if not title or not title.strip():
+    if not collection.strip():
         raise ValueError("`collection` must be a title, got an empty one")
     api = HfApi(endpoint=endpoint, token=token)
-    doing = f"adding {repo_id} to the collection {title!r} on {api.endpoint}"
+    doing = f"adding {repo_id} to the collection {collection!r} on {api.endpoint}"
     try:
         with network_timeout(timeout), hub_answers_in_one_line(doing, [token]):
             namespace = repo_id.split("/")[0]
-            collection = api.create_collection(title, namespace=namespace, private=private, exists_ok=True)
-            api.add_collection_item(collection.slug, repo_id, "model", note=note, exists_ok=True)
+            made = api.create_collection(collection, namespace=namespace, private=private, exists_ok=True)
+            api.add_collection_item(made.slug, repo_id, "model", note=note, exists_ok=True)
     except _transport_error() as error:
         what = redacted(printable(f"{type(error).__name__}: {error or 'no answer'}"), [token])
         raise ConnectionError(f"{doing} failed: {what} (timeout {timeout:g} s)") from error
-    return collection.url
+    return made.url
 
 
 @contextlib.contextmanager
