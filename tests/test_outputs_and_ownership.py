@@ -394,6 +394,7 @@ NOT_PATHS = {
     "report_to",
     "repo_id",
     "commit_message",
+    "collection",
 }
 
 
