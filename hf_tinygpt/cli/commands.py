@@ -564,7 +564,7 @@ def add_push_arguments(parser: argparse.ArgumentParser):
 
 
 def run_push(args) -> int:
-    from ..hub.publish import add_to_collection, push_to_hub, stage_for_hub
+    from ..hub.publish import add_to_collection, check_collection, push_to_hub, stage_for_hub
 
     def show(files):
         width = max(map(len, files))
@@ -576,8 +576,8 @@ def run_push(args) -> int:
         raise ValueError(
             "--out is where --dry-run stages the files; without --dry-run the push stages in a temporary folder"
         )
-    if args.collection is not None and not args.collection.strip():  # before the push, not after it
-        raise ValueError("--collection must be a title, got an empty one")
+    if args.collection is not None:
+        check_collection(args.collection)  # before the push, not after it
     options = dict(
         tokenizer=args.tokenizer,
         base_model=args.base_model,

@@ -386,6 +386,12 @@ def push_to_hub(
         raise PushInterrupted(interrupted_push(sent, repo_id, f"{api.endpoint}/{repo_id}", revision)) from interrupt
 
 
+def check_collection(collection: str) -> str:
+    if not collection.strip():
+        raise ValueError("`collection` must be a title, got an empty one")
+    return collection
+
+
 def add_to_collection(
     repo_id: str,
     collection: str,
@@ -400,8 +406,7 @@ def add_to_collection(
     by that title (`private` then says whether it is); a repo already in it stays where it is. `note` is shown beside
     the model. Returns the collection's URL. Errors as `push_to_hub`'s: one line, never the token."""
     check_repo_id(repo_id)
-    if not collection.strip():
-        raise ValueError("`collection` must be a title, got an empty one")
+    check_collection(collection)
     api = HfApi(endpoint=endpoint, token=token)
     doing = f"adding {repo_id} to the collection {collection!r} on {api.endpoint}"
     try:
