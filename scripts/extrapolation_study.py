@@ -6,8 +6,8 @@ several seeds each, trained at context L, then scored on held-out text at contex
     sliding  a window of C tokens moving `stride(C, L)` tokens at a time, each token scored once with at least
              C − stride tokens before it (`sliding_perplexity`): extrapolation itself
 
-Every scheme of the package is trained, and the RoPE model is scored again with each scaling transformers offers at
-evaluation (`ROPE_AT_EVALUATION`). Learned positions have no rows beyond n_positions = L: those cells are "not
+Every scheme of the package is trained, and RoPE with Llama 4's NoPE layers too (`TRAINED_VARIANTS`); the RoPE model
+is scored again with each scaling transformers offers at evaluation (`ROPE_AT_EVALUATION`). Learned positions have no rows beyond n_positions = L: those cells are "not
 applicable", not a crash.
 
     python -m scripts.extrapolation_study --out runs/extrapolation     # the study of scripts/README.md
@@ -74,6 +74,11 @@ def rope_at_evaluation(variant: str, context: int, block_size: int) -> dict | No
 
 ROPE_AT_EVALUATION = ("rope+linear", "rope+dynamic-ntk", "rope+yarn")
 
+# A scheme with one of its options set, trained and scored as a scheme of its own: RoPE with Llama 4's NoPE layers
+# (every fourth layer does not rotate; of the study's four layers, the last).
+TRAINED_VARIANTS = {"rope-nope-layers": {"position_embedding_type": "rope", "no_rope_layer_interval": 4}}
+STUDIED = (*SCHEMES[:3], *TRAINED_VARIANTS, *SCHEMES[3:])  # each variant beside its scheme
+
 
 def run_name(scheme: str, seed: int) -> str:
     return f"{scheme}-seed{seed}"
@@ -87,7 +92,7 @@ def trained(base: TrainingSettings, out: Path, scheme: str, seed: int) -> Path:
         return folder / FINAL
     started = folder.exists()
     resume = started and any((folder / CHECKPOINTS).glob("step-*"))
-    config = {**base.config, "position_embedding_type": scheme}
+    config = {**base.config, **TRAINED_VARIANTS.get(scheme, {"position_embedding_type": scheme})}
     train(replace(base, out=str(folder), seed=seed, config=config, resume=resume, force=started and not resume))
     return folder / FINAL
 
@@ -123,7 +128,7 @@ def write_atomically(path: Path, text: str):
     os.replace(staging, path)
 
 
-def study(base: TrainingSettings, out: str | Path, schemes=SCHEMES, seeds=(0, 1, 2)) -> dict:
+def study(base: TrainingSettings, out: str | Path, schemes=STUDIED, seeds=(0, 1, 2)) -> dict:
     """Train every (scheme, seed) with `base` settings (only the scheme and the seed differ), score each model at
     every context both ways on the held-out tokens training validates on (`base.validation_tokens`: the first that
     many, or all), and summarise over seeds. Writes OUT/results.csv, OUT/summary.csv, OUT/results.json and
@@ -320,7 +325,7 @@ def main(argv=None) -> int:
     parser.add_argument("--glob", default="*_gut.txt")
     parser.add_argument("--validation", default=None, help="held-out file (default: DATA/hamlet_gut.txt)")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
+    parser.add_argument("--schemes", nargs="+", default=list(STUDIED), choices=STUDIED)
     parser.add_argument("--block-size", type=int, default=64, help="training context L")
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--batch-size", type=int, default=16)

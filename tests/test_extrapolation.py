@@ -27,8 +27,11 @@ def test_quick_study_scores_every_scheme_both_ways_and_continues_where_it_stoppe
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
     rope_scaled = ["rope+linear", "rope+dynamic-ntk", "rope+yarn"]  # the RoPE model, scaled at evaluation
-    variants = [*POSITION_SCHEMES[:3], *rope_scaled, *POSITION_SCHEMES[3:]]
+    # RoPE with NoPE layers is trained beside it (every fourth layer does not rotate: none of the quick run's one).
+    variants = [*POSITION_SCHEMES[:3], *rope_scaled, "rope-nope-layers", *POSITION_SCHEMES[3:]]
     assert list(dict.fromkeys(row["scheme"] for row in rows)) == variants
+    nope_layers = json.loads((out / "runs" / "rope-nope-layers-seed0" / "model" / "config.json").read_text())
+    assert (nope_layers["position_embedding_type"], nope_layers["no_rope_layer_interval"]) == ("rope", 4)
     assert {row["protocol"] for row in rows} == {"chunks", "sliding"} and {row["seed"] for row in rows} == {"0"}
     assert sorted({int(row["context"]) for row in rows}) == [8, 16, 32, 64, 128, 256]  # L/2 .. 16L for L = 16
     for row in rows:
