@@ -7,8 +7,8 @@ several seeds each, trained at context L, then scored on held-out text at contex
              C − stride tokens before it (`sliding_perplexity`): extrapolation itself
 
 Every scheme of the package is trained, and RoPE with Llama 4's NoPE layers too (`TRAINED_VARIANTS`); the RoPE model
-is scored again with each scaling transformers offers at evaluation (`ROPE_AT_EVALUATION`). Learned positions have no rows beyond n_positions = L: those cells are "not
-applicable", not a crash.
+is scored again with each scaling transformers offers at evaluation (`ROPE_AT_EVALUATION`). Learned positions have
+no rows beyond n_positions = L: those cells are "not applicable", not a crash.
 
     python -m scripts.extrapolation_study --out runs/extrapolation     # the study of scripts/README.md
     python -m scripts.extrapolation_study --out /tmp/x --quick         # a smoke run on a tiny model
