@@ -16,7 +16,7 @@ from hf_tinygpt.model import BUNDLE
 PACKAGE = Path(hf_tinygpt.__file__).parent
 # Lower layers first; a module may import its own folder and the layers before it, never a later one nor a folder
 # beside it in its own layer: the jobs of one layer stand side by side.
-LAYERS = [("model",), ("folders",), ("convert", "train", "generate", "plots"), ("hub",), ("cli",)]
+LAYERS = [("model",), ("folders",), ("convert", "train", "generate", "plots"), ("hub", "explore"), ("cli",)]
 FOLDERS = [folder for layer in LAYERS for folder in layer]
 
 
@@ -122,7 +122,8 @@ def test_importing_the_package_needs_no_extra():
 
 
 @pytest.mark.parametrize(
-    "verb, extra, package", [("train", "train", "accelerate"), ("plot-positions", "plots", "matplotlib")]
+    "verb, extra, package",
+    [("train", "train", "accelerate"), ("plot-positions", "plots", "matplotlib"), ("explore", "explore", "gradio")],
 )
 def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, tmp_path, capsys, verb, extra, package):
     # As if not installed, submodules included; without accelerate there is no peft either (it requires accelerate,
@@ -131,12 +132,16 @@ def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, tmp_path, c
         for name in [name for name in sys.modules if name == blocked or name.startswith(blocked + ".")]:
             monkeypatch.setitem(sys.modules, name, None)
         monkeypatch.setitem(sys.modules, blocked, None)
-    monkeypatch.delitem(
-        sys.modules, "hf_tinygpt.train.loop" if extra == "train" else "hf_tinygpt.plots.positions", raising=False
-    )
+    module = {
+        "train": "hf_tinygpt.train.loop",
+        "plots": "hf_tinygpt.plots.positions",
+        "explore": "hf_tinygpt.explore.app",
+    }
+    monkeypatch.delitem(sys.modules, module[extra], raising=False)
     args = {
         "train": ["train", "--train", str(tmp_path / "texts"), "--out", str(tmp_path / "run")],
         "plot-positions": ["plot-positions", "rope", "--out", str(tmp_path / "plots")],
+        "explore": ["explore", "rope"],
     }[verb]
     assert main(args) == 2
     assert capsys.readouterr().err == (

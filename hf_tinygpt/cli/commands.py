@@ -248,6 +248,46 @@ def run_plot_positions(args) -> int:
     return 0
 
 
+# ---- explore -----------------------------------------------------------------------------------------------------
+
+
+def add_explore_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument(
+        "models",
+        nargs="*",
+        type=input_path,
+        help="tinygpt or GPT-2 folders or Hub ids, config.json files or scheme names, shown side by side "
+        "(default: the shipped model)",
+    )
+    parser.add_argument("--port", type=int_at_least(0, 65535), default=7860, help="port on 127.0.0.1 (0: any free one)")
+    parser.add_argument(
+        "--long-text", type=input_path, metavar="FILE", help="a long text file for the past-the-training-length tab"
+    )
+    add_hub_arguments(parser)
+
+
+def run_explore(args) -> int:
+    from ..explore.app import build_app
+    from ..explore.views import load_models
+    from ..folders.reading import refuse_what_is_not_a_file
+
+    long_text, path = None, args.long_text
+    if path:
+        refuse_what_is_not_a_file(path, f"--long-text {path}")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--long-text {path}: no such file")
+        try:
+            long_text = open(path, encoding="utf-8").read()
+        except UnicodeDecodeError as error:
+            raise ValueError(f"--long-text {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    with no_progress_bars():
+        models = load_models(args.models, hub_kwargs=hub_options(args))
+    demo = build_app(models, long_text=long_text)
+    print(", ".join(f"{label} ({model.config.position_embedding_type})" for label, model in models))
+    demo.launch(server_name="127.0.0.1", server_port=args.port or None)  # loopback only: nothing is shared
+    return 0
+
+
 # ---- verify-gpt2 -------------------------------------------------------------------------------------------------
 
 
@@ -655,6 +695,7 @@ EXAMPLES = {
     "generate": 'hf-tinygpt generate "ROMEO:" --max-new-tokens 40 --seed 0',
     "params": "hf-tinygpt params hf_tinygpt/default_model",
     "plot-positions": "hf-tinygpt plot-positions rope --out plots/rope",
+    "explore": "hf-tinygpt explore hf_tinygpt/default_model runs/alibi/model --long-text held_out.txt",
     "verify-gpt2": "hf-tinygpt verify-gpt2 path/to/gpt2-folder",
     "convert": "hf-tinygpt convert path/to/gpt2-folder --out tinygpt-model --verify\n"
     "  hf-tinygpt convert nanogpt/ckpt.pt --out tinygpt-model --tokenizer gpt2 --trim-vocab 50257\n"
@@ -687,6 +728,12 @@ def build_parser() -> argparse.ArgumentParser:
         "pictures of a model's position scheme (PNG, SVG on request)",
         add_plot_arguments,
         run_plot_positions,
+    )
+    verb(
+        "explore",
+        "the position explorer: a local web app over models side by side ([explore] extra)",
+        add_explore_arguments,
+        run_explore,
     )
     verb(
         "verify-gpt2",

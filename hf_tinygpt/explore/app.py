@@ -1,0 +1,167 @@
+"""`hf-tinygpt explore`: a Gradio app over one or more models, the same prompt for all of them, side by side.
+
+    demo = build_app(load_models(["hf_tinygpt/default_model", "runs/alibi/model"]))
+    demo.launch(server_name="127.0.0.1")
+
+Tabs: token + position (what the first block sees), the scheme's pictures, inside attention (a layer's head on the
+prompt, its weights as a table too), past the training length (per-position loss of a long text, computed live) and
+generate (streamed, greedy). Every event has an `api_name`, so gradio_client drives the same functions the browser
+does.
+"""
+
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+from ..folders.bundled import gpt2_tokenizer
+from ..plots.positions import DEFAULT_PROMPT
+from .views import (
+    attention_pattern,
+    per_position_loss,
+    plot_attention_pattern,
+    plot_per_position_loss,
+    position_pictures,
+    training_context,
+)
+
+try:
+    import gradio as gr
+except ImportError as error:
+    from ..folders.errors import needs_extra
+
+    raise needs_extra("explore", error) from error
+
+
+def build_app(models: list[tuple[str, object]], *, long_text: str | None = None) -> "gr.Blocks":
+    """The explorer's Blocks over `models` ([(label, model)], e.g. from `load_models`)."""
+    tokenizer = gpt2_tokenizer()
+    labels = [label for label, _ in models]
+    pictures_dir = Path(tempfile.mkdtemp(prefix="hf-tinygpt-explore-"))
+    lock = threading.Lock()  # one model call at a time: the models are shared by every browser tab
+    max_layer = min(model.config.n_layer for _, model in models) - 1
+    max_head = min(model.config.n_head for _, model in models) - 1
+
+    def pictures(prompt):
+        with lock:
+            shown = []
+            for index, (label, model) in enumerate(models):
+                folder = pictures_dir / f"{index}-{abs(hash(prompt))}"
+                shown.append(
+                    [(str(path), f"{label}: {path.stem}") for path in position_pictures(model, label, folder, prompt)]
+                )
+        return shown
+
+    def attention(prompt, layer, head):
+        with lock:
+            outputs = []
+            for label, model in models:
+                pattern = attention_pattern(model, prompt, int(layer), int(head), tokenizer)
+                title = f"{label} ({model.config.position_embedding_type}): layer {int(layer)}, head {int(head)}"
+                outputs.append(plot_attention_pattern(pattern, title))
+                headers = [f"{i}: {text}" for i, text in enumerate(pattern["tokens"])]
+                outputs.append({"headers": headers, "data": pattern["weights"].round(6).tolist()})
+        return outputs
+
+    def past_training_length(text, context, progress=gr.Progress()):  # noqa: B008 (how Gradio asks for a bar)
+        ids = torch.tensor(tokenizer(text or "")["input_ids"], dtype=torch.long)
+        if len(ids) < int(context):
+            raise gr.Error(f"the long text has {len(ids)} tokens: paste at least one window ({int(context)} tokens)")
+        curves = []
+        with lock:
+            for label, model in progress.tqdm(models, desc="scoring"):
+                ids_here = ids.clamp(max=model.config.vocab_size - 1)
+                losses = per_position_loss(model, ids_here, int(context))
+                curves.append((label, losses, training_context(model)))
+        windows = len(ids) // int(context)
+        title = f"per-position loss over {windows} windows of {int(context)} tokens"
+        table = {
+            "headers": ["position", *labels],
+            "data": [[i + 1, *(round(float(c[1][i]), 5) for c in curves)] for i in range(int(context) - 1)],
+        }
+        return plot_per_position_loss(curves, title), table
+
+    def generate(prompt, max_new_tokens):
+        from transformers import TextIteratorStreamer
+
+        texts = [""] * len(models)
+        for index, (_, model) in enumerate(models):
+            streamer = TextIteratorStreamer(tokenizer, skip_prompt=True)
+            ids = torch.tensor([tokenizer(prompt)["input_ids"]])
+            with lock:
+                worker = threading.Thread(
+                    target=model.generate,
+                    kwargs=dict(
+                        input_ids=ids,
+                        attention_mask=torch.ones_like(ids),
+                        max_new_tokens=int(max_new_tokens),
+                        do_sample=False,
+                        streamer=streamer,
+                        pad_token_id=tokenizer.eos_token_id,
+                    ),
+                )
+                worker.start()
+                for piece in streamer:
+                    texts[index] += piece
+                    yield list(texts)
+                worker.join()
+        yield list(texts)
+
+    with gr.Blocks(title="hf-tinygpt explore") as demo:
+        gr.Markdown(
+            "# How these GPTs put tokens in order\n"
+            + ", ".join(f"**{label}** ({model.config.position_embedding_type})" for label, model in models)
+        )
+        prompt = gr.Textbox(DEFAULT_PROMPT, label="prompt (repeat a word to see its two positions)")
+        with gr.Tab("Token + position"):
+            token_button = gr.Button("Draw")
+            with gr.Row():
+                token_pictures = [gr.Image(type="filepath", label=label) for label in labels]
+        with gr.Tab("The position scheme"):
+            scheme_button = gr.Button("Draw")
+            with gr.Row():
+                galleries = [
+                    gr.Gallery(label=label, columns=1, object_fit="contain", height="auto") for label in labels
+                ]
+        with gr.Tab("Inside attention"):
+            with gr.Row():
+                layer = gr.Slider(0, max_layer, value=0, step=1, label="layer")
+                head = gr.Slider(0, max_head, value=0, step=1, label="head")
+            attention_button = gr.Button("Show")
+            attention_outputs = []
+            with gr.Row():
+                for label in labels:
+                    with gr.Column():
+                        attention_outputs.append(gr.Plot(label=label))
+                        attention_outputs.append(gr.Dataframe(label=f"{label}: weights (query rows)"))
+        with gr.Tab("Past the training length"):
+            long = gr.Textbox(
+                long_text,
+                label="long text",
+                placeholder="paste a long text: a few thousand tokens",
+                lines=4,
+                max_lines=6,
+            )
+            context = gr.Slider(8, 2048, value=512, step=8, label="window (tokens)")
+            length_button = gr.Button("Score")
+            length_plot = gr.Plot(label="per-position loss")
+            length_table = gr.Dataframe(label="per-position loss (nats)")
+        with gr.Tab("Generate"):
+            new_tokens = gr.Slider(1, 200, value=40, step=1, label="new tokens (greedy)")
+            generate_button = gr.Button("Generate")
+            with gr.Row():
+                continuations = [gr.Textbox(label=label, lines=6) for label in labels]
+
+        def token_images(prompt):
+            return [shown[-1][0] for shown in pictures(prompt)]  # token_vs_position is each scheme's last picture
+
+        def scheme_galleries(prompt):
+            return [shown[:-1] or shown for shown in pictures(prompt)]
+
+        token_button.click(token_images, prompt, token_pictures, api_name="token_position")
+        scheme_button.click(scheme_galleries, prompt, galleries, api_name="position_scheme")
+        attention_button.click(attention, [prompt, layer, head], attention_outputs, api_name="attention")
+        length_button.click(past_training_length, [long, context], [length_plot, length_table], api_name="past_length")
+        generate_button.click(generate, [prompt, new_tokens], continuations, api_name="generate")
+    return demo

@@ -1,0 +1,135 @@
+"""What the explorer shows, from the models' own outputs and the plot-positions pictures; no Gradio here.
+
+    models = load_models(["hf_tinygpt/default_model", "runs/alibi/model"])    # [(label, model)], eager attention
+    pattern = attention_pattern(model, "The cat sat on the mat", layer=0, head=1)
+    curve = per_position_loss(model, token_ids, context=256)
+
+The position pictures are `plot_positions`' own files (one implementation for the CLI and the browser); the
+attention pattern is the weights the model returns with `output_attentions=True`, and the per-position loss is the
+model's cross-entropy at each position of windows of the evaluated length.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..folders.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer
+from ..folders.model_card import read_card
+from ..plots.positions import PICTURES, _fit_vocabulary, load_for_plots, plot_positions, written_files
+
+try:
+    from matplotlib.figure import Figure
+except ImportError as error:
+    from ..folders.errors import needs_extra
+
+    raise needs_extra("explore", error) from error
+
+
+def load_models(sources=(), *, hub_kwargs: dict | None = None) -> list[tuple[str, object]]:
+    """[(label, model)] for each source `load_for_plots` takes (tinygpt or GPT-2 folder, Hub id, config.json, scheme
+    name); the shipped model when `sources` is empty. Each model runs eager attention, the one attention
+    implementation whose weights (bias and all) `output_attentions` returns; labels are made unique."""
+    loaded, seen = [], {}
+    for source in sources or [str(DEFAULT_MODEL_DIR)]:
+        model, label = load_for_plots(source, hub_kwargs=hub_kwargs)
+        model.set_attn_implementation("eager")
+        seen[label] = seen.get(label, 0) + 1
+        loaded.append((label if seen[label] == 1 else f"{label} ({seen[label]})", model))
+    return loaded
+
+
+def training_context(model) -> int | None:
+    """The context the model was trained at, from its card (`tinygpt.training.block_size`); None when unknown."""
+    folder = Path(model.config.name_or_path or "")
+    card = read_card(folder) if folder.is_dir() else None
+    training = (card.data.to_dict().get("tinygpt") or {}).get("training") or {} if card else {}
+    return training.get("block_size")
+
+
+def position_pictures(model, label: str, out_dir, prompt: str) -> list[Path]:
+    """The PNGs `plot-positions` draws for the model's scheme, written into `out_dir` (the prompt feeds the
+    token-vs-position and CoPE pictures)."""
+    plot_positions(model, out_dir, prompt=prompt, label=label)
+    return written_files(out_dir, PICTURES[model.config.position_embedding_type])
+
+
+def prompt_ids(model, prompt: str, tokenizer=None) -> tuple[list[int], list[str]]:
+    """The prompt's token ids (fitted to the model's vocabulary, as the pictures do) and each token's text."""
+    tokenizer = tokenizer or gpt2_tokenizer()
+    raw = tokenizer(prompt)["input_ids"]
+    if not raw:
+        raise ValueError(f"the prompt {prompt!r} gives no tokens")
+    ids, _ = _fit_vocabulary(raw, model.config.vocab_size)
+    return ids, [tokenizer.decode([token_id]) for token_id in raw]
+
+
+@torch.no_grad()
+def attention_pattern(model, prompt: str, layer: int, head: int, tokenizer=None) -> dict:
+    """{"tokens", "weights"}: the attention weights of `layer`'s `head` on the prompt (queries × keys), as the
+    model returns them with `output_attentions=True`."""
+    if not 0 <= layer < model.config.n_layer:
+        raise ValueError(f"`layer` must be in [0, {model.config.n_layer}), got {layer}")
+    if not 0 <= head < model.config.n_head:
+        raise ValueError(f"`head` must be in [0, {model.config.n_head}), got {head}")
+    ids, tokens = prompt_ids(model, prompt, tokenizer)
+    ids = ids[: model.config.n_positions]
+    attentions = model(torch.tensor([ids]), output_attentions=True).attentions
+    return {"tokens": tokens[: len(ids)], "weights": attentions[layer][0, head].float().numpy()}
+
+
+def plot_attention_pattern(pattern: dict, title: str) -> Figure:
+    """The pattern as a heatmap, queries down, keys across, each labelled with its token."""
+    names = [f"{i}: {text!r}" for i, text in enumerate(pattern["tokens"])]
+    figure = Figure(figsize=(6, 5), layout="constrained")
+    axes = figure.subplots()
+    image = axes.imshow(pattern["weights"], cmap="viridis", vmin=0, vmax=1)
+    figure.colorbar(image, ax=axes, label="attention weight")
+    axes.set(
+        title=title, xlabel="key (attended to)", ylabel="query", xticks=range(len(names)), yticks=range(len(names))
+    )
+    axes.set_xticklabels(names, rotation=90, fontsize=7)
+    axes.set_yticklabels(names, fontsize=7)
+    return figure
+
+
+@torch.no_grad()
+def per_position_loss(model, ids: torch.Tensor, context: int, batch_size: int = 4) -> np.ndarray:
+    """Mean cross-entropy (nats) at each position 1 … context−1 of non-overlapping windows of `context` tokens of
+    `ids`: entry i is the loss of predicting window token i + 1 from the i + 1 tokens before it. Positions a learned
+    table has no row for are NaN."""
+    limit = model.config.n_positions if model.config.position_embedding_type == "learned" else context
+    usable = min(context, limit)
+    windows = ids[: len(ids) // context * context].view(-1, context)[:, :usable]
+    if len(windows) == 0:
+        raise ValueError(f"the text has {len(ids)} tokens, fewer than one window of `context` = {context}")
+    total = torch.zeros(usable - 1)
+    for batch in windows.split(batch_size):
+        logits = model(batch).logits[:, :-1].float()
+        total += F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none").sum(0)
+    return np.concatenate([(total / len(windows)).numpy(), np.full(context - usable, np.nan)])
+
+
+def plot_per_position_loss(curves: list[tuple[str, np.ndarray, int | None]], title: str) -> Figure:
+    """One line per model (label, per-position loss, training context or None), each training context marked: the
+    loss faint, its running mean over 1/32 of the window bold (a position's loss over a few windows is noisy)."""
+    figure = Figure(figsize=(9, 4.5), layout="constrained")
+    axes = figure.subplots()
+    for index, (label, losses, trained_at) in enumerate(curves):
+        colour, positions = f"C{index % 10}", np.arange(1, len(losses) + 1)
+        width = max(1, len(losses) // 32)
+        known, window = ~np.isnan(losses), np.ones(width)
+        # The mean of the known losses within the window; at the ends and next to NaN, of fewer of them.
+        with np.errstate(invalid="ignore"):  # 0 / 0 past a learned table's last row: NaN, as it should be
+            smooth = np.convolve(np.nan_to_num(losses), window, "same") / np.convolve(known, window, "same")
+        smooth[~known] = np.nan
+        axes.plot(positions, losses, color=colour, linewidth=0.5, alpha=0.3)
+        axes.plot(positions, smooth, color=colour, linewidth=1.5, label=f"{label} (running mean of {width})")
+        if trained_at:
+            axes.axvline(
+                trained_at, color=colour, linestyle="--", linewidth=0.8, label=f"{label}: trained at {trained_at}"
+            )
+    axes.set(title=title, xlabel="position in the window", ylabel="mean loss (nats)")
+    axes.legend(fontsize=7)
+    return figure

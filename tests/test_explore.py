@@ -1,0 +1,206 @@
+"""The position explorer: what it shows is what the models compute. The fast tier checks the views; the slow tier
+starts a real Gradio server on loopback over two models of different schemes and drives it with Gradio's own client
+and with a real headless Chromium."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import text_model
+
+gr = pytest.importorskip("gradio")
+from gradio_client import Client  # noqa: E402
+
+from hf_tinygpt import gpt2_tokenizer  # noqa: E402
+from hf_tinygpt.explore.app import build_app  # noqa: E402
+from hf_tinygpt.explore.views import attention_pattern, load_models, per_position_loss  # noqa: E402
+from scripts.explorer_screenshots import Page, chromium, free_port  # noqa: E402
+
+PROMPT = "The cat sat on the mat by the door"
+LONG_TEXT = " ".join(f"Line {i}: to be, or not to be, that is the question." for i in range(60))
+
+
+@pytest.fixture(scope="module")
+def explorer(tmp_path_factory):
+    folders = []
+    for scheme in ("learned", "alibi"):
+        folder = tmp_path_factory.mktemp(scheme)
+        text_model(scheme, seed=1).save_pretrained(folder)
+        folders.append(str(folder))
+    models = load_models(folders)
+    demo = build_app(models, long_text=LONG_TEXT)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield models, Client(f"http://127.0.0.1:{port}/", verbose=False), f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@pytest.mark.slow
+def test_every_tab_shows_both_models_and_follows_the_prompt(explorer):
+    models, client, _ = explorer
+    first = client.predict(PROMPT, api_name="/token_position")
+    again = client.predict(PROMPT + " the cat", api_name="/token_position")
+    assert len(first) == len(again) == 2
+    for before, after in zip(first, again, strict=True):
+        assert Path(before).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert Path(before).read_bytes() != Path(after).read_bytes()  # a changed prompt, a changed picture
+    learned, alibi = client.predict(PROMPT, api_name="/position_scheme")
+    assert [item["caption"].split(": ")[1] for item in learned] == [
+        "position_matrix",
+        "dimension_traces",
+        "cosine_similarity",
+    ]
+    assert [item["caption"].split(": ")[1] for item in alibi] == ["alibi_bias"]
+    texts = client.predict(PROMPT, 5, api_name="/generate")
+    tokenizer = gpt2_tokenizer()
+    for (_, model), text in zip(models, texts, strict=True):
+        ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False)
+        assert text == tokenizer.decode(expected[0, ids.shape[1] :])
+
+
+@pytest.mark.slow
+def test_attention_shown_is_the_models_output_attentions(explorer):
+    models, client, _ = explorer
+    shown = client.predict(PROMPT, 1, 1, api_name="/attention")
+    tables = shown[1::2]
+    ids = torch.tensor([gpt2_tokenizer()(PROMPT)["input_ids"]])
+    for (_, model), table in zip(models, tables, strict=True):
+        with torch.no_grad():
+            expected = model(ids, output_attentions=True).attentions[1][0, 1]
+        assert np.allclose(np.array(table["data"], dtype=float), expected.numpy(), atol=1e-6)
+        assert table["headers"][2] == "2:  sat"
+    alibi = models[1][1]
+    weights = attention_pattern(alibi, PROMPT, 0, 0)["weights"]
+    assert np.allclose(np.triu(weights, 1), 0) and np.allclose(weights.sum(1), 1)  # causal rows of probabilities
+
+
+@pytest.mark.slow
+def test_past_the_training_length_is_the_models_loss_at_each_position(explorer):
+    models, client, _ = explorer
+    figure, table = client.predict(LONG_TEXT, 96, api_name="/past_length")
+    ids = torch.tensor(gpt2_tokenizer()(LONG_TEXT)["input_ids"])
+    learned, alibi = (model for _, model in models)
+    assert learned.config.n_positions == 64  # so the learned model has no loss past position 63
+    rows = np.array([[np.nan if v in (None, "NaN", "nan") else float(v) for v in row] for row in table["data"]])
+    assert rows.shape == (95, 3) and list(rows[:, 0]) == list(range(1, 96))
+    windows = ids[: len(ids) // 96 * 96].view(-1, 96)
+    with torch.no_grad():
+        logits = alibi(windows).logits[:, :-1]
+    expected = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").mean(0)
+    assert np.allclose(rows[:, 2], expected.numpy(), atol=1e-4)
+    assert np.isnan(rows[63:, 1]).all() and not np.isnan(rows[:63, 1]).any()
+
+
+@pytest.fixture
+def browser():
+    pytest.importorskip("selenium")
+    try:
+        driver = chromium()
+    except RuntimeError as missing:
+        pytest.skip(str(missing))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.mark.slow
+def test_every_tab_renders_in_a_real_browser(explorer, browser):
+    models, _, url = explorer
+    page = Page(browser, url, timeout=60)
+
+    page.open_tab("Token + position")
+    page.press("Draw")
+    first = page.wait(lambda _: len(page.pictures()) == 2 and page.pictures())
+    prompt = page.visible("textarea")[0]
+    prompt.clear()
+    prompt.send_keys("A dog, a dog, a dog")
+    page.press("Draw")
+    assert page.wait(lambda _: len(page.pictures()) == 2 and page.pictures() != first)  # a changed prompt, new pictures
+
+    page.open_tab("The position scheme")
+    page.press("Draw")
+    page.wait(lambda _: len(page.pictures()) >= 4)  # learned's three pictures, alibi's bias
+
+    page.open_tab("Inside attention")
+    page.press("Show")  # layer 0, head 0
+    ids = torch.tensor([gpt2_tokenizer()("A dog, a dog, a dog")["input_ids"]])
+    with torch.no_grad():
+        expected = models[1][1](ids, output_attentions=True).attentions[0][0, 0]
+    shown = page.wait(lambda _: len(rows := page.table_row(2)) == 2 and rows)[1]  # the third query, alibi's table
+    assert np.allclose([float(value) for value in shown], expected[2].numpy(), atol=1e-5)
+
+    page.open_tab("Past the training length")
+    page.press("Score")  # the long text the app was given, windows of 512 tokens
+    first_position = page.wait(lambda _: page.table_row(0))
+    assert first_position[0][0] == "1" and len(first_position[0]) == 3  # position 1, then each model's loss
+    assert page.wait(lambda _: page.visible("[data-testid=matplotlib] img, .matplotlib img"))
+
+    page.open_tab("Generate")
+    page.press("Generate")
+    continuations = page.wait(lambda _: all(b.get_attribute("value") for b in page.visible("textarea")[1:]) and 1)
+    assert continuations and len(page.visible("textarea")[1:]) == 2
+
+
+def test_views_are_the_models_own_numbers():
+    tokenizer = gpt2_tokenizer()
+    model = text_model("alibi", seed=2)
+    model.set_attn_implementation("eager")
+    ids = torch.tensor(tokenizer(PROMPT)["input_ids"])
+    with torch.no_grad():
+        expected = model(ids[None], output_attentions=True).attentions[1][0, 1]
+    pattern = attention_pattern(model, PROMPT, 1, 1, tokenizer)
+    assert np.array_equal(pattern["weights"], expected.numpy()) and pattern["tokens"][1] == " cat"
+    for layer, head in ((2, 0), (0, 2), (-1, 0)):
+        with pytest.raises(ValueError, match="`layer` must be in|`head` must be in"):
+            attention_pattern(model, PROMPT, layer, head, tokenizer)
+    long = torch.tensor(tokenizer(LONG_TEXT)["input_ids"])
+    losses = per_position_loss(model, long, 40, batch_size=3)
+    windows = long[: len(long) // 40 * 40].view(-1, 40)
+    with torch.no_grad():
+        logits = model(windows).logits[:, :-1]
+    each = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
+    assert np.allclose(losses, each.mean(0).numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="fewer than one window of `context` = 40"):
+        per_position_loss(model, long[:30], 40)
+
+
+def test_the_verb_refuses_a_long_text_it_cannot_read(tmp_path, capsys):
+    from hf_tinygpt.cli.commands import main
+
+    (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+    for name, error in (("missing.txt", "no such file"), ("latin1.txt", "not UTF-8 text")):
+        assert main(["explore", "rope", "--long-text", str(tmp_path / name)]) == 2
+        assert f"--long-text {tmp_path / name}: {error}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_verb_serves_the_app_on_loopback(tmp_path):
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    port = free_port()
+    command = [sys.executable, "-m", "hf_tinygpt", "explore", "rope", "alibi", "--port", str(port)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(240):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+                    assert page.status == 200 and "hf-tinygpt explore" in page.read().decode()
+                    break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()
+                time.sleep(0.5)
+        else:
+            raise AssertionError("the app did not answer on loopback")
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        assert len(client.predict(PROMPT, api_name="/token_position")) == 2
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
