@@ -204,3 +204,18 @@ def test_the_verb_serves_the_app_on_loopback(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_the_pictures_are_plot_positions_own(tmp_path):
+    from hf_tinygpt.explore.views import position_pictures
+    from hf_tinygpt.plots.positions import plot_positions
+
+    model = text_model("learned", seed=3)
+    scheme = position_pictures(model, "m", tmp_path / "scheme", PROMPT)
+    assert [path.name for path in scheme] == ["position_matrix.png", "dimension_traces.png", "cosine_similarity.png"]
+    assert sorted(path.name for path in (tmp_path / "scheme").iterdir()) == sorted(path.name for path in scheme)
+    token = position_pictures(model, "m", tmp_path / "token", PROMPT, token_vs_position=True)
+    assert [path.name for path in token] == ["token_vs_position.png"] and token[0].read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match=r"`names` \['alibi_bias'\] are not pictures of learned positions"):
+        plot_positions(model, tmp_path / "nothing", names=["alibi_bias"])
+    assert not (tmp_path / "nothing").exists()

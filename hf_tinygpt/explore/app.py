@@ -9,6 +9,7 @@ generate (streamed, greedy). Every event has an `api_name`, so gradio_client dri
 does.
 """
 
+import functools
 import tempfile
 import threading
 from pathlib import Path
@@ -23,6 +24,7 @@ from .views import (
     plot_attention_pattern,
     plot_per_position_loss,
     position_pictures,
+    prompt_ids,
     training_context,
 )
 
@@ -34,6 +36,19 @@ except ImportError as error:
     raise needs_extra("explore", error) from error
 
 
+def shown_as_gradio_errors(function):
+    """`function`, its ValueErrors (an empty prompt, say) shown to the user as Gradio errors with their message."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except ValueError as error:
+            raise gr.Error(str(error)) from error
+
+    return call
+
+
 def build_app(models: list[tuple[str, object]], *, long_text: str | None = None) -> "gr.Blocks":
     """The explorer's Blocks over `models` ([(label, model)], e.g. from `load_models`)."""
     tokenizer = gpt2_tokenizer()
@@ -43,15 +58,17 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
     max_layer = min(model.config.n_layer for _, model in models) - 1
     max_head = min(model.config.n_head for _, model in models) - 1
 
-    def pictures(prompt):
+    def pictures(prompt, token_vs_position):
         with lock:
-            shown = []
-            for index, (label, model) in enumerate(models):
-                folder = pictures_dir / f"{index}-{abs(hash(prompt))}"
-                shown.append(
-                    [(str(path), f"{label}: {path.stem}") for path in position_pictures(model, label, folder, prompt)]
-                )
-        return shown
+            return [
+                [
+                    (str(path), f"{label}: {path.stem}")
+                    for path in position_pictures(
+                        model, label, pictures_dir / str(index), prompt, token_vs_position=token_vs_position
+                    )
+                ]
+                for index, (label, model) in enumerate(models)
+            ]
 
     def attention(prompt, layer, head):
         with lock:
@@ -87,25 +104,20 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
 
         texts = [""] * len(models)
         for index, (_, model) in enumerate(models):
+            ids = torch.tensor([shown_as_gradio_errors(prompt_ids)(model, prompt, tokenizer)[0]])
             streamer = TextIteratorStreamer(tokenizer, skip_prompt=True)
-            ids = torch.tensor([tokenizer(prompt)["input_ids"]])
-            with lock:
-                worker = threading.Thread(
-                    target=model.generate,
-                    kwargs=dict(
-                        input_ids=ids,
-                        attention_mask=torch.ones_like(ids),
-                        max_new_tokens=int(max_new_tokens),
-                        do_sample=False,
-                        streamer=streamer,
-                        pad_token_id=tokenizer.eos_token_id,
-                    ),
-                )
-                worker.start()
-                for piece in streamer:
-                    texts[index] += piece
-                    yield list(texts)
-                worker.join()
+            settings = dict(max_new_tokens=int(max_new_tokens), do_sample=False, pad_token_id=tokenizer.eos_token_id)
+
+            def run(model=model, ids=ids, streamer=streamer, settings=settings):
+                with lock:  # held by the worker, not across this generator's yields: a closed page frees it
+                    model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), streamer=streamer, **settings)
+
+            worker = threading.Thread(target=run, daemon=True)
+            worker.start()
+            for piece in streamer:
+                texts[index] += piece
+                yield list(texts)
+            worker.join()
         yield list(texts)
 
     with gr.Blocks(title="hf-tinygpt explore") as demo:
@@ -154,14 +166,16 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
                 continuations = [gr.Textbox(label=label, lines=6) for label in labels]
 
         def token_images(prompt):
-            return [shown[-1][0] for shown in pictures(prompt)]  # token_vs_position is each scheme's last picture
+            return [shown[0][0] for shown in pictures(prompt, token_vs_position=True)]
 
         def scheme_galleries(prompt):
-            return [shown[:-1] or shown for shown in pictures(prompt)]
+            return pictures(prompt, token_vs_position=False)
 
-        token_button.click(token_images, prompt, token_pictures, api_name="token_position")
-        scheme_button.click(scheme_galleries, prompt, galleries, api_name="position_scheme")
-        attention_button.click(attention, [prompt, layer, head], attention_outputs, api_name="attention")
+        token_button.click(shown_as_gradio_errors(token_images), prompt, token_pictures, api_name="token_position")
+        scheme_button.click(shown_as_gradio_errors(scheme_galleries), prompt, galleries, api_name="position_scheme")
+        attention_button.click(
+            shown_as_gradio_errors(attention), [prompt, layer, head], attention_outputs, api_name="attention"
+        )
         length_button.click(past_training_length, [long, context], [length_plot, length_table], api_name="past_length")
         generate_button.click(generate, [prompt, new_tokens], continuations, api_name="generate")
     return demo

@@ -48,11 +48,13 @@ def training_context(model) -> int | None:
     return training.get("block_size")
 
 
-def position_pictures(model, label: str, out_dir, prompt: str) -> list[Path]:
-    """The PNGs `plot-positions` draws for the model's scheme, written into `out_dir` (the prompt feeds the
-    token-vs-position and CoPE pictures)."""
-    plot_positions(model, out_dir, prompt=prompt, label=label)
-    return written_files(out_dir, PICTURES[model.config.position_embedding_type])
+def position_pictures(model, label: str, out_dir, prompt: str, *, token_vs_position: bool = False) -> list[Path]:
+    """The PNGs `plot-positions` draws of the model's scheme, written into `out_dir`: all but token_vs_position, or
+    that one alone (the prompt feeds it and CoPE's picture)."""
+    everything = PICTURES[model.config.position_embedding_type]
+    names = [name for name in everything if (name == "token_vs_position") == token_vs_position] or everything
+    plot_positions(model, out_dir, prompt=prompt, label=label, names=names)
+    return written_files(out_dir, names)
 
 
 def prompt_ids(model, prompt: str, tokenizer=None) -> tuple[list[int], list[str]]:

@@ -671,15 +671,19 @@ def plot_positions(
     prompt=DEFAULT_PROMPT,
     label=None,
     tokenizer=None,
+    names=None,
 ) -> dict[str, dict]:
-    """Write every picture that applies to the model's scheme (`PICTURES`) into `out_dir` as NAME.png (and NAME.svg
-    with `svg`); return {NAME: the arrays that picture plotted}. `seed` picks the traced dimensions, `max_positions`
-    (default n_positions) how many positions/offsets/distances to plot."""
+    """Write every picture that applies to the model's scheme (`PICTURES`), or those of them in `names`, into
+    `out_dir` as NAME.png (and NAME.svg with `svg`); return {NAME: the arrays that picture plotted}. `seed` picks the
+    traced dimensions, `max_positions` (default n_positions) how many positions/offsets/distances to plot."""
     _body(model)
     _positions(model, max_positions)  # refuse bad arguments before writing anything
-    if n_dims < 1 and "dimension_traces" in PICTURES[_scheme(model)]:
+    applies = PICTURES[_scheme(model)]
+    if names is not None and (foreign := [name for name in names if name not in applies]):
+        raise ValueError(f"`names` {foreign} are not pictures of {_scheme(model)} positions: choose from {applies}")
+    names = applies if names is None else tuple(names)
+    if n_dims < 1 and "dimension_traces" in names:
         raise ValueError(f"`n_dims` must be at least 1, got {n_dims}")
-    names = PICTURES[_scheme(model)]
     common = dict(label=label, svg=svg)
     pictures = {
         "position_matrix": lambda: plot_position_matrix(model, out_dir, max_positions=max_positions, **common),
