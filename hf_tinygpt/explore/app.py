@@ -17,14 +17,13 @@ from pathlib import Path
 import torch
 
 from ..folders.bundled import gpt2_tokenizer
-from ..plots.positions import DEFAULT_PROMPT
+from ..plots.positions import DEFAULT_PROMPT, prompt_tokens
 from .views import (
     attention_pattern,
     per_position_loss,
     plot_attention_pattern,
     plot_per_position_loss,
     position_pictures,
-    prompt_ids,
     training_context,
 )
 
@@ -57,6 +56,7 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
     lock = threading.Lock()  # one model call at a time: the models are shared by every browser tab
     max_layer = min(model.config.n_layer for _, model in models) - 1
     max_head = min(model.config.n_head for _, model in models) - 1
+    trained_at = [training_context(model) for _, model in models]  # read from each card once, not per request
 
     def pictures(prompt, token_vs_position):
         with lock:
@@ -87,10 +87,9 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
             raise gr.Error(f"the long text has {len(ids)} tokens: paste at least one window ({int(context)} tokens)")
         curves = []
         with lock:
-            for label, model in progress.tqdm(models, desc="scoring"):
+            for (label, model), trained in progress.tqdm(list(zip(models, trained_at, strict=True)), desc="scoring"):
                 ids_here = ids.clamp(max=model.config.vocab_size - 1)
-                losses = per_position_loss(model, ids_here, int(context))
-                curves.append((label, losses, training_context(model)))
+                curves.append((label, per_position_loss(model, ids_here, int(context)), trained))
         windows = len(ids) // int(context)
         title = f"per-position loss over {windows} windows of {int(context)} tokens"
         table = {
@@ -104,7 +103,7 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
 
         texts = [""] * len(models)
         for index, (_, model) in enumerate(models):
-            ids = torch.tensor([shown_as_gradio_errors(prompt_ids)(model, prompt, tokenizer)[0]])
+            ids = torch.tensor([shown_as_gradio_errors(prompt_tokens)(model, prompt, tokenizer)[0]])
             streamer = TextIteratorStreamer(tokenizer, skip_prompt=True)
             settings = dict(max_new_tokens=int(max_new_tokens), do_sample=False, pad_token_id=tokenizer.eos_token_id)
 

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..folders.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer
+from ..folders.bundled import DEFAULT_MODEL_DIR
 from ..folders.model_card import read_card
-from ..plots.positions import PICTURES, _fit_vocabulary, load_for_plots, plot_positions, written_files
+from ..plots.positions import PICTURES, load_for_plots, plot_positions, prompt_tokens, written_files
 
 try:
     from matplotlib.figure import Figure
@@ -57,16 +57,6 @@ def position_pictures(model, label: str, out_dir, prompt: str, *, token_vs_posit
     return written_files(out_dir, names)
 
 
-def prompt_ids(model, prompt: str, tokenizer=None) -> tuple[list[int], list[str]]:
-    """The prompt's token ids (fitted to the model's vocabulary, as the pictures do) and each token's text."""
-    tokenizer = tokenizer or gpt2_tokenizer()
-    raw = tokenizer(prompt)["input_ids"]
-    if not raw:
-        raise ValueError(f"the prompt {prompt!r} gives no tokens")
-    ids, _ = _fit_vocabulary(raw, model.config.vocab_size)
-    return ids, [tokenizer.decode([token_id]) for token_id in raw]
-
-
 @torch.no_grad()
 def attention_pattern(model, prompt: str, layer: int, head: int, tokenizer=None) -> dict:
     """{"tokens", "weights"}: the attention weights of `layer`'s `head` on the prompt (queries × keys), as the
@@ -75,7 +65,7 @@ def attention_pattern(model, prompt: str, layer: int, head: int, tokenizer=None)
         raise ValueError(f"`layer` must be in [0, {model.config.n_layer}), got {layer}")
     if not 0 <= head < model.config.n_head:
         raise ValueError(f"`head` must be in [0, {model.config.n_head}), got {head}")
-    ids, tokens = prompt_ids(model, prompt, tokenizer)
+    ids, tokens, _ = prompt_tokens(model, prompt, tokenizer)
     ids = ids[: model.config.n_positions]
     attentions = model(torch.tensor([ids]), output_attentions=True).attentions
     return {"tokens": tokens[: len(ids)], "weights": attentions[layer][0, head].float().numpy()}

@@ -461,11 +461,8 @@ def cope_positions(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> dict:
     """CoPE's contextual positions on `prompt`, as the model's forward pass computes them (its
     `contextual_positions`, recorded in each layer): {"tokens", "positions": (n_layer, n_head, T, T)}, entry
     [layer, head, i, j] the position of key j seen from query i (0 where the causal mask hides j)."""
-    body, tokenizer = _body(model), tokenizer or gpt2_tokenizer()
-    raw_ids = tokenizer(prompt)["input_ids"]
-    if not raw_ids:
-        raise ValueError(f"the prompt {prompt!r} gives no tokens")
-    ids, _ = _fit_vocabulary(raw_ids, model.config.vocab_size)
+    body = _body(model)
+    ids, tokens, _ = prompt_tokens(model, prompt, tokenizer)
     cope, recorded = body.positions, []
     count = cope.contextual_positions
     cope.contextual_positions = lambda scores: recorded.append(count(scores)) or recorded[-1]
@@ -474,7 +471,7 @@ def cope_positions(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> dict:
     finally:
         del cope.contextual_positions  # the class's method again
     positions = torch.stack([layer[0] for layer in recorded])  # a hidden key's gate is σ(masked score) = 0
-    return {"tokens": [tokenizer.decode([token_id]) for token_id in raw_ids], "positions": _numpy(positions)}
+    return {"tokens": tokens, "positions": _numpy(positions)}
 
 
 @torch.no_grad()
@@ -527,6 +524,17 @@ def _fit_vocabulary(ids: list[int], vocab_size: int) -> tuple[list[int], bool]:
     return [mapping[token] for token in ids], True
 
 
+def prompt_tokens(model, prompt: str, tokenizer=None) -> tuple[list[int], list[str], bool]:
+    """The prompt's token ids fitted to the model's vocabulary (`_fit_vocabulary`), each token's text, and whether
+    the ids had to be remapped; a ValueError for a prompt with no tokens."""
+    tokenizer = tokenizer or gpt2_tokenizer()
+    raw_ids = tokenizer(prompt)["input_ids"]
+    if not raw_ids:
+        raise ValueError(f"the prompt {prompt!r} gives no tokens")
+    ids, remapped = _fit_vocabulary(raw_ids, model.config.vocab_size)
+    return ids, [tokenizer.decode([token_id]) for token_id in raw_ids], remapped
+
+
 @torch.no_grad()
 def token_vs_position(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> dict:
     """The prompt's token embeddings, the position contribution, and their sum: what the first block sees (the model's
@@ -536,11 +544,7 @@ def token_vs_position(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> di
     positions, and `before`/`after` the cosine similarity of its two rows in `token`/`sum` (NaN when the prompt repeats
     no token)."""
     body = _body(model)
-    tokenizer = tokenizer or gpt2_tokenizer()
-    raw_ids = tokenizer(prompt)["input_ids"]
-    if not raw_ids:
-        raise ValueError(f"the prompt {prompt!r} gives no tokens")
-    ids, remapped = _fit_vocabulary(raw_ids, model.config.vocab_size)
+    ids, tokens, remapped = prompt_tokens(model, prompt, tokenizer)
     input_ids, positions = torch.tensor([ids]), torch.arange(len(ids))[None]
     token = body.wte(input_ids).float()
     if model.config.scale_embeddings:
@@ -562,7 +566,7 @@ def token_vs_position(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> di
     before, after = cosines(token), cosines(summed)
     return {
         "ids": np.array(ids),
-        "tokens": [tokenizer.decode([token_id]) for token_id in raw_ids],
+        "tokens": tokens,
         "remapped": remapped,
         "token": _numpy(token),
         "position": _numpy(position),
@@ -726,6 +730,7 @@ __all__ = [
     "plot_rope_similarity",
     "plot_token_vs_position",
     "plot_xpos_decay",
+    "prompt_tokens",
     "rope_similarity",
     "token_vs_position",
     "trace_dimensions",
