@@ -26,7 +26,7 @@ if PackedColwiseParallel is not None:
         def __init__(self):
             super().__init__(split_factor=3)
 
-        def shard_param(self, module, param, mesh):
+        def shard_param(self, module, param, mesh, **kwargs):  # 5.25 adds keyword-only config and mesh_manager
             meta = module._parameters.get(param)
             if meta is not None:
                 placement = _StridedShard(dim=0, split_factor=self.split_factor)
