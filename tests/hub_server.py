@@ -250,6 +250,8 @@ class HubServer:
         if not payload.get("organization"):  # the Hub would use the token's user name; this server has no users
             raise HubError(400, "hub_server needs a 'namespace/name' repo id")
         repo_type = payload.get("type") or "model"
+        if repo_type == "space" and payload.get("sdk") not in ("gradio", "docker", "static"):
+            raise HubError(400, "A Space needs an `sdk`: gradio, docker or static")  # as the Hub refuses one
         repo_id = f"{payload['organization']}/{payload['name']}"
         with self._lock:
             url = f"{self.url}/{URL_PREFIXES[repo_type]}{repo_id}"

@@ -147,3 +147,12 @@ def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, tmp_path, c
     assert capsys.readouterr().err == (
         f"hf-tinygpt {verb}: error: this needs {package} (not installed): pip install 'hf-tinygpt[{extra}]'\n"
     )
+
+
+def test_the_wheel_holds_every_folder_of_the_package():
+    """pyproject.toml lists the packages by name: a folder it does not name is in a clone and missing from a wheel
+    (and from a Space, which carries the wheel's files)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {f"hf_tinygpt.{path.parent.name}" for path in PACKAGE.glob("*/__init__.py")}
+    assert folders <= listed, sorted(folders - listed)

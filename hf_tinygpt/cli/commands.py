@@ -263,12 +263,17 @@ def add_explore_arguments(parser: argparse.ArgumentParser):
     parser.add_argument(
         "--long-text", type=input_path, metavar="FILE", help="a long text file for the past-the-training-length tab"
     )
+    parser.add_argument(
+        "--space-out",
+        metavar="DIR",
+        help="write a Gradio Space folder serving this explorer over these models (Hub ids or scheme names), "
+        "written atomically, instead of serving it here; `hf-tinygpt push DIR OWNER/NAME` publishes it",
+    )
+    parser.add_argument("--force", action="store_true", help="with --space-out: replace an earlier Space folder there")
     add_hub_arguments(parser)
 
 
 def run_explore(args) -> int:
-    from ..explore.app import build_app
-    from ..explore.views import load_models
     from ..folders.reading import refuse_what_is_not_a_file
 
     long_text, path = None, args.long_text
@@ -280,6 +285,25 @@ def run_explore(args) -> int:
             long_text = open(path, encoding="utf-8").read()
         except UnicodeDecodeError as error:
             raise ValueError(f"--long-text {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    if args.force and not args.space_out:
+        raise ValueError("--force replaces an earlier --space-out folder: it needs --space-out DIR")
+    if args.space_out:
+        from ..explore.space import write_space
+
+        with no_progress_bars():
+            files = write_space(
+                args.space_out, args.models, long_text=long_text, force=args.force, hub_kwargs=hub_options(args)
+            )
+        shown = {name: size for name, size in files.items() if not name.startswith("hf_tinygpt/")}
+        package = sum(size for name, size in files.items() if name.startswith("hf_tinygpt/"))
+        print(f"wrote the Space folder {args.space_out}:")
+        for name, size in {**shown, "hf_tinygpt/ (the package)": package}.items():
+            print(f"  {name:<28}  {size:>12,} bytes")
+        print(f"publish it: hf-tinygpt push {args.space_out} OWNER/NAME")
+        return 0
+    from ..explore.app import build_app
+    from ..explore.views import load_models
+
     with no_progress_bars():
         models = load_models(args.models, hub_kwargs=hub_options(args))
     demo = build_app(models, long_text=long_text)
@@ -604,13 +628,16 @@ def add_push_arguments(parser: argparse.ArgumentParser):
 
 
 def run_push(args) -> int:
-    from ..hub.publish import add_to_collection, check_collection, push_to_hub, stage_for_hub
+    from ..hub.publish import add_to_collection, check_collection, is_space_folder, push_to_hub, stage_for_hub
 
     def show(files):
         width = max(map(len, files))
         for name, size in files.items():
             print(f"  {name:<{width}}  {size:>14,} bytes")
         print(f"  {len(files)} files, {sum(files.values()):,} bytes")
+
+    if is_space_folder(args.src):
+        return push_space_folder(args, show)
 
     if args.out is not None and not args.dry_run:
         raise ValueError(
@@ -657,6 +684,47 @@ def run_push(args) -> int:
             args.repo_id, args.collection, private=args.private, token=args.token, timeout=args.timeout
         )
         print(f"collection: {url}")
+    return 0
+
+
+def push_space_folder(args, show) -> int:
+    """`push` of a Space folder (`explore --space-out` wrote it): published as a Gradio Space repo as it is."""
+    from ..hub.publish import push_space, space_files
+
+    model_only = {
+        "--out": args.out,
+        "--force": args.force,
+        "--collection": args.collection,
+        "--tokenizer": args.tokenizer,
+    }
+    model_only |= {
+        "--base-model": args.base_model,
+        "--license": args.license,
+        "--keep-local-paths": args.keep_local_paths,
+    }
+    if given := [flag for flag, value in model_only.items() if value not in (None, False)]:
+        raise ValueError(f"{args.src} is a Space folder, pushed as it is: {', '.join(given)} apply to models only")
+    if args.dry_run:
+        print(f"dry run: what would be uploaded from {args.src} to the Space {args.repo_id}:")
+        show(space_files(args.src))
+        return 0
+
+    def staged(files):
+        print(f"uploading to the Space {args.repo_id}:")
+        show(files)
+
+    info = push_space(
+        args.src,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        create_pr=args.create_pr,
+        token=args.token,
+        timeout=args.timeout,
+        on_staged=staged,
+    )
+    print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
     return 0
 
 

@@ -72,6 +72,12 @@ WRITTEN = {
     "checkpoint": ("model.safetensors", "training_state.pt", "rng_state_*.pt", "progress.json"),
     "tokens": ("tokens.bin", "tokens.json"),
     "pictures": ("*.png", "*.svg"),
+    "space": (
+        "app.py",
+        "requirements.txt",
+        "README.md",
+        "long_text.txt",
+    ),  # and the package's folder (explore/space.py)
     "run": (),
 }
 # No folder of ours is nested deeper than this (a run's are 3 deep): past it, a tree is refused, not walked.

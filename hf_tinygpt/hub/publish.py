@@ -22,7 +22,7 @@ from transformers import GenerationConfig
 
 from ..folders.bundled import TOKENIZER_FILES
 from ..folders.errors import hub_answers_in_one_line, printable, redacted
-from ..folders.outputs import MANIFEST, output_folder
+from ..folders.outputs import MANIFEST, output_folder, read_manifest, unproven
 from ..folders.reading import (
     check_weights_index,
     describe,
@@ -359,31 +359,109 @@ def push_to_hub(
             )
             if on_staged is not None:
                 on_staged(files)
-            try:
-                with (
-                    network_timeout(timeout),
-                    recording_requests(sent),
-                    hub_answers_in_one_line(f"pushing to {api.endpoint}", [token]),
-                ):
-                    api.create_repo(repo_id, private=private, exist_ok=True)
-                    if revision not in (None, "main"):
-                        api.create_branch(repo_id, branch=revision, exist_ok=True)
-                    return api.upload_folder(
-                        repo_id=repo_id,
-                        folder_path=staged,
-                        revision=revision,
-                        create_pr=create_pr,
-                        ignore_patterns=[MANIFEST],  # our record of what was staged, not part of the model
-                        commit_message=commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt",
-                    )
-            except _transport_error() as error:
-                what = redacted(printable(f"{type(error).__name__}: {error or 'no answer'}"), [token])
-                raise ConnectionError(
-                    f"pushing to {api.endpoint} failed: {what} (timeout {timeout:g} s). The upload is one commit, so "
-                    f"{repo_id} holds all of it or none of it: look at the repo, then push again"
-                ) from error
+            upload = dict(private=private, revision=revision, create_pr=create_pr, timeout=timeout, token=token)
+            message = commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt"
+            return _commit_folder(api, staged, repo_id, message, sent, **upload)
     except KeyboardInterrupt as interrupt:
         raise PushInterrupted(interrupted_push(sent, repo_id, f"{api.endpoint}/{repo_id}", revision)) from interrupt
+
+
+def _commit_folder(
+    api: HfApi,
+    folder: Path,
+    repo_id: str,
+    message: str,
+    sent: list,
+    *,
+    private: bool,
+    revision: str | None,
+    create_pr: bool,
+    timeout: float,
+    token: str | None,
+    repo_type: str | None = None,
+    space_sdk: str | None = None,
+):
+    """Create the repo (and branch `revision`) if needed and upload `folder` in one commit, our manifest left out,
+    each request recorded in `sent`; a transport error becomes a ConnectionError that says the repo holds all of
+    the commit or none of it."""
+    try:
+        with (
+            network_timeout(timeout),
+            recording_requests(sent),
+            hub_answers_in_one_line(f"pushing to {api.endpoint}", [token]),
+        ):
+            api.create_repo(repo_id, repo_type=repo_type, space_sdk=space_sdk, private=private, exist_ok=True)
+            if revision not in (None, "main"):
+                api.create_branch(repo_id, repo_type=repo_type, branch=revision, exist_ok=True)
+            return api.upload_folder(
+                repo_id=repo_id,
+                repo_type=repo_type,
+                folder_path=folder,
+                revision=revision,
+                create_pr=create_pr,
+                ignore_patterns=[MANIFEST],  # our record of what was written, not part of the repo
+                commit_message=message,
+            )
+    except _transport_error() as error:
+        what = redacted(printable(f"{type(error).__name__}: {error or 'no answer'}"), [token])
+        raise ConnectionError(
+            f"pushing to {api.endpoint} failed: {what} (timeout {timeout:g} s). The upload is one commit, so "
+            f"{repo_id} holds all of it or none of it: look at the repo, then push again"
+        ) from error
+
+
+def is_space_folder(folder) -> bool:
+    """Whether `folder` is a Space folder by its manifest (`hf-tinygpt explore --space-out` writes them)."""
+    manifest = read_manifest(Path(folder)) if Path(folder).is_dir() else None
+    return manifest is not None and manifest.get("kind") == "space"
+
+
+def space_files(folder) -> dict[str, int]:
+    """{relative path: bytes} of what a push of the Space folder `folder` uploads; a ValueError unless it is one
+    exactly as `write_space` wrote it (its manifest proves every file)."""
+    folder = Path(folder)
+    if not is_space_folder(folder):
+        raise ValueError(
+            f"{folder}: not a Space folder of hf-tinygpt (write one with `hf-tinygpt explore --space-out`)"
+        )
+    if problems := unproven(folder):
+        raise ValueError(
+            f"{folder}: changed since `hf-tinygpt explore --space-out` wrote it ({'; '.join(problems[:5])}): "
+            "write it again"
+        )
+    return staged_files(folder)
+
+
+def push_space(
+    folder,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    create_pr: bool = False,
+    token: str | None = None,
+    endpoint: str | None = None,
+    timeout: float = 60.0,
+    on_staged=None,
+):
+    """Publish a Space folder written by `write_space` as the Gradio Space repo `repo_id`, in one commit. The folder
+    must be exactly as written (its manifest proves every file); `on_staged(files)` sees {path: bytes} first."""
+    check_repo_id(repo_id)
+    if not timeout > 0:
+        raise ValueError(f"`timeout` must be a positive number of seconds, got {timeout}")
+    files = space_files(folder)
+    if on_staged is not None:
+        on_staged(files)
+    api = HfApi(endpoint=endpoint, token=token)
+    sent = []
+    upload = dict(private=private, revision=revision, create_pr=create_pr, timeout=timeout, token=token)
+    message = commit_message or f"Upload the hf-tinygpt explorer ({len(files)} files)"
+    try:
+        return _commit_folder(api, folder, repo_id, message, sent, repo_type="space", space_sdk="gradio", **upload)
+    except KeyboardInterrupt as interrupt:
+        url = f"{api.endpoint}/spaces/{repo_id}"
+        raise PushInterrupted(interrupted_push(sent, repo_id, url, revision)) from interrupt
 
 
 def check_collection(collection: str) -> str:

@@ -1,0 +1,180 @@
+"""The explorer as a Hugging Face Space: a Gradio Space folder that `hf-tinygpt push` publishes as a Space repo.
+
+    files = write_space("explorer-space", ["me/tinygpt-alibi", "me/tinygpt-rope"])
+
+The folder holds `app.py` (it builds the same app as `hf-tinygpt explore`), `requirements.txt` (this package's own
+dependencies and its [explore] extra, read from its metadata), a `README.md` whose front matter the Hub reads
+(`sdk: gradio`, the installed Gradio's version, the models it shows), the `hf_tinygpt` package itself as its wheel
+installs it (the Space needs no index that has hf-tinygpt), and the long text if one is given. The models are Hub
+ids, loaded when the Space starts, or none for the shipped model, which travels inside the package.
+"""
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from huggingface_hub import SpaceCard, SpaceCardData
+from packaging.requirements import Requirement
+
+from ..folders.errors import describe
+from ..folders.outputs import MANIFEST, output_folder
+from ..plots.positions import load_for_plots
+
+DISTRIBUTION = "hf-tinygpt"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+BUILT_FROM = (
+    "pyproject.toml",
+    "README.md",
+    "hf_tinygpt",
+    "model_cards",
+)  # what the wheel's build reads (pyproject.toml)
+
+APP = '''"""The hf-tinygpt position explorer as a Space: written by `hf-tinygpt explore --space-out`."""
+
+import json
+from pathlib import Path
+
+from hf_tinygpt.explore.app import build_app
+from hf_tinygpt.explore.views import load_models
+
+HERE = Path(__file__).resolve().parent
+MODELS = json.loads({models!r})  # Hub ids; none: the shipped model, inside the hf_tinygpt package here
+LONG_TEXT = HERE / "long_text.txt"
+
+demo = build_app(
+    load_models(MODELS), long_text=LONG_TEXT.read_text(encoding="utf-8") if LONG_TEXT.is_file() else None
+)
+
+if __name__ == "__main__":
+    demo.launch()  # a Space sets GRADIO_SERVER_NAME and GRADIO_SERVER_PORT
+'''
+
+
+def space_requirements() -> list[str]:
+    """This package's dependencies and its [explore] extra's, as its installed metadata states them."""
+    lines = []
+    for line in importlib.metadata.requires(DISTRIBUTION) or []:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": "explore"}):
+            requirement.marker = None
+            lines.append(str(requirement))
+    return sorted(set(lines))
+
+
+def _wheel_files(into: Path):
+    """Write the hf_tinygpt package into `into` as its wheel installs it: built from a fresh copy of the source
+    tree when this package runs from one (an editable install; a build in the tree itself would reuse its stale
+    `build/`), else the files its installed record lists."""
+    source_tree = PACKAGE_DIR.parent
+    if (source_tree / "pyproject.toml").is_file():
+        with tempfile.TemporaryDirectory() as scratch:
+            tree, wheels = Path(scratch) / "source", Path(scratch) / "wheels"
+            for name in BUILT_FROM:
+                copy = shutil.copytree if (source_tree / name).is_dir() else shutil.copy2
+                kwargs = {"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}
+                tree.mkdir(exist_ok=True)
+                copy(source_tree / name, tree / name, **kwargs)
+            built = subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", wheels, "."],
+                cwd=tree,
+                capture_output=True,
+                text=True,
+            )
+            if built.returncode != 0:
+                raise RuntimeError(f"building the hf_tinygpt wheel from {source_tree} failed: {built.stderr[-2000:]}")
+            (wheel,) = wheels.glob("hf_tinygpt-*.whl")
+            with zipfile.ZipFile(wheel) as archive:
+                for name in archive.namelist():
+                    if name.startswith("hf_tinygpt/") and not name.endswith("/"):
+                        archive.extract(name, into)
+        return
+    for file in importlib.metadata.distribution(DISTRIBUTION).files or []:
+        if file.parts[0] == "hf_tinygpt" and "__pycache__" not in file.parts:
+            target = into / Path(*file.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file.locate(), target)
+
+
+def _gradio_version() -> str:
+    try:
+        return importlib.metadata.version("gradio")
+    except importlib.metadata.PackageNotFoundError as error:
+        from ..folders.errors import needs_extra
+
+        raise needs_extra("explore", ImportError(str(error), name="gradio")) from None
+
+
+def write_space(
+    out,
+    models=(),
+    *,
+    long_text: str | None = None,
+    title: str = "hf-tinygpt explore",
+    force: bool = False,
+    hub_kwargs: dict | None = None,
+) -> dict[str, int]:
+    """Write OUT, a Gradio Space folder serving the explorer over `models` (Hub ids or scheme names; none: the
+    shipped model), atomically. Each model is loaded here first, so what the Space could not load is refused now.
+    Returns {relative path: bytes}."""
+    models = [str(model) for model in models]
+    for source in models:
+        if os.path.exists(source):
+            raise ValueError(
+                f"{source}: a Space loads its models from the Hub, and this is a local path; publish it first "
+                f"(`hf-tinygpt push {source} OWNER/NAME`) and name OWNER/NAME instead"
+            )
+    if not (isinstance(title, str) and title.strip()):
+        raise ValueError(f"`title` must be a non-empty string, got {title!r}")
+    if long_text is not None and not isinstance(long_text, str):
+        raise ValueError(f"`long_text` must be text or None, got {type(long_text).__name__}")
+    schemes = []
+    for source in models:
+        try:
+            model, _ = load_for_plots(source, hub_kwargs=hub_kwargs)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{source}: the Space could not load it ({describe(error)})") from error
+        schemes.append(model.config.position_embedding_type)
+    hub_ids = [source for source in models if "/" in source]
+    card = SpaceCard.from_template(
+        SpaceCardData(
+            title=title,
+            emoji="🧭",
+            colorFrom="indigo",
+            colorTo="green",
+            sdk="gradio",
+            sdk_version=_gradio_version(),
+            python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
+            app_file="app.py",
+            pinned=False,
+            license="mit",
+            models=hub_ids or None,
+            short_description="How GPTs put tokens in order: position schemes side by side",
+        ),
+        template_str="---\n{{ card_data }}\n---\n\n# {{ title }}\n\n{{ body }}\n",
+        title=title,
+        body=(
+            "The hf_tinygpt position explorer over "
+            + (", ".join(f"`{m}` ({s})" for m, s in zip(models, schemes, strict=True)) or "the shipped model")
+            + ": token + position, the scheme's pictures, attention, per-position loss past the training length, "
+            "and greedy generation. Written by `hf-tinygpt explore --space-out`."
+        ),
+    )
+    with output_folder(out, force=force, kind="space") as staging:
+        (staging / "app.py").write_text(APP.format(models=json.dumps(models)), encoding="utf-8")
+        (staging / "requirements.txt").write_text("\n".join(space_requirements()) + "\n", encoding="utf-8")
+        card.save(staging / "README.md")
+        if long_text is not None:
+            (staging / "long_text.txt").write_text(long_text, encoding="utf-8")
+        _wheel_files(staging)
+    out = Path(out)
+    return {
+        path.relative_to(out).as_posix(): path.stat().st_size
+        for path in sorted(out.rglob("*"))
+        if path.is_file() and path.relative_to(out).as_posix() != MANIFEST
+    }

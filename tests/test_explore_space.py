@@ -1,0 +1,136 @@
+"""The explorer as a Hugging Face Space: `explore --space-out` writes the folder, the folder's own `app.py` serves
+the explorer from the package copy inside it (models from the loopback Hub, tests/hub_server.py), and `push`
+publishes it as a Gradio Space repo there."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import HUB_TOKEN, REPOSITORY, hub_subprocess_env, save_with_tokenizer, text_model
+
+pytest.importorskip("gradio")
+from gradio_client import Client
+from huggingface_hub import SpaceCard
+
+from hf_tinygpt import gpt2_tokenizer
+from hf_tinygpt.explore.space import write_space
+from hf_tinygpt.hub.publish import is_space_folder, space_files
+from hf_tinygpt.plots.positions import load_for_plots
+from scripts.explorer_screenshots import free_port
+
+PROMPT = "The cat sat on the mat"
+
+
+def command(env, *args, cwd=None):
+    run = subprocess.run(
+        [sys.executable, "-m", "hf_tinygpt", *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
+
+
+def serve(space: Path, env: dict) -> tuple[subprocess.Popen, Client]:
+    """The Space's own `python app.py`, as the Space runs it, on a loopback port."""
+    port = free_port()
+    env = env | {"GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "0"}
+    server = subprocess.Popen(
+        [sys.executable, "app.py"], cwd=space, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    for _ in range(480):
+        try:
+            return server, Client(f"http://127.0.0.1:{port}/", verbose=False)
+        except Exception:  # not up yet: gradio_client raises whatever its first request met
+            if server.poll() is not None:
+                raise AssertionError(server.stdout.read()[-3000:]) from None
+            time.sleep(0.5)
+    server.kill()
+    raise AssertionError("the Space's app.py did not serve within 4 minutes")
+
+
+@pytest.mark.slow
+def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp_path):
+    from huggingface_hub import HfApi
+
+    folder = save_with_tokenizer(text_model("alibi", seed=3), tmp_path / "alibi")
+    HfApi(endpoint=hub.url, token=HUB_TOKEN).create_repo("me/alibi")
+    HfApi(endpoint=hub.url, token=HUB_TOKEN).upload_folder(repo_id="me/alibi", folder_path=folder)
+    (tmp_path / "long.txt").write_text("To be, or not to be. " * 200, encoding="utf-8")
+    env = hub_subprocess_env(hub, tmp_path, PYTHONDONTWRITEBYTECODE="1")
+    space = tmp_path / "space"
+
+    printed = command(env, "explore", "me/alibi", "learned", "--space-out", space, "--long-text", tmp_path / "long.txt")
+    assert f"publish it: hf-tinygpt push {space} OWNER/NAME" in printed
+    files = space_files(space)
+    assert {"app.py", "requirements.txt", "README.md", "long_text.txt"} <= set(files)
+    assert {"hf_tinygpt/explore/app.py", "hf_tinygpt/default_model/model.safetensors"} <= set(files)
+    card = SpaceCard.load(space / "README.md").data
+    assert (card.sdk, card.app_file, card.models) == ("gradio", "app.py", ["me/alibi"])
+    assert card.sdk_version == __import__("gradio").__version__
+    assert "gradio>=5" in (space / "requirements.txt").read_text().splitlines()
+
+    # The Space runs the package copy inside it, not this checkout's.
+    where = "import hf_tinygpt.explore.app as app; print(app.__file__)"
+    inside = subprocess.run([sys.executable, "-c", where], cwd=space, env=env, capture_output=True, text=True)
+    assert Path(inside.stdout.strip()).is_relative_to(space), inside.stderr[-2000:]
+    server, client = serve(space, env)
+    try:
+        texts = client.predict(PROMPT, 6, api_name="/generate")
+    finally:
+        server.kill()
+        server.wait()
+    tokenizer = gpt2_tokenizer()
+    ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+    for source, text in zip([folder, "learned"], texts, strict=True):
+        model, _ = load_for_plots(str(source))
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
+        assert text == tokenizer.decode(expected[0, ids.shape[1] :])
+
+    assert space_files(space) == files  # serving wrote nothing into the folder
+    printed = command(env, "push", space, "me/explorer", "--token", HUB_TOKEN)
+    assert "uploading to the Space me/explorer:" in printed and HUB_TOKEN not in printed
+    published = hub.repo_files("me/explorer", repo_type="space")
+    assert set(published) == set(files)
+    assert all(published[name] == (space / name).read_bytes() for name in ("app.py", "README.md"))
+
+    (space / "app.py").write_text((space / "app.py").read_text() + "\nprint('changed')\n")
+    with pytest.raises(ValueError, match="changed since `hf-tinygpt explore --space-out` wrote it"):
+        space_files(space)
+
+
+@pytest.mark.slow
+def test_an_installed_package_writes_the_same_space_as_a_source_tree(tmp_path):
+    """From a source tree the package goes in as its wheel builds it; from an installed wheel, as its record lists
+    it. Both hold the same files."""
+    wheels, target = tmp_path / "wheels", tmp_path / "installed"
+    pip = [sys.executable, "-m", "pip", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, REPOSITORY], check=True)
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", target, *wheels.glob("*.whl")], check=True)
+    env = os.environ | {"PYTHONPATH": str(target), "PYTHONDONTWRITEBYTECODE": "1"}
+    script = (
+        "import sys, hf_tinygpt; from hf_tinygpt.explore.space import write_space; "
+        "assert hf_tinygpt.__file__.startswith(sys.argv[2]), hf_tinygpt.__file__; write_space(sys.argv[1])"
+    )
+    subprocess.run([sys.executable, "-c", script, tmp_path / "from-wheel", target], check=True, env=env, cwd=tmp_path)
+    write_space(tmp_path / "from-source")
+    installed, built = (space_files(tmp_path / name) for name in ("from-wheel", "from-source"))
+    assert installed == built and "hf_tinygpt/explore/space.py" in built
+
+
+def test_a_space_is_made_of_hub_models_and_only_a_space_folder_is_pushed_as_one(tmp_path, tiny_folder):
+    with pytest.raises(ValueError, match=f"{tiny_folder}: a Space loads its models from the Hub.*hf-tinygpt push"):
+        write_space(tmp_path / "space", [str(tiny_folder)])
+    assert not (tmp_path / "space").exists()
+    assert not is_space_folder(tiny_folder) and not is_space_folder(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="not a Space folder of hf-tinygpt"):
+        space_files(tiny_folder)
+
+
+def test_the_verb_names_flags_that_need_a_space_folder(capsys):
+    from hf_tinygpt.cli.commands import main
+
+    assert main(["explore", "rope", "--force"]) == 2
+    assert "--force replaces an earlier --space-out folder: it needs --space-out DIR" in capsys.readouterr().err
