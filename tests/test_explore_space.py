@@ -90,6 +90,19 @@ def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp
         assert text == tokenizer.decode(expected[0, ids.shape[1] :])
 
     assert space_files(space) == files  # serving wrote nothing into the folder
+    dry = command(env, "push", space, "me/explorer", "--dry-run")
+    assert f"{len(files)} files, {sum(files.values()):,} bytes" in dry
+    assert not any("me/explorer" in path for _, path in hub.requests)  # a dry run sends nothing
+    refused = subprocess.run(
+        [sys.executable, "-m", "hf_tinygpt", "push", space, "me/explorer", "--tokenizer", "gpt2"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        refused.returncode == 2
+        and "a Space folder, pushed as it is: --tokenizer apply to models only" in refused.stderr
+    )
     printed = command(env, "push", space, "me/explorer", "--token", HUB_TOKEN)
     assert "uploading to the Space me/explorer:" in printed and HUB_TOKEN not in printed
     published = hub.repo_files("me/explorer", repo_type="space")
