@@ -583,7 +583,10 @@ def run_train(args) -> int:
 
 def add_push_arguments(parser: argparse.ArgumentParser):
     parser.add_argument(
-        "src", type=input_path, help="tinygpt folder or Hub id, or any GPT-2 source (converted and verified first)"
+        "src",
+        type=input_path,
+        help="tinygpt folder or Hub id, or any GPT-2 source (converted and verified first); or a Space folder "
+        "(`explore --space-out`), published as a Gradio Space",
     )
     parser.add_argument("repo_id", help="owner/name on the Hub")
     parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
@@ -763,14 +766,16 @@ EXAMPLES = {
     "generate": 'hf-tinygpt generate "ROMEO:" --max-new-tokens 40 --seed 0',
     "params": "hf-tinygpt params hf_tinygpt/default_model",
     "plot-positions": "hf-tinygpt plot-positions rope --out plots/rope",
-    "explore": "hf-tinygpt explore hf_tinygpt/default_model runs/alibi/model --long-text held_out.txt",
+    "explore": "hf-tinygpt explore hf_tinygpt/default_model runs/alibi/model --long-text held_out.txt\n"
+    "  hf-tinygpt explore me/tinygpt-rope me/tinygpt-alibi --space-out explorer-space",
     "verify-gpt2": "hf-tinygpt verify-gpt2 path/to/gpt2-folder",
     "convert": "hf-tinygpt convert path/to/gpt2-folder --out tinygpt-model --verify\n"
     "  hf-tinygpt convert nanogpt/ckpt.pt --out tinygpt-model --tokenizer gpt2 --trim-vocab 50257\n"
     "  hf-tinygpt convert tinygpt-model --to gpt2 --out gpt2-model --verify",
     "train": "hf-tinygpt train --train texts/ --validation held_out.txt --position rope --out runs/rope",
     "push": "hf-tinygpt push tinygpt-model me/tinygpt --dry-run --out staged\n"
-    "  hf-tinygpt push tinygpt-model me/tinygpt --private",
+    "  hf-tinygpt push tinygpt-model me/tinygpt --private\n"
+    "  hf-tinygpt push explorer-space me/tinygpt-explorer",
 }
 
 
