@@ -18,6 +18,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_tinygpt import TinyGPTForCausalLM
 from hf_tinygpt.cli.commands import main
+from hf_tinygpt.convert.conversions import export_gpt_neox
 from hf_tinygpt.folders.reading import load_strictly
 
 IDS = torch.randint(0, VOCAB, (2, 20), generator=torch.Generator().manual_seed(0))
@@ -422,6 +423,8 @@ def test_rope_exports_exactly_to_gpt_neox(tmp_path, cli, fields):
     ids = torch.randint(0, VOCAB, (2, model.config.n_positions))
     with torch.no_grad():
         assert (neox(ids).logits - model(ids).logits).abs().max() <= 1e-5
+        # and the export in memory, as TransformerLens takes it: RoPE's inv_freq, in no state dict, is computed
+        assert (export_gpt_neox(model)(ids).logits - model(ids).logits).abs().max() <= 1e-5
 
 
 def test_only_rope_exports_to_gpt_neox(tmp_path, cli):

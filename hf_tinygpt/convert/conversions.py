@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM
+from transformers.initialization import no_init_weights
 
 from ..folders.bundled import load_tokenizer
 from ..folders.model_folder import DTYPES, save_model_folder
@@ -298,8 +299,10 @@ def export_gpt_neox(model) -> GPTNeoXForCausalLM:
 
 
 def _filled(model_class, config, state_dict_for):
-    """`model_class(config)` holding the tensors `state_dict_for(name of its output matrix)` gives (no copy)."""
-    with torch.device("meta"):
+    """`model_class(config)` holding the tensors `state_dict_for(name of its output matrix)` gives (no copy). It is
+    built uninitialised rather than on the meta device, so that buffers no state dict holds (RoPE's `inv_freq`) are
+    computed by the class itself."""
+    with no_init_weights():
         target = model_class(config)
     head = next(name for name, module in target.named_modules() if module is target.get_output_embeddings())
     missing, unexpected = target.load_state_dict(state_dict_for(f"{head}.weight"), strict=False, assign=True)
