@@ -95,6 +95,43 @@ def test_past_the_training_length_is_the_models_loss_at_each_position(explorer):
     assert np.isnan(rows[63:, 1]).all() and not np.isnan(rows[:63, 1]).any()
 
 
+@pytest.mark.slow
+def test_models_of_different_shapes_each_show_what_they_have(tmp_path):
+    """Sliders reach the largest model's layers and heads; a model without them says so. The long text is scored
+    only by models whose vocabulary holds its tokens. The scheme's pictures follow the dimension and position
+    sliders, a learned table clamped to its rows."""
+    from conftest import tiny_model
+
+    small, large = tmp_path / "small-vocabulary", tmp_path / "learned"
+    tiny_model("rope", seed=1, n_layer=3, n_head=4).save_pretrained(small)  # 3 layers of 4 heads, 211 tokens
+    text_model("learned", seed=1).save_pretrained(large)  # 2 layers of 2 heads, GPT-2's vocabulary
+    models = load_models([str(large), str(small)])
+    demo = build_app(models)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        _, learned_table, _, rope_table = client.predict(PROMPT, 2, 3, api_name="/attention")
+        assert not (learned_table or {}).get("data")  # the learned model has no layer 2
+        ids = torch.tensor([gpt2_tokenizer()(PROMPT)["input_ids"]]) % 211  # the remapping of these distinct ids
+        rope = models[1][1]
+        with torch.no_grad():
+            expected = rope(ids, output_attentions=True).attentions[2][0, 3]
+        assert np.allclose(np.array(rope_table["data"], dtype=float), expected.numpy(), atol=1e-6)
+
+        _, table = client.predict(LONG_TEXT, 64, api_name="/past_length")
+        assert table["headers"] == ["position", "learned"]  # GPT-2's ids do not fit the 211-token model
+
+        few, many = (client.predict(PROMPT, n, 256, 0, api_name="/position_scheme")[0] for n in (2, 8))
+        traces = [
+            next(item["image"] for item in shown if item["caption"].endswith("dimension_traces"))
+            for shown in (few, many)
+        ]
+        assert Path(traces[0]).read_bytes() != Path(traces[1]).read_bytes()  # 256 > 64 rows: clamped, not refused
+    finally:
+        demo.close()
+
+
 @pytest.fixture
 def browser():
     pytest.importorskip("selenium")

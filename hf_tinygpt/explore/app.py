@@ -17,11 +17,12 @@ from pathlib import Path
 import torch
 
 from ..folders.bundled import gpt2_tokenizer
-from ..plots.positions import DEFAULT_PROMPT, prompt_tokens
+from ..plots.positions import DEFAULT_PROMPT, MAX_PLOTTED_POSITIONS, prompt_tokens
 from .views import (
     attention_pattern,
     per_position_loss,
     plot_attention_pattern,
+    plot_message,
     plot_per_position_loss,
     position_pictures,
     training_context,
@@ -54,26 +55,39 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
     labels = [label for label, _ in models]
     pictures_dir = Path(tempfile.mkdtemp(prefix="hf-tinygpt-explore-"))
     lock = threading.Lock()  # one model call at a time: the models are shared by every browser tab
-    max_layer = min(model.config.n_layer for _, model in models) - 1
-    max_head = min(model.config.n_head for _, model in models) - 1
+    max_layer = max(model.config.n_layer for _, model in models) - 1  # a model without that layer or head says so
+    max_head = max(model.config.n_head for _, model in models) - 1
+    most_positions = min(max(model.config.n_positions for _, model in models), MAX_PLOTTED_POSITIONS)
     trained_at = [training_context(model) for _, model in models]  # read from each card once, not per request
 
-    def pictures(prompt, token_vs_position):
+    def pictures(prompt, token_vs_position, n_dims=8, positions=None, seed=0):
+        shown = []
         with lock:
-            return [
-                [
-                    (str(path), f"{label}: {path.stem}")
-                    for path in position_pictures(
-                        model, label, pictures_dir / str(index), prompt, token_vs_position=token_vs_position
-                    )
-                ]
-                for index, (label, model) in enumerate(models)
-            ]
+            for index, (label, model) in enumerate(models):
+                count = None if positions is None else int(positions)
+                if count and model.config.position_embedding_type == "learned":
+                    count = min(count, model.config.n_positions)  # a learned table has no rows past n_positions
+                made = position_pictures(
+                    model,
+                    label,
+                    pictures_dir / str(index),
+                    prompt,
+                    token_vs_position=token_vs_position,
+                    n_dims=int(n_dims),
+                    seed=int(seed),
+                    max_positions=count,
+                )
+                shown.append([(str(path), f"{label}: {path.stem}") for path in made])
+        return shown
 
     def attention(prompt, layer, head):
         with lock:
             outputs = []
             for label, model in models:
+                if int(layer) >= model.config.n_layer or int(head) >= model.config.n_head:
+                    shape = f"{model.config.n_layer} layers of {model.config.n_head} heads"
+                    outputs += [plot_message(f"{label} has {shape}: no layer {int(layer)}, head {int(head)}"), None]
+                    continue
                 pattern = attention_pattern(model, prompt, int(layer), int(head), tokenizer)
                 title = f"{label} ({model.config.position_embedding_type}): layer {int(layer)}, head {int(head)}"
                 outputs.append(plot_attention_pattern(pattern, title))
@@ -85,15 +99,21 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         ids = torch.tensor(tokenizer(text or "")["input_ids"], dtype=torch.long)
         if len(ids) < int(context):
             raise gr.Error(f"the long text has {len(ids)} tokens: paste at least one window ({int(context)} tokens)")
-        curves = []
+        curves, unscored = [], []
         with lock:
             for (label, model), trained in progress.tqdm(list(zip(models, trained_at, strict=True)), desc="scoring"):
-                ids_here = ids.clamp(max=model.config.vocab_size - 1)
-                curves.append((label, per_position_loss(model, ids_here, int(context)), trained))
+                if int(ids.max()) >= model.config.vocab_size:  # its loss would be of other tokens than the text's
+                    unscored.append(f"{label} (a vocabulary of {model.config.vocab_size})")
+                    continue
+                curves.append((label, per_position_loss(model, ids, int(context)), trained))
+        if not curves:
+            raise gr.Error(f"the text's GPT-2 tokens lie outside every model's vocabulary: {', '.join(unscored)}")
         windows = len(ids) // int(context)
         title = f"per-position loss over {windows} windows of {int(context)} tokens"
+        if unscored:
+            title += f"\nnot scored, the text's tokens lie outside their vocabulary: {', '.join(unscored)}"
         table = {
-            "headers": ["position", *labels],
+            "headers": ["position", *(label for label, _, _ in curves)],
             "data": [[i + 1, *(round(float(c[1][i]), 5) for c in curves)] for i in range(int(context) - 1)],
         }
         return plot_per_position_loss(curves, title), table
@@ -130,6 +150,12 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
             with gr.Row():
                 token_pictures = [gr.Image(type="filepath", label=label) for label in labels]
         with gr.Tab("The position scheme"):
+            with gr.Row():
+                n_dims = gr.Slider(1, 16, value=8, step=1, label="dimensions traced")
+                # up to 4× the longest table: how a scheme looks past the positions it was trained on
+                most = min(4 * most_positions, MAX_PLOTTED_POSITIONS)
+                positions = gr.Slider(2, most, value=most_positions, step=1, label="positions plotted")
+                seed = gr.Number(0, precision=0, label="seed (which dimensions)")
             scheme_button = gr.Button("Draw")
             with gr.Row():
                 galleries = [
@@ -167,11 +193,16 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         def token_images(prompt):
             return [shown[0][0] for shown in pictures(prompt, token_vs_position=True)]
 
-        def scheme_galleries(prompt):
-            return pictures(prompt, token_vs_position=False)
+        def scheme_galleries(prompt, n_dims, positions, seed):
+            return pictures(prompt, False, n_dims, positions, seed)
 
         token_button.click(shown_as_gradio_errors(token_images), prompt, token_pictures, api_name="token_position")
-        scheme_button.click(shown_as_gradio_errors(scheme_galleries), prompt, galleries, api_name="position_scheme")
+        scheme_button.click(
+            shown_as_gradio_errors(scheme_galleries),
+            [prompt, n_dims, positions, seed],
+            galleries,
+            api_name="position_scheme",
+        )
         attention_button.click(
             shown_as_gradio_errors(attention), [prompt, layer, head], attention_outputs, api_name="attention"
         )

@@ -48,12 +48,15 @@ def training_context(model) -> int | None:
     return training.get("block_size")
 
 
-def position_pictures(model, label: str, out_dir, prompt: str, *, token_vs_position: bool = False) -> list[Path]:
+def position_pictures(
+    model, label: str, out_dir, prompt: str, *, token_vs_position: bool = False, **options
+) -> list[Path]:
     """The PNGs `plot-positions` draws of the model's scheme, written into `out_dir`: all but token_vs_position, or
-    that one alone (the prompt feeds it and CoPE's picture)."""
+    that one alone (the prompt feeds it and CoPE's picture). `options` go to `plot_positions` (n_dims, seed,
+    max_positions)."""
     everything = PICTURES[model.config.position_embedding_type]
     names = [name for name in everything if (name == "token_vs_position") == token_vs_position] or everything
-    plot_positions(model, out_dir, prompt=prompt, label=label, names=names)
+    plot_positions(model, out_dir, prompt=prompt, label=label, names=names, **options)
     return written_files(out_dir, names)
 
 
@@ -69,6 +72,15 @@ def attention_pattern(model, prompt: str, layer: int, head: int, tokenizer=None)
     ids = ids[: model.config.n_positions]
     attentions = model(torch.tensor([ids]), output_attentions=True).attentions
     return {"tokens": tokens[: len(ids)], "weights": attentions[layer][0, head].float().numpy()}
+
+
+def plot_message(text: str) -> Figure:
+    """A small figure that says `text`: what a pane shows where a model has nothing to draw."""
+    figure = Figure(figsize=(6, 1.5), layout="constrained")
+    axes = figure.subplots()
+    axes.set_axis_off()
+    axes.text(0.5, 0.5, text, ha="center", va="center", transform=axes.transAxes)
+    return figure
 
 
 def plot_attention_pattern(pattern: dict, title: str) -> Figure:
