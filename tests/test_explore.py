@@ -81,7 +81,7 @@ def test_attention_shown_is_the_models_output_attentions(explorer):
 @pytest.mark.slow
 def test_past_the_training_length_is_the_models_loss_at_each_position(explorer):
     models, client, _ = explorer
-    figure, table = client.predict(LONG_TEXT, 96, api_name="/past_length")
+    figure, hover, table = client.predict(LONG_TEXT, 96, api_name="/past_length")
     ids = torch.tensor(gpt2_tokenizer()(LONG_TEXT)["input_ids"])
     learned, alibi = (model for _, model in models)
     assert learned.config.n_positions == 64  # so the learned model has no loss past position 63
@@ -93,6 +93,9 @@ def test_past_the_training_length_is_the_models_loss_at_each_position(explorer):
     expected = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").mean(0)
     assert np.allclose(rows[:, 2], expected.numpy(), atol=1e-4)
     assert np.isnan(rows[63:, 1]).all() and not np.isnan(rows[:63, 1]).any()
+    points = {(label, position): loss for position, label, loss in hover["data"]}  # the hover plot's own data
+    assert len(points) == 63 + 95  # the learned model's known positions, then ALiBi's
+    assert all(abs(points[models[1][0], i + 1] - rows[i, 2]) < 1e-4 for i in range(95))
 
 
 @pytest.mark.slow
@@ -119,7 +122,7 @@ def test_models_of_different_shapes_each_show_what_they_have(tmp_path):
             expected = rope(ids, output_attentions=True).attentions[2][0, 3]
         assert np.allclose(np.array(rope_table["data"], dtype=float), expected.numpy(), atol=1e-6)
 
-        _, table = client.predict(LONG_TEXT, 64, api_name="/past_length")
+        _, _, table = client.predict(LONG_TEXT, 64, api_name="/past_length")
         assert table["headers"] == ["position", "learned"]  # GPT-2's ids do not fit the 211-token model
 
         few, many = (client.predict(PROMPT, n, 256, 0, api_name="/position_scheme")[0] for n in (2, 8))
@@ -176,6 +179,7 @@ def test_every_tab_renders_in_a_real_browser(explorer, browser):
     first_position = page.wait(lambda _: page.table_row(0))
     assert first_position[0][0] == "1" and len(first_position[0]) == 3  # position 1, then each model's loss
     assert page.wait(lambda _: page.visible("[data-testid=matplotlib] img, .matplotlib img"))
+    assert page.wait(lambda _: page.visible(".vega-embed canvas, .vega-embed svg"))  # the hover plot drew itself
 
     page.open_tab("Generate")
     page.press("Generate")

@@ -14,6 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from ..folders.bundled import gpt2_tokenizer
@@ -116,7 +117,11 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
             "headers": ["position", *(label for label, _, _ in curves)],
             "data": [[i + 1, *(round(float(c[1][i]), 5) for c in curves)] for i in range(int(context) - 1)],
         }
-        return plot_per_position_loss(curves, title), table
+        hover = pd.DataFrame(
+            [(i + 1, label, float(loss)) for label, losses, _ in curves for i, loss in enumerate(losses)],
+            columns=["position", "model", "loss (nats)"],
+        ).dropna()
+        return plot_per_position_loss(curves, title), hover, table
 
     def generate(prompt, max_new_tokens):
         from transformers import TextIteratorStreamer
@@ -183,6 +188,9 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
             context = gr.Slider(8, 2048, value=512, step=8, label="window (tokens)")
             length_button = gr.Button("Score")
             length_plot = gr.Plot(label="per-position loss")
+            length_hover = gr.LinePlot(
+                x="position", y="loss (nats)", color="model", tooltip="all", label="each position's loss (hover)"
+            )
             length_table = gr.Dataframe(label="per-position loss (nats)")
         with gr.Tab("Generate"):
             new_tokens = gr.Slider(1, 200, value=40, step=1, label="new tokens (greedy)")
@@ -206,6 +214,8 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         attention_button.click(
             shown_as_gradio_errors(attention), [prompt, layer, head], attention_outputs, api_name="attention"
         )
-        length_button.click(past_training_length, [long, context], [length_plot, length_table], api_name="past_length")
+        length_button.click(
+            past_training_length, [long, context], [length_plot, length_hover, length_table], api_name="past_length"
+        )
         generate_button.click(generate, [prompt, new_tokens], continuations, api_name="generate")
     return demo
