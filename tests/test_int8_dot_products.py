@@ -16,6 +16,7 @@ import torch
 from conftest import int8_kernel_rows
 from torch import nn
 
+import hf_tinygpt.generate.cpu_ops as cpu_ops
 import hf_tinygpt.generate.int8_dot_products as dot_products
 from hf_tinygpt.generate.int8_dot_products import Int8DotProductsLinear, int8_dot_products_available
 from hf_tinygpt.model.int8 import INT8_KERNEL_MAX_ROWS, Int8Linear
@@ -91,7 +92,7 @@ def test_when_the_op_cannot_be_built_decoders_keep_inductors_kernel(monkeypatch)
     def no_compiler(**kwargs):
         raise RuntimeError("Error building extension 'x':\nsrc.cpp:1:1: error: no compiler here\nninja: stopped")
 
-    monkeypatch.setattr(dot_products, "load", no_compiler)
+    monkeypatch.setattr(cpu_ops, "load", no_compiler)
     dot_products.int8_dot_products_available.cache_clear()
     try:
         model = nn.Sequential(Int8Linear(32, 8))

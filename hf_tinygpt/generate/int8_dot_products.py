@@ -9,52 +9,22 @@ lane and instruction. At 4 rows and fewer inductor's own kernel is faster: it st
 scripts/README.md, "int8 at batch 8" and "int8 at batch 8 since 2026-11-29: `int8_dot_products`").
 """
 
-import contextlib
 import functools
-import os
-import sysconfig
-import warnings
 from pathlib import Path
 
 import torch
-from torch.utils.cpp_extension import load
 
 from ..model.int8 import INT8_KERNEL_ROWS_PER_CALL, Int8Linear
+from .cpu_ops import built
 
 SOURCE = Path(__file__).with_suffix(".cpp")
 
 
-@contextlib.contextmanager
-def ninja_of_this_python():
-    """torch's extension builder runs `ninja` from PATH. The [int8] extra installs it beside this interpreter, which
-    is not on PATH when a venv's python runs by its path, unactivated: for the build, PATH ends with that folder."""
-    path = os.environ.get("PATH", os.defpath)
-    os.environ["PATH"] = os.pathsep.join([path, sysconfig.get_path("scripts")])
-    try:
-        yield
-    finally:
-        os.environ["PATH"] = path
-
-
 @functools.cache
 def int8_dot_products_available() -> bool:
-    """Whether `torch.ops.hf_tinygpt.int8_dot_products` can run here: built (once per machine; a C++ compiler,
-    which torch.compile needs too, and ninja), loaded (once per process), and the CPU has AVX-512 BF16."""
-    try:
-        with ninja_of_this_python():
-            load(
-                name="hf_tinygpt_int8_dot_products",
-                sources=[str(SOURCE)],
-                extra_cflags=["-O3", "-fopenmp"],  # -fopenmp: ATen's parallel_for runs on one thread without it
-                extra_ldflags=["-fopenmp"],
-                is_python_module=False,
-            )
-    except (OSError, RuntimeError, ImportError) as error:
-        lines = str(error).splitlines() or [type(error).__name__]
-        reason = next((line for line in lines if " error: " in line), lines[0])  # the compiler's, if it failed
-        warnings.warn(
-            f"int8_dot_products could not be built ({reason}); int8 products keep inductor's kernel", stacklevel=3
-        )
+    """Whether `torch.ops.hf_tinygpt.int8_dot_products` can run here: built (cpu_ops.py) and the CPU has AVX-512
+    BF16."""
+    if not built("hf_tinygpt_int8_dot_products", SOURCE, "int8 products keep inductor's kernel"):
         return False
     return torch.ops.hf_tinygpt.int8_dot_products_supported()
 
