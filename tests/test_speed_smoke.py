@@ -161,6 +161,19 @@ def test_speed_benchmark_separate_runs_each_in_a_fresh_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_speed_benchmark_emulates_an_avx2_cpu(tmp_path):
+    """`--emulate-avx2` starts the run again with ATen and oneDNN capped at AVX2 (inductor and llama.cpp follow),
+    and every figure says so; bf16 rows run where a real AVX2 CPU would take the bf16_products kernel."""
+    args = ["--tiny", "--emulate-avx2", "--dtypes", "bfloat16", "--caches", "dynamic", "compiled"]
+    out = run_module("bench.speed_benchmark", *args, "--json", tmp_path / "avx2.json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads((tmp_path / "avx2.json").read_text())
+    assert result["machine"]["cpu_capability"] == "AVX2" and result["machine"]["emulated"] == "AVX2"
+    assert "EMULATED AVX2" in out.stdout and "ONEDNN_MAX_CPU_ISA" in out.stdout
+    assert all(row["tinygpt_tok_s"] > 0 for row in result["rows"] if row["measure"].startswith("decode"))
+
+
+@pytest.mark.slow
 def test_scheme_cost_script_smoke(tmp_path):
     """scripts/bench/scheme_cost.py on a tiny model: a row per scheme, learned first, each ratio against it."""
     out = run_module("bench.scheme_cost", "--tiny", "--json", tmp_path / "cost.json")

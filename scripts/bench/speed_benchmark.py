@@ -12,6 +12,7 @@ How it measures, and what it measured: scripts/README.md, "Speed".
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,13 @@ INT8_PEER = "tinygpt bfloat16"
 # join the batch-1 rows of these caches (the timer's worker holds one prompt).
 LLAMA_CPP_PEERS = {"float32": ("f32",), "bfloat16": ("f16", "q8_0"), "int8": ("q8_0", "f16")}
 LLAMA_CPP_CACHES = ("dynamic", "compiled")
+
+# `--emulate-avx2`: an AVX-512 machine measuring as an AVX2 one would. ATen's kernels and oneDNN's stop at AVX2 (set
+# before torch starts: the run starts again with them), inductor writes 256-bit vectors, and llama.cpp is compiled for
+# AVX2 (scripts/bench/engines.py). What stays: the caches and memory of this CPU, and instructions chosen by other
+# libraries (MKL's fp32 GEMM dispatches on its own).
+AVX2_EMULATION = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2_SIMDLEN = 256
 
 
 @dataclass(frozen=True)
@@ -431,11 +439,12 @@ def speed_benchmark(
     return {"threads": torch.get_num_threads(), "rows": rows, **gemv, "fastest_decode": fastest_decode(rows)}
 
 
-def start_llama_cpp(folder: str, work: Path, settings: SpeedSettings) -> LlamaCppTimer:
+def start_llama_cpp(folder: str, work: Path, settings: SpeedSettings, avx2_only: bool = False) -> LlamaCppTimer:
     """llama.cpp's timer on GGUFs of `folder`, for a prompt of the settings' length (random ids, seed 1)."""
     vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
     prompt = torch.randint(0, vocab, (settings.prompt_length,), generator=torch.Generator().manual_seed(1))
-    return LlamaCppTimer(folder, work, prompt.tolist(), settings.new_tokens, torch.get_num_threads())
+    threads = torch.get_num_threads()
+    return LlamaCppTimer(folder, work, prompt.tolist(), settings.new_tokens, threads, avx2_only=avx2_only)
 
 
 def run_speed_benchmark(
@@ -445,13 +454,20 @@ def run_speed_benchmark(
     gpt2_config: dict | None = None,
     load_memory: bool = True,
     llama_cpp: bool = False,
+    emulate_avx2: bool = False,
 ) -> dict:
     """The whole benchmark on `model` (a GPT-2 folder), or on one of GPT-2 small's shape (or `gpt2_config`'s) made
     here with the settings' seed; prints the report and writes the JSON to `out_json`. With `llama_cpp`, llama.cpp
-    joins the batch-1 decode rows (its venv is built on first use, a long compile: scripts/README.md, "Speed")."""
+    joins the batch-1 decode rows (its venv is built on first use, a long compile: scripts/README.md, "Speed").
+    `emulate_avx2`: in a process started with `AVX2_EMULATION`, inductor and llama.cpp stop at AVX2 too."""
+    if emulate_avx2 and torch.backends.cpu.get_cpu_capability() != "AVX2":
+        raise RuntimeError(f"emulating AVX2 needs the process started with {AVX2_EMULATION} (main() does that)")
+    if emulate_avx2:
+        torch._inductor.config.cpp.simdlen = AVX2_SIMDLEN
     with tempfile.TemporaryDirectory() as scratch:
         folder = model or random_gpt2_folder(str(Path(scratch) / "gpt2"), seed=settings.seed, **(gpt2_config or {}))
-        with start_llama_cpp(folder, Path(scratch), settings) if llama_cpp else nullcontext() as timer:
+        llama = start_llama_cpp(folder, Path(scratch), settings, emulate_avx2) if llama_cpp else nullcontext()
+        with llama as timer:
             result = speed_benchmark(folder, settings, timer)
         if timer is not None:
             result = result | {
@@ -461,7 +477,7 @@ def run_speed_benchmark(
             }
         if load_memory:
             result = result | {"from_pretrained": from_pretrained_costs(folder)}
-    result = result | {"machine": machine()}
+    result = result | {"machine": machine() | ({"emulated": "AVX2"} if emulate_avx2 else {})}
     print(format_speed_report(result))
     if out_json:
         Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
@@ -622,7 +638,10 @@ def _notes(result: dict) -> list[str]:
             f"{gemv['one_product_rows']:,} rows {gemv['one_product_GBps']:.1f} GB/s; probe {gemv['probe_GBps']:.1f} GB/s"
         )
     if machine := result.get("machine"):
-        lines.append(f"{cpu_line(machine)}; torch {machine['torch']}, transformers {machine['transformers']}")
+        line = f"{cpu_line(machine)}; torch {machine['torch']}, transformers {machine['transformers']}"
+        if machine.get("emulated"):
+            line += f"; EMULATED {machine['emulated']}: {AVX2_EMULATION}, inductor simdlen {AVX2_SIMDLEN}"
+        lines.append(line)
     if build := result.get("llama_cpp_build"):
         lines.append(f"llama.cpp {build['version']}, built with {' '.join(build['built_with'])}")
         if build["missing_here"] or build["unused_here"]:
@@ -678,17 +697,31 @@ def main(argv=None) -> None:
         "--tiny", action="store_true", help="tiny model, short inputs, no autotuning: checks the script only"
     )
     parser.add_argument(
+        "--emulate-avx2",
+        action="store_true",
+        help="measure as a CPU with AVX2 and no AVX-512 would (ATen, oneDNN and inductor capped at AVX2, llama.cpp "
+        "compiled for AVX2); the figures say emulated",
+    )
+    parser.add_argument(
         "--runs",
         type=int,
         default=1,
         help="this many separate runs, each in a fresh process, then every figure's median and range over them",
     )
     args = parser.parse_args(argv)
+    if args.emulate_avx2 and any(os.environ.get(key) != value for key, value in AVX2_EMULATION.items()):
+        # ATen and oneDNN read their caps once, when torch starts: this run starts again with them set.
+        arguments = sys.argv[1:] if argv is None else list(argv)
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "scripts.bench.speed_benchmark", *arguments],
+            os.environ | AVX2_EMULATION,
+        )
     if args.runs > 1:
         child_argv = ["--repeats", str(args.repeats), "--new-tokens", str(args.new_tokens)]
         child_argv += ["--dtypes", *args.dtypes, "--caches", *args.caches]
         child_argv += ["--model", args.model] * bool(args.model) + ["--llama-cpp"] * args.llama_cpp
-        child_argv += ["--tiny"] * args.tiny
+        child_argv += ["--tiny"] * args.tiny + ["--emulate-avx2"] * args.emulate_avx2
         with tempfile.TemporaryDirectory() as work:
             results = separate_runs(args.runs, child_argv, Path(work))
         combined = across_runs(results)
@@ -699,7 +732,12 @@ def main(argv=None) -> None:
     settings = TINY if args.tiny else SpeedSettings(repeats=args.repeats, new_tokens=args.new_tokens)
     settings = replace(settings, dtypes=tuple(args.dtypes), caches=tuple(args.caches))
     run_speed_benchmark(
-        settings, args.model, args.json, gpt2_config=TINY_GPT2 if args.tiny else None, llama_cpp=args.llama_cpp
+        settings,
+        args.model,
+        args.json,
+        gpt2_config=TINY_GPT2 if args.tiny else None,
+        llama_cpp=args.llama_cpp,
+        emulate_avx2=args.emulate_avx2,
     )
 
 
