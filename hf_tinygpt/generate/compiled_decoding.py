@@ -5,10 +5,10 @@ kernels, many small kernels of Python and dispatch, and SDPA's CPU kernel for on
 (scripts/README.md, "Speed", has the measurements). `CompiledDecoder` removes all three with torch's own kernels:
 a `StaticCache` lets `generate` compile the step (transformers' auto-compile); inductor *freezing* folds the weights
 into it as constants, so that inductor pre-packs them and picks its GEMM by measuring; attention runs as eager
-matmul + softmax, which inductor fuses. Two kernels are ours: int8 products of 5 to 16 rows
-(batch 8) go to `int8_dot_products`, where inductor's int8 GEMM is slow (int8_dot_products.py says why), and on CPUs
-without AVX-512 BF16, bf16 products of up to 4 rows (batch 1 to 4) go to `bf16_products` (bf16_products.py). Nothing outside the decoder
-changes: it decodes with a private copy of the model (modules, config, parameters and buffers), a cache of its own,
+matmul + softmax, which inductor fuses. Our own kernels: int8 products of 5 to 16 rows (batch 8) go to
+`int8_dot_products`, where inductor's int8 GEMM is slow (int8_dot_products.py says why), and on CPUs without AVX-512
+BF16, bf16 and int8 products of up to 4 rows (batch 1 to 4) go to avx2_products.cpp, where inductor's are bound by
+arithmetic (avx2_products.py). Nothing outside the decoder changes: it decodes with a private copy of the model (modules, config, parameters and buffers), a cache of its own,
 and a backend of its own, so that dynamo never reuses another decoder's frozen step (it reuses a step under an equal
 backend, and two "inductor" are equal).
 
@@ -45,8 +45,8 @@ from transformers import CompileConfig, StaticCache
 
 from ..model.compat import CACHE_FIELD
 from ..model.int8 import INT8_KERNEL_ROWS_PER_CALL, Int8Linear
-from .bf16_products import MAX_ROWS as BF16_MAX_ROWS
-from .bf16_products import use_bf16_products
+from .avx2_products import MAX_ROWS as AVX2_MAX_ROWS
+from .avx2_products import use_avx2_products
 from .int8_dot_products import use_int8_dot_products
 
 # The last two keep autotuning from printing every candidate kernel's timing to stderr; older torch lacks them.
@@ -188,8 +188,9 @@ class CompiledDecoder:
         self.model.set_attn_implementation("eager")
         # Above 4 rows, int8 products go to AVX-512 BF16 dot products where the CPU has them (int8_dot_products.py).
         self.int8_dot_products = batch_size > INT8_KERNEL_ROWS_PER_CALL and use_int8_dot_products(self.model)
-        # Up to 4 rows, bf16 products go to our AVX2 kernel where the CPU lacks AVX-512 BF16 (bf16_products.py).
-        self.bf16_products = batch_size <= BF16_MAX_ROWS and use_bf16_products(self.model)
+        # Up to 4 rows, bf16 and int8 products go to our AVX2 kernels where the CPU lacks AVX-512 BF16
+        # (avx2_products.py).
+        self.avx2_products = batch_size <= AVX2_MAX_ROWS and use_avx2_products(self.model)
         self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_length)
         self.backend = StepBackend()
         self.compile_config = CompileConfig(

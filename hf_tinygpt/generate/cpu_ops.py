@@ -1,4 +1,4 @@
-"""Building this package's own CPU kernels (int8_dot_products.cpp, bf16_products.cpp) as torch ops, on first use.
+"""Building this package's own CPU kernels (int8_dot_products.cpp, avx2_products.cpp) as torch ops, on first use.
 
 torch's C++ extension builder compiles each once per machine (a C++ compiler, which torch.compile needs too, and
 ninja) and loads it once per process. A kernel that cannot be built leaves the products it would take to torch's
