@@ -37,6 +37,7 @@ from hf_tinygpt.generate.compiled_decoding import (
 from hf_tinygpt.generate.text import int8_weight_only
 from scripts.bench.llama_cpp_timer import LlamaCppTimer
 from scripts.bench.measure import (
+    cpu,
     cpu_line,
     machine,
     measure_load,
@@ -66,6 +67,21 @@ LLAMA_CPP_CACHES = ("dynamic", "compiled")
 # libraries (MKL's fp32 GEMM dispatches on its own).
 AVX2_EMULATION = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 AVX2_SIMDLEN = 256
+
+# Where torch's eager bf16 products are slow, its eager bf16 rows (prefill, plain and static-cache `generate`) are
+# left out: a CPU without bf16 instructions spent over 15 minutes in them before any result (scripts/README.md,
+# "bf16 and int8 on AVX2"). The compiled rows stay: TinyGPT's decoder takes its AVX2 kernels there.
+EAGER_BF16_LEFT_OUT = (
+    "bfloat16 prefill, plain and static-cache rows left out: eager bf16 products are many times slower than "
+    "float32 on a CPU without bf16 instructions (AVX-512 BF16 or AMX, with ATen's AVX-512 kernels); the compiled "
+    "rows run"
+)
+
+
+def eager_bf16_is_slow_here() -> bool:
+    """Whether torch's eager bf16 products are slow here: no bf16 instructions, or ATen capped below AVX-512."""
+    here = cpu()
+    return not here["cpu_bf16"] or here["cpu_capability"] != "AVX512"
 
 
 @dataclass(frozen=True)
@@ -305,8 +321,10 @@ def dtype_rows(
     """Every prefill and decode row of one dtype: `pair` (HF, TinyGPT) in every row, `extra` peers and llama.cpp's
     in decode rows. Prompts are random ids, drawn row by row from torch's seed."""
     vocab = pair[0].model.config.vocab_size
-    rows = [prefill_row(dtype, pair, torch.randint(0, vocab, shape), settings) for shape in settings.prefill_shapes]
-    for cache in settings.caches:
+    eager = not (dtype == "bfloat16" and eager_bf16_is_slow_here())
+    shapes, caches = (settings.prefill_shapes, settings.caches) if eager else ((), ("compiled",))
+    rows = [prefill_row(dtype, pair, torch.randint(0, vocab, shape), settings) for shape in shapes]
+    for cache in (cache for cache in settings.caches if cache in caches):
         for batch in settings.decode_batches:
             ids = torch.randint(0, vocab, (batch, settings.prompt_length))
             with_llama_cpp = batch == 1 and cache in LLAMA_CPP_CACHES
@@ -429,14 +447,18 @@ def speed_benchmark(
     of the batch-1 decode rows ("peers"). After the int8 rows, `int8_gemv_bandwidth` of TinyGPT's block weights
     (or of the settings' products)."""
     torch.manual_seed(settings.seed)
-    rows, gemv = [], {}
+    rows, gemv, left_out = [], {}, []
+    if "bfloat16" in settings.dtypes and eager_bf16_is_slow_here():
+        left_out.append(EAGER_BF16_LEFT_OUT)
+        print(EAGER_BF16_LEFT_OUT, file=sys.stderr)
     for dtype in settings.dtypes:
         hf, tinygpt, *extra = load_peers(folder, dtype, settings.autotune)
         rows += dtype_rows(dtype, (hf, tinygpt), tuple(extra), settings, llama_cpp)
         if dtype == "int8":
             products = settings.int8_gemv_products or block_products(tinygpt.model)
             gemv = {"int8_gemv": int8_gemv_bandwidth(list(products), settings)}
-    return {"threads": torch.get_num_threads(), "rows": rows, **gemv, "fastest_decode": fastest_decode(rows)}
+    fastest = fastest_decode(rows)
+    return {"threads": torch.get_num_threads(), "rows": rows, **gemv, "fastest_decode": fastest, "left_out": left_out}
 
 
 def start_llama_cpp(folder: str, work: Path, settings: SpeedSettings, avx2_only: bool = False) -> LlamaCppTimer:
@@ -630,7 +652,7 @@ def _peers_table(result: dict) -> list[str]:
 
 
 def _notes(result: dict) -> list[str]:
-    lines = []
+    lines = list(result.get("left_out", []))
     if gemv := result.get("int8_gemv"):
         lines.append(
             f"int8 products compiled as in the int8 step (one row, from memory): {gemv['products']} of the "
@@ -697,6 +719,13 @@ def main(argv=None) -> None:
         "--tiny", action="store_true", help="tiny model, short inputs, no autotuning: checks the script only"
     )
     parser.add_argument(
+        "--decode-batches",
+        type=int,
+        nargs="+",
+        default=list(SpeedSettings.decode_batches),
+        help="batch sizes of the decode rows (default: 1 8; llama.cpp joins batch 1)",
+    )
+    parser.add_argument(
         "--emulate-avx2",
         action="store_true",
         help="measure as a CPU with AVX2 and no AVX-512 would (ATen, oneDNN and inductor capped at AVX2, llama.cpp "
@@ -720,6 +749,7 @@ def main(argv=None) -> None:
     if args.runs > 1:
         child_argv = ["--repeats", str(args.repeats), "--new-tokens", str(args.new_tokens)]
         child_argv += ["--dtypes", *args.dtypes, "--caches", *args.caches]
+        child_argv += ["--decode-batches", *map(str, args.decode_batches)]
         child_argv += ["--model", args.model] * bool(args.model) + ["--llama-cpp"] * args.llama_cpp
         child_argv += ["--tiny"] * args.tiny + ["--emulate-avx2"] * args.emulate_avx2
         with tempfile.TemporaryDirectory() as work:
@@ -731,6 +761,8 @@ def main(argv=None) -> None:
         return
     settings = TINY if args.tiny else SpeedSettings(repeats=args.repeats, new_tokens=args.new_tokens)
     settings = replace(settings, dtypes=tuple(args.dtypes), caches=tuple(args.caches))
+    if not args.tiny:
+        settings = replace(settings, decode_batches=tuple(args.decode_batches))
     run_speed_benchmark(
         settings,
         args.model,
