@@ -28,12 +28,8 @@ from ..plots.positions import load_for_plots
 
 DISTRIBUTION = "hf-tinygpt"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-BUILT_FROM = (
-    "pyproject.toml",
-    "README.md",
-    "hf_tinygpt",
-    "model_cards",
-)  # what the wheel's build reads (pyproject.toml)
+# What the wheel's build reads: pyproject.toml, the readme it names, and the packages' folders (package-dir included).
+BUILT_FROM = ("pyproject.toml", "README.md", "hf_tinygpt", "model_cards")
 
 APP = '''"""The hf-tinygpt position explorer as a Space: written by `hf-tinygpt explore --space-out`."""
 
