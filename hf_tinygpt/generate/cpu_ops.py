@@ -16,8 +16,9 @@ from torch.utils.cpp_extension import load
 
 @contextlib.contextmanager
 def ninja_of_this_python():
-    """torch's extension builder runs `ninja` from PATH. The [int8] extra installs it beside this interpreter, which
-    is not on PATH when a venv's python runs by its path, unactivated: for the build, PATH ends with that folder."""
+    """torch's extension builder runs `ninja` from PATH. This package's dependencies install it beside this
+    interpreter, which is not on PATH when a venv's python runs by its path, unactivated: for the build, PATH ends
+    with that folder."""
     path = os.environ.get("PATH", os.defpath)
     os.environ["PATH"] = os.pathsep.join([path, sysconfig.get_path("scripts")])
     try:
