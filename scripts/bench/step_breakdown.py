@@ -39,6 +39,8 @@ EXTERN_PRODUCTS = {
     "mkldnn::_linear_pointwise",
     "aten::_weight_int8pack_mm",
     "hf_tinygpt::int8_dot_products",
+    "hf_tinygpt_avx2::bf16_products",
+    "hf_tinygpt_avx2::int8_products",
 }
 COMPILED_KERNEL = re.compile(r"graph_\d+_")
 # What it costs to enter a compiled step: dynamo's cache lookup and guards, the compiled region, the graph's wrappers.
