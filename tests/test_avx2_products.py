@@ -111,6 +111,7 @@ def test_the_op_is_wanted_unless_the_cpu_multiplies_bf16_itself(monkeypatch, cap
     assert [type(m) for m in model] == expected  # fp32 weights keep nn.Linear
 
 
+@pytest.mark.slow
 def test_a_compiled_bf16_step_multiplies_with_the_op_where_it_is_wanted(monkeypatch):
     """With the op wanted (as ATen reports on an AVX2 CPU), a batch-1 decoder's compiled step takes every product
     there, once per weight and step, in its private copy, and decodes as the eager bf16 model does."""
@@ -136,6 +137,7 @@ def test_a_compiled_bf16_step_multiplies_with_the_op_where_it_is_wanted(monkeypa
     assert not CompiledDecoder(model, batch_size=5, max_length=16, autotune=False).avx2_products
 
 
+@pytest.mark.slow
 def test_a_compiled_int8_step_multiplies_with_the_op_where_it_is_wanted(monkeypatch, tmp_path):
     """The same for int8 weights (transformers' TorchAoConfig): a batch-1 decoder's step multiplies every int8
     weight with `int8_products`, and decodes as the eager int8 model (torch's int8 kernel) does."""

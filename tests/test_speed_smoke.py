@@ -176,6 +176,20 @@ def test_speed_benchmark_emulates_an_avx2_cpu(tmp_path):
 
 
 @pytest.mark.slow
+def test_avx2_kernels_script_smoke(tmp_path):
+    """scripts/bench/avx2_kernels.py on a tiny model, emulated: a decoder with the AVX2 kernels against one without,
+    in the same rounds, for bf16 and int8; no speed is asserted."""
+    pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    args = ["--tiny", "--emulate-avx2", "--rounds", "1", "--json", tmp_path / "avx2.json"]
+    out = run_module("bench.avx2_kernels", *args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads((tmp_path / "avx2.json").read_text())
+    assert [row["dtype"] for row in result["rows"]] == ["bfloat16", "int8"]
+    assert all(row["with_tok_s"] > 0 and row["without_tok_s"] > 0 for row in result["rows"])
+    assert result["machine"]["cpu_capability"] == "AVX2" and "EMULATED AVX2" in out.stdout
+
+
+@pytest.mark.slow
 def test_scheme_cost_script_smoke(tmp_path):
     """scripts/bench/scheme_cost.py on a tiny model: a row per scheme, learned first, each ratio against it."""
     out = run_module("bench.scheme_cost", "--tiny", "--json", tmp_path / "cost.json")
