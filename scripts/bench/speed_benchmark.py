@@ -70,11 +70,11 @@ AVX2_SIMDLEN = 256
 
 # Where torch's eager bf16 products are slow, its eager bf16 rows (prefill, plain and static-cache `generate`) are
 # left out: a CPU without bf16 instructions spent over 15 minutes in them before any result (scripts/README.md,
-# "bf16 and int8 on AVX2"). The compiled rows stay: TinyGPT's decoder takes its AVX2 kernels there.
+# "bf16 and int8 on AVX2"), and int8 prefill rows, where HF GPT-2 runs its bf16 model. The compiled rows stay.
 EAGER_BF16_LEFT_OUT = (
-    "bfloat16 prefill, plain and static-cache rows left out: eager bf16 products are many times slower than "
-    "float32 on a CPU without bf16 instructions (AVX-512 BF16 or AMX, with ATen's AVX-512 kernels); the compiled "
-    "rows run"
+    "bfloat16 prefill, plain and static-cache rows and int8 prefill rows left out: eager bf16 products are many "
+    "times slower than float32 on a CPU without bf16 instructions (AVX-512 BF16 or AMX, with ATen's AVX-512 "
+    "kernels), and HF GPT-2's int8 model is its bf16 one; the compiled rows run"
 )
 
 
@@ -321,8 +321,9 @@ def dtype_rows(
     """Every prefill and decode row of one dtype: `pair` (HF, TinyGPT) in every row, `extra` peers and llama.cpp's
     in decode rows. Prompts are random ids, drawn row by row from torch's seed."""
     vocab = pair[0].model.config.vocab_size
-    eager = not (dtype == "bfloat16" and eager_bf16_is_slow_here())
-    shapes, caches = (settings.prefill_shapes, settings.caches) if eager else ((), ("compiled",))
+    slow = dtype in ("bfloat16", "int8") and eager_bf16_is_slow_here()
+    shapes = () if slow else settings.prefill_shapes
+    caches = ("compiled",) if slow and dtype == "bfloat16" else settings.caches
     rows = [prefill_row(dtype, pair, torch.randint(0, vocab, shape), settings) for shape in shapes]
     for cache in (cache for cache in settings.caches if cache in caches):
         for batch in settings.decode_batches:
@@ -448,7 +449,7 @@ def speed_benchmark(
     (or of the settings' products)."""
     torch.manual_seed(settings.seed)
     rows, gemv, left_out = [], {}, []
-    if "bfloat16" in settings.dtypes and eager_bf16_is_slow_here():
+    if {"bfloat16", "int8"} & set(settings.dtypes) and eager_bf16_is_slow_here():
         left_out.append(EAGER_BF16_LEFT_OUT)
         print(EAGER_BF16_LEFT_OUT, file=sys.stderr)
     for dtype in settings.dtypes:
