@@ -89,36 +89,42 @@ std::vector<float> widened_rows(const at::BFloat16* x, int64_t M, int64_t K) {
   return out;
 }
 
-// Weight rows [n0, n0 + NB) against M rows of widened x: y = round(sum * scale + bias), scale and bias optional.
+// Weight rows [n0, n0 + NB) against M rows of widened x: y = round(sum * scale + bias), scale and bias optional. Each
+// (row, weight row) pair sums its two halves of 8 in accumulators of their own: one chain of dependent FMAs would wait
+// on each one's latency.
 template <typename Weights, int M, int NB>
 WITH_AVX2 void block(const float* x, const typename Weights::Type* weight, const at::BFloat16* scale,
                      const at::BFloat16* bias, at::BFloat16* y, int64_t n0, int64_t N, int64_t K, bool prefetch) {
   const int64_t K16 = K / 16 * 16;
-  __m256 sums[M][NB];
+  __m256 firsts[M][NB], seconds[M][NB];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m)
 #pragma GCC unroll 8
-    for (int j = 0; j < NB; ++j) sums[m][j] = _mm256_setzero_ps();
+    for (int j = 0; j < NB; ++j) firsts[m][j] = seconds[m][j] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K16; k += 16) {
     __m256 first[NB], second[NB];
 #pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) {
       const typename Weights::Type* row = weight + (n0 + j) * K + k;
-      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(row + PREFETCH_BLOCKS * NB * K), _MM_HINT_T0);
+      if (prefetch && k % (64 / sizeof(typename Weights::Type)) == 0)  // a cache line of this row at a time
+        _mm_prefetch(reinterpret_cast<const char*>(row + PREFETCH_BLOCKS * NB * K), _MM_HINT_T0);
       Weights::widen(row, first[j], second[j]);
     }
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
       const __m256 xa = _mm256_loadu_ps(x + m * K + k), xb = _mm256_loadu_ps(x + m * K + k + 8);
 #pragma GCC unroll 8
-      for (int j = 0; j < NB; ++j) sums[m][j] = _mm256_fmadd_ps(xb, second[j], _mm256_fmadd_ps(xa, first[j], sums[m][j]));
+      for (int j = 0; j < NB; ++j) {
+        firsts[m][j] = _mm256_fmadd_ps(xa, first[j], firsts[m][j]);
+        seconds[m][j] = _mm256_fmadd_ps(xb, second[j], seconds[m][j]);
+      }
     }
   }
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m)
 #pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) {
-      float total = sum_of(sums[m][j]);
+      float total = sum_of(_mm256_add_ps(firsts[m][j], seconds[m][j]));
       for (int64_t k = K16; k < K; ++k) total += x[m * K + k] * Weights::value(weight[(n0 + j) * K + k]);
       if (scale != nullptr) total *= static_cast<float>(scale[n0 + j]);
       if (bias != nullptr) total += static_cast<float>(bias[n0 + j]);
@@ -130,7 +136,7 @@ WITH_AVX2 void block(const float* x, const typename Weights::Type* weight, const
 template <typename Weights, int M>
 void rows_times_weight(const float* x, const typename Weights::Type* weight, const at::BFloat16* scale,
                        const at::BFloat16* bias, at::BFloat16* y, int64_t N, int64_t K) {
-  constexpr int NB = M <= 2 ? 4 : 2;  // at most 8 accumulators, and the widened weights, in 16 registers
+  constexpr int NB = M == 1 ? 4 : (M == 2 ? 2 : 1);  // at most 8 accumulators beside the widened weights
   const int64_t blocks = N / NB;
   at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
