@@ -451,7 +451,8 @@ def test_no_input_of_any_verb_can_be_its_output(verb, dest, relation, tmp_path, 
             argv.append(value if action.dest == dest else "me/model" if action.dest == "repo_id" else "other.txt")
         elif action.dest == dest:
             argv += [max(action.option_strings, key=len), value]
-    argv += ["--out", out, "--force", *(["--dry-run"] if verb == "push" else [])]
+    out_flag = max(next(a for a in verbs_and_actions()[verb] if a.dest == "out").option_strings, key=len)
+    argv += [out_flag, out, "--force", *(["--dry-run"] if verb == "push" else [])]  # explore's is --space-out
     code, err = run_cli(capsys, *argv)
     named = next(a for a in verbs_and_actions()[verb] if a.dest == dest).option_strings
     assert code == 2, err

@@ -265,6 +265,7 @@ def add_explore_arguments(parser: argparse.ArgumentParser):
     )
     parser.add_argument(
         "--space-out",
+        dest="out",  # an output like every verb's --out: no input may be, hold or lie inside it
         metavar="DIR",
         help="write a Gradio Space folder serving this explorer over these models (Hub ids or scheme names), "
         "written atomically, instead of serving it here; `hf-tinygpt push DIR OWNER/NAME` publishes it",
@@ -285,21 +286,21 @@ def run_explore(args) -> int:
             long_text = open(path, encoding="utf-8").read()
         except UnicodeDecodeError as error:
             raise ValueError(f"--long-text {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    if args.force and not args.space_out:
+    if args.force and not args.out:
         raise ValueError("--force replaces an earlier --space-out folder: it needs --space-out DIR")
-    if args.space_out:
+    if args.out:
         from ..explore.space import write_space
 
         with no_progress_bars():
             files = write_space(
-                args.space_out, args.models, long_text=long_text, force=args.force, hub_kwargs=hub_options(args)
+                args.out, args.models, long_text=long_text, force=args.force, hub_kwargs=hub_options(args)
             )
         shown = {name: size for name, size in files.items() if not name.startswith("hf_tinygpt/")}
         package = sum(size for name, size in files.items() if name.startswith("hf_tinygpt/"))
-        print(f"wrote the Space folder {args.space_out}:")
+        print(f"wrote the Space folder {args.out}:")
         for name, size in {**shown, "hf_tinygpt/ (the package)": package}.items():
             print(f"  {name:<28}  {size:>12,} bytes")
-        print(f"publish it: hf-tinygpt push {args.space_out} OWNER/NAME")
+        print(f"publish it: hf-tinygpt push {args.out} OWNER/NAME")
         return 0
     from ..explore.app import build_app
     from ..explore.views import load_models
