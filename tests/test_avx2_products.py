@@ -117,6 +117,23 @@ def test_the_op_is_wanted_unless_the_cpu_multiplies_bf16_itself(monkeypatch, cap
     assert [type(m) for m in model] == expected  # fp32 weights keep nn.Linear
 
 
+def assert_every_step_product_takes(decoder, model, products: int, op: str):
+    """Each of five compiled steps calls `op` once per weight product, and the decoded logits are the eager
+    model's, within 2**-6 of their scale (the op and torch's kernels round their bf16 outputs each their own way)."""
+    prompt = torch.randint(1, VOCAB, (1, 3), generator=torch.Generator().manual_seed(0))
+
+    def op_calls(new_tokens):
+        with torch.profiler.profile() as profile:
+            out = decoder.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **GREEDY)
+        return out, sum(event.name == op for event in profile.events())
+
+    compiled, calls = op_calls(6)
+    assert calls - op_calls(1)[1] == 5 * products  # five compiled steps
+    with torch.no_grad():
+        full = model(compiled.sequences).logits[:, 2:-1].float()
+    assert (torch.stack(compiled.logits, dim=1).float() - full).abs().max() <= 2**-6 * full.abs().max()
+
+
 @pytest.mark.slow
 def test_a_compiled_bf16_step_multiplies_with_the_op_where_it_is_wanted(monkeypatch):
     """With the op wanted (as ATen reports on an AVX2 CPU), a batch-1 decoder's compiled step takes every product
@@ -128,18 +145,7 @@ def test_a_compiled_bf16_step_multiplies_with_the_op_where_it_is_wanted(monkeypa
     linears = [module for module in model.modules() if isinstance(module, nn.Linear)]
     decoder = CompiledDecoder(model, max_length=16, autotune=False)
     assert decoder.avx2_products and all(type(module) is nn.Linear for module in linears)  # the model's own
-    prompt = torch.randint(1, VOCAB, (1, 3), generator=torch.Generator().manual_seed(0))
-
-    def op_calls(new_tokens):
-        with torch.profiler.profile() as profile:
-            out = decoder.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **GREEDY)
-        return out, sum(event.name == "hf_tinygpt_avx2::bf16_products" for event in profile.events())
-
-    compiled, calls = op_calls(6)
-    assert calls - op_calls(1)[1] == 5 * len(linears)  # five compiled steps
-    with torch.no_grad():
-        full = model(compiled.sequences).logits[:, 2:-1].float()
-    assert (torch.stack(compiled.logits, dim=1).float() - full).abs().max() <= 2**-6 * full.abs().max()
+    assert_every_step_product_takes(decoder, model, len(linears), "hf_tinygpt_avx2::bf16_products")
     assert not CompiledDecoder(model, batch_size=5, max_length=16, autotune=False).avx2_products
 
 
@@ -158,18 +164,7 @@ def test_a_compiled_int8_step_multiplies_with_the_op_where_it_is_wanted(monkeypa
     linears = [module for module in int8.modules() if isinstance(module, nn.Linear)]
     decoder = CompiledDecoder(int8.eval(), max_length=16, autotune=False)
     assert decoder.avx2_products and all(type(module) is Int8Linear for module in linears)  # the model's own
-    prompt = torch.randint(1, VOCAB, (1, 3), generator=torch.Generator().manual_seed(0))
-
-    def op_calls(new_tokens):
-        with torch.profiler.profile() as profile:
-            out = decoder.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **GREEDY)
-        return out, sum(event.name == "hf_tinygpt_avx2::int8_products" for event in profile.events())
-
-    compiled, calls = op_calls(6)
-    assert calls - op_calls(1)[1] == 5 * len(linears)  # five compiled steps
-    with torch.no_grad():
-        full = int8(compiled.sequences).logits[:, 2:-1].float()
-    assert (torch.stack(compiled.logits, dim=1).float() - full).abs().max() <= 2**-6 * full.abs().max()
+    assert_every_step_product_takes(decoder, int8, len(linears), "hf_tinygpt_avx2::int8_products")
 
 
 def test_transposed_weights_are_made_contiguous_for_the_kernel(monkeypatch):

@@ -670,18 +670,7 @@ def run_push(args) -> int:
         print(f"uploading to {args.repo_id}:")
         show(files)
 
-    info = push_to_hub(
-        args.src,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        create_pr=args.create_pr,
-        token=args.token,
-        timeout=args.timeout,
-        on_staged=staged,
-        **options,
-    )
+    info = push_to_hub(args.src, args.repo_id, on_staged=staged, **push_arguments(args), **options)
     print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
     if args.collection:
         url = add_to_collection(
@@ -691,22 +680,18 @@ def run_push(args) -> int:
     return 0
 
 
+def push_arguments(args) -> dict:
+    """What a push of a model and of a Space take alike: where it commits, and how it talks to the Hub."""
+    names = ("private", "revision", "commit_message", "create_pr", "token", "timeout")
+    return {name: getattr(args, name) for name in names}
+
+
 def push_space_folder(args, show) -> int:
     """`push` of a Space folder (`explore --space-out` wrote it): published as a Gradio Space repo as it is."""
     from ..hub.publish import push_space, space_files
 
-    model_only = {
-        "--out": args.out,
-        "--force": args.force,
-        "--collection": args.collection,
-        "--tokenizer": args.tokenizer,
-    }
-    model_only |= {
-        "--base-model": args.base_model,
-        "--license": args.license,
-        "--keep-local-paths": args.keep_local_paths,
-    }
-    if given := [flag for flag, value in model_only.items() if value not in (None, False)]:
+    model_only = ("out", "force", "collection", "tokenizer", "base_model", "license", "keep_local_paths")
+    if given := [f"--{dest.replace('_', '-')}" for dest in model_only if getattr(args, dest) not in (None, False)]:
         raise ValueError(f"{args.src} is a Space folder, pushed as it is: {', '.join(given)} apply to models only")
     if args.dry_run:
         print(f"dry run: what would be uploaded from {args.src} to the Space {args.repo_id}:")
@@ -717,17 +702,7 @@ def push_space_folder(args, show) -> int:
         print(f"uploading to the Space {args.repo_id}:")
         show(files)
 
-    info = push_space(
-        args.src,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        create_pr=args.create_pr,
-        token=args.token,
-        timeout=args.timeout,
-        on_staged=staged,
-    )
+    info = push_space(args.src, args.repo_id, on_staged=staged, **push_arguments(args))
     print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
     return 0
 

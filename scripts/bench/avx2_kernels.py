@@ -10,9 +10,7 @@ where the CPU, as ATen reports it, lacks AVX-512 BF16.
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from unittest import mock
@@ -24,7 +22,13 @@ from hf_tinygpt.convert.verify import random_gpt2_folder
 from hf_tinygpt.generate.avx2_products import avx2_products_wanted
 from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
 from scripts.bench.measure import cpu_line, machine, memory_bandwidth, paired_timings
-from scripts.bench.speed_benchmark import AVX2_EMULATION, AVX2_SIMDLEN, TINY_GPT2, load_options
+from scripts.bench.speed_benchmark import (
+    AVX2_EMULATION,
+    AVX2_SIMDLEN,
+    TINY_GPT2,
+    load_options,
+    restart_emulating_avx2,
+)
 
 GREEDY = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
 
@@ -69,13 +73,8 @@ def main(argv=None) -> None:
     parser.add_argument("--json", help="also write the measurements here")
     parser.add_argument("--tiny", action="store_true", help="tiny model, few tokens, no autotuning: checks the script")
     args = parser.parse_args(argv)
-    if args.emulate_avx2 and any(os.environ.get(key) != value for key, value in AVX2_EMULATION.items()):
-        arguments = sys.argv[1:] if argv is None else list(argv)  # ATen and oneDNN read their caps as torch starts
-        os.execve(
-            sys.executable,
-            [sys.executable, "-m", "scripts.bench.avx2_kernels", *arguments],
-            os.environ | AVX2_EMULATION,
-        )
+    if args.emulate_avx2:
+        restart_emulating_avx2("scripts.bench.avx2_kernels", argv)
     if args.emulate_avx2:
         torch._inductor.config.cpp.simdlen = AVX2_SIMDLEN
     if not avx2_products_wanted():

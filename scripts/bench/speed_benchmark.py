@@ -78,6 +78,14 @@ EAGER_BF16_LEFT_OUT = (
 )
 
 
+def restart_emulating_avx2(module: str, argv=None):
+    """Run `python -m module ARGV` again in place of this process with `AVX2_EMULATION` set, unless it is set: ATen
+    and oneDNN read their caps once, when torch starts."""
+    if any(os.environ.get(key) != value for key, value in AVX2_EMULATION.items()):
+        arguments = sys.argv[1:] if argv is None else list(argv)
+        os.execve(sys.executable, [sys.executable, "-m", module, *arguments], os.environ | AVX2_EMULATION)
+
+
 def eager_bf16_is_slow_here() -> bool:
     """Whether torch's eager bf16 products are slow here: no bf16 instructions, or ATen capped below AVX-512."""
     here = cpu()
@@ -739,14 +747,8 @@ def main(argv=None) -> None:
         help="this many separate runs, each in a fresh process, then every figure's median and range over them",
     )
     args = parser.parse_args(argv)
-    if args.emulate_avx2 and any(os.environ.get(key) != value for key, value in AVX2_EMULATION.items()):
-        # ATen and oneDNN read their caps once, when torch starts: this run starts again with them set.
-        arguments = sys.argv[1:] if argv is None else list(argv)
-        os.execve(
-            sys.executable,
-            [sys.executable, "-m", "scripts.bench.speed_benchmark", *arguments],
-            os.environ | AVX2_EMULATION,
-        )
+    if args.emulate_avx2:
+        restart_emulating_avx2("scripts.bench.speed_benchmark", argv)
     if args.runs > 1:
         child_argv = ["--repeats", str(args.repeats), "--new-tokens", str(args.new_tokens)]
         child_argv += ["--dtypes", *args.dtypes, "--caches", *args.caches]
