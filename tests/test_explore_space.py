@@ -64,7 +64,7 @@ def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp
 
     printed = command(env, "explore", "me/alibi", "learned", "--space-out", space, "--long-text", tmp_path / "long.txt")
     assert f"publish it: hf-tinygpt push {space} OWNER/NAME" in printed
-    files = space_files(space)
+    files = space_files(space, "me/explorer")
     assert {"app.py", "requirements.txt", "README.md", "long_text.txt"} <= set(files)
     assert {"hf_tinygpt/explore/app.py", "hf_tinygpt/default_model/model.safetensors"} <= set(files)
     card = SpaceCard.load(space / "README.md").data
@@ -89,7 +89,7 @@ def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
         assert text == tokenizer.decode(expected[0, ids.shape[1] :])
 
-    assert space_files(space) == files  # serving wrote nothing into the folder
+    assert space_files(space, "me/explorer") == files  # serving wrote nothing into the folder
     dry = command(env, "push", space, "me/explorer", "--dry-run")
     assert f"{len(files)} files, {sum(files.values()):,} bytes" in dry
     assert not any("me/explorer" in path for _, path in hub.requests)  # a dry run sends nothing
@@ -110,8 +110,8 @@ def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp
     assert all(published[name] == (space / name).read_bytes() for name in ("app.py", "README.md"))
 
     (space / "app.py").write_text((space / "app.py").read_text() + "\nprint('changed')\n")
-    with pytest.raises(ValueError, match="changed since `hf-tinygpt explore --space-out` wrote it"):
-        space_files(space)
+    with pytest.raises(ValueError, match=r"not as `hf-tinygpt explore --space-out` wrote it \(app.py \(changed since"):
+        space_files(space, "me/explorer")
 
 
 @pytest.mark.slow
@@ -129,7 +129,7 @@ def test_an_installed_package_writes_the_same_space_as_a_source_tree(tmp_path):
     )
     subprocess.run([sys.executable, "-c", script, tmp_path / "from-wheel", target], check=True, env=env, cwd=tmp_path)
     write_space(tmp_path / "from-source")
-    installed, built = (space_files(tmp_path / name) for name in ("from-wheel", "from-source"))
+    installed, built = (space_files(tmp_path / name, "me/explorer") for name in ("from-wheel", "from-source"))
     assert installed == built and "hf_tinygpt/explore/space.py" in built
 
 
@@ -139,7 +139,7 @@ def test_a_space_is_made_of_hub_models_and_only_a_space_folder_is_pushed_as_one(
     assert not (tmp_path / "space").exists()
     assert not is_space_folder(tiny_folder) and not is_space_folder(tmp_path / "nothing")
     with pytest.raises(ValueError, match="not a Space folder of hf-tinygpt"):
-        space_files(tiny_folder)
+        space_files(tiny_folder, "me/explorer")
 
 
 def test_the_verb_names_flags_that_need_a_space_folder(capsys):
@@ -147,3 +147,87 @@ def test_the_verb_names_flags_that_need_a_space_folder(capsys):
 
     assert main(["explore", "rope", "--force"]) == 2
     assert "--force replaces an earlier --space-out folder: it needs --space-out DIR" in capsys.readouterr().err
+
+
+def space_folder(out: Path) -> Path:
+    """A Space folder as `write_space` seals one (its manifest of kind "space"), without building the package."""
+    from hf_tinygpt.folders.outputs import output_folder
+
+    with output_folder(out, kind="space") as staging:
+        (staging / "app.py").write_text("print('the explorer')\n", encoding="utf-8")
+        (staging / "README.md").write_text("---\nsdk: gradio\n---\n", encoding="utf-8")
+        (staging / "hf_tinygpt").mkdir()
+        (staging / "hf_tinygpt" / "__init__.py").write_text("", encoding="utf-8")
+    return out
+
+
+def planted_leftover(space: Path, tmp_path: Path) -> Path:
+    """A folder named like one our writer replaces (`.app.old-PID-HEX`), with a manifest of ours: a leftover by
+    every sign, holding a secret."""
+    from hf_tinygpt.folders.outputs import output_folder
+
+    with output_folder(tmp_path / "planted", kind="space") as staging:
+        (staging / "secret.env").write_text("HF_TOKEN=hf_planted\n", encoding="utf-8")
+    leftover = space / ".app.old-4242-0badc0de"
+    (tmp_path / "planted").rename(leftover)
+    return leftover
+
+
+def test_a_space_push_uploads_exactly_what_its_dry_run_lists(hub, tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    from hf_tinygpt.cli.commands import main
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    space = space_folder(tmp_path / "space")
+    assert main(["push", str(space), "me/explorer", "--dry-run"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:-1]]
+    assert listed == ["README.md", "app.py", "hf_tinygpt/__init__.py"]
+    assert main(["push", str(space), "me/explorer", "--token", HUB_TOKEN]) == 0, capsys.readouterr().err
+    assert sorted(hub.repo_files("me/explorer", repo_type="space")) == listed
+
+
+def test_a_space_push_refuses_a_folder_its_manifest_does_not_prove(hub, tmp_path, capsys, monkeypatch):
+    """A planted folder with a manifest of ours, named like our leftovers, is refused by name by the dry run and by
+    the push alike, and nothing is sent."""
+    from huggingface_hub import constants
+
+    from hf_tinygpt.cli.commands import main
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    space = space_folder(tmp_path / "space")
+    planted_leftover(space, tmp_path)
+    for dry_run in (["--dry-run"], ["--token", HUB_TOKEN]):
+        assert main(["push", str(space), "me/explorer", *dry_run]) == 2
+        err = capsys.readouterr().err
+        assert ".app.old-4242-0badc0de/" in err and "write it again" in err, err
+    assert not any("me/explorer" in path for _, path in hub.requests)
+
+
+@pytest.mark.parametrize("repo_id", ["../../x", "/etc", "a b", "me/explorer/x", "me"])
+def test_a_space_dry_run_refuses_the_repo_ids_a_push_refuses(tmp_path, capsys, repo_id):
+    from hf_tinygpt.cli.commands import main
+
+    space = space_folder(tmp_path / "space")
+    for dry_run in (["--dry-run"], []):
+        assert main(["push", str(space), repo_id, *dry_run]) == 2
+        assert f"invalid repo id {repo_id!r}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "title, message",
+    [
+        ("x" * 101, "is 101 characters long; a title takes at most 100"),
+        ("Zoo\x1b[31m", "holds a control character (U+001B at character 4)"),
+        ("Zoo\nmore", "holds a control character (U+000A at character 4)"),
+        ("  ", "must be a title, got an empty one"),
+    ],
+)
+def test_a_collection_title_is_one_line_of_bounded_text(tmp_path, tiny_folder, capsys, title, message):
+    from hf_tinygpt.cli.commands import main
+
+    args = ["push", str(tiny_folder), "me/model", "--collection", title]
+    for dry_run in (["--dry-run", "--out", str(tmp_path / "staged")], []):
+        assert main([*args, *dry_run]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "staged").exists()

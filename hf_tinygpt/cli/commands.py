@@ -694,8 +694,9 @@ def push_space_folder(args, show) -> int:
     if given := [f"--{dest.replace('_', '-')}" for dest in model_only if getattr(args, dest) not in (None, False)]:
         raise ValueError(f"{args.src} is a Space folder, pushed as it is: {', '.join(given)} apply to models only")
     if args.dry_run:
+        files = space_files(args.src, args.repo_id)  # what `push_space` uploads, checked the same way
         print(f"dry run: what would be uploaded from {args.src} to the Space {args.repo_id}:")
-        show(space_files(args.src))
+        show(files)
         return 0
 
     def staged(files):

@@ -287,10 +287,12 @@ def _only_what_writers_make(staging: Path, kind) -> bool:
     return True
 
 
-def unproven(folder: Path, *, contents: bool = True, depth: int = 0) -> list[str]:
+def unproven(folder: Path, *, contents: bool = True, leftovers: bool = True, depth: int = 0) -> list[str]:
     """What keeps `folder` from being proven ours (empty: it is): no manifest, or entries the manifest does not list
-    (files, folders, links, anything else), and with `contents`, files changed since they were written. `depth`: how
-    deep `folder` lies in the output being proven (past `MAX_DEPTH`, nothing is ours)."""
+    (files, folders, links, anything else), and with `contents`, files changed since they were written. With
+    `leftovers`, what a killed writer of ours left is passed over (the next writer removes it); without, it counts
+    as an entry the manifest does not list (a folder published as it is holds nothing else). `depth`: how deep
+    `folder` lies in the output being proven (past `MAX_DEPTH`, nothing is ours)."""
     manifest = read_manifest(folder)
     if manifest is None:
         entries = sorted(entry.name + "/" * entry.is_dir() for entry in folder.iterdir())
@@ -304,12 +306,12 @@ def unproven(folder: Path, *, contents: bool = True, depth: int = 0) -> list[str
             return
         for entry in sorted(directory.iterdir()):
             name = prefix + entry.name
-            if (prefix == "" and entry.name == MANIFEST) or _is_leftover_of_ours(entry):
+            if (prefix == "" and entry.name == MANIFEST) or (leftovers and _is_leftover_of_ours(entry)):
                 continue
             if entry.is_symlink():
                 problems.append(f"{name} (a symbolic link)")
             elif entry.is_dir() and name in outputs:
-                nested = unproven(entry, contents=contents, depth=depth + name.count("/") + 1)
+                nested = unproven(entry, contents=contents, leftovers=leftovers, depth=depth + name.count("/") + 1)
                 problems.extend(f"{name}/{problem}" for problem in nested)
             elif entry.is_dir() and name in folders:
                 walk(entry, name + "/")

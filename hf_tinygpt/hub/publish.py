@@ -1,4 +1,4 @@
-"""Publishing to the Hub: stage exactly the files a tinygpt repo needs, then one `upload_folder` commit.
+"""Publishing to the Hub: stage exactly the files a tinygpt repo needs, then one commit of exactly those files.
 
 Everything that can be wrong with the input (repo id, missing files, tensors that do not fit the config) is found
 while staging, before any network call. The token is handed to huggingface_hub and nowhere else: never printed,
@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from huggingface_hub import HfApi, get_session, snapshot_download
+from huggingface_hub import CommitOperationAdd, HfApi, get_session, snapshot_download
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
@@ -361,14 +361,15 @@ def push_to_hub(
                 on_staged(files)
             upload = dict(private=private, revision=revision, create_pr=create_pr, timeout=timeout, token=token)
             message = commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt"
-            return _commit_folder(api, staged, repo_id, message, sent, **upload)
+            return _commit_files(api, staged, files, repo_id, message, sent, **upload)
     except KeyboardInterrupt as interrupt:
         raise PushInterrupted(interrupted_push(sent, repo_id, f"{api.endpoint}/{repo_id}", revision)) from interrupt
 
 
-def _commit_folder(
+def _commit_files(
     api: HfApi,
     folder: Path,
+    files: dict[str, int],
     repo_id: str,
     message: str,
     sent: list,
@@ -381,8 +382,8 @@ def _commit_folder(
     repo_type: str | None = None,
     space_sdk: str | None = None,
 ):
-    """Create the repo (and branch `revision`) if needed and upload `folder` in one commit, our manifest left out,
-    each request recorded in `sent`; a transport error becomes a ConnectionError that says the repo holds all of
+    """Create the repo (and branch `revision`) if needed and upload exactly `files` (paths in `folder`, as listed to
+    the user) in one commit, each request recorded in `sent`; a transport error becomes a ConnectionError that says the repo holds all of
     the commit or none of it."""
     try:
         with (
@@ -393,13 +394,14 @@ def _commit_folder(
             api.create_repo(repo_id, repo_type=repo_type, space_sdk=space_sdk, private=private, exist_ok=True)
             if revision not in (None, "main"):
                 api.create_branch(repo_id, repo_type=repo_type, branch=revision, exist_ok=True)
-            return api.upload_folder(
+            return api.create_commit(
                 repo_id=repo_id,
                 repo_type=repo_type,
-                folder_path=folder,
+                operations=[
+                    CommitOperationAdd(path_in_repo=name, path_or_fileobj=Path(folder) / name) for name in files
+                ],
                 revision=revision,
                 create_pr=create_pr,
-                ignore_patterns=[MANIFEST],  # our record of what was written, not part of the repo
                 commit_message=message,
             )
     except _transport_error() as error:
@@ -416,20 +418,24 @@ def is_space_folder(folder) -> bool:
     return manifest is not None and manifest.get("kind") == "space"
 
 
-def space_files(folder) -> dict[str, int]:
-    """{relative path: bytes} of what a push of the Space folder `folder` uploads; a ValueError unless it is one
-    exactly as `write_space` wrote it (its manifest proves every file)."""
+def space_files(folder, repo_id: str) -> dict[str, int]:
+    """{relative path: bytes} of exactly what a push of the Space folder `folder` to the Space `repo_id` uploads: the
+    files its manifest lists, which `push_space` uploads and a dry run shows. A ValueError for a repo id the Hub
+    refuses, or a folder that is not exactly as `write_space` wrote it: a file changed, or anything the manifest
+    does not list, a leftover folder of ours included (a Space publishes what it lists, nothing beside it)."""
+    check_repo_id(repo_id)
     folder = Path(folder)
     if not is_space_folder(folder):
         raise ValueError(
             f"{folder}: not a Space folder of hf-tinygpt (write one with `hf-tinygpt explore --space-out`)"
         )
-    if problems := unproven(folder):
+    manifest = read_manifest(folder)
+    problems = unproven(folder, leftovers=False) + [f"{name}/ (a nested output)" for name in manifest["outputs"]]
+    if problems:
         raise ValueError(
-            f"{folder}: changed since `hf-tinygpt explore --space-out` wrote it ({'; '.join(problems[:5])}): "
-            "write it again"
+            f"{folder}: not as `hf-tinygpt explore --space-out` wrote it ({'; '.join(problems[:5])}): write it again"
         )
-    return staged_files(folder)
+    return {name: (folder / name).stat().st_size for name in sorted(manifest["files"])}
 
 
 def push_space(
@@ -447,10 +453,9 @@ def push_space(
 ):
     """Publish a Space folder written by `write_space` as the Gradio Space repo `repo_id`, in one commit. The folder
     must be exactly as written (its manifest proves every file); `on_staged(files)` sees {path: bytes} first."""
-    check_repo_id(repo_id)
     if not timeout > 0:
         raise ValueError(f"`timeout` must be a positive number of seconds, got {timeout}")
-    files = space_files(folder)
+    files = space_files(folder, repo_id)
     if on_staged is not None:
         on_staged(files)
     api = HfApi(endpoint=endpoint, token=token)
@@ -458,15 +463,32 @@ def push_space(
     upload = dict(private=private, revision=revision, create_pr=create_pr, timeout=timeout, token=token)
     message = commit_message or f"Upload the hf-tinygpt explorer ({len(files)} files)"
     try:
-        return _commit_folder(api, folder, repo_id, message, sent, repo_type="space", space_sdk="gradio", **upload)
+        return _commit_files(
+            api, folder, files, repo_id, message, sent, repo_type="space", space_sdk="gradio", **upload
+        )
     except KeyboardInterrupt as interrupt:
         url = f"{api.endpoint}/spaces/{repo_id}"
         raise PushInterrupted(interrupted_push(sent, repo_id, url, revision)) from interrupt
 
 
+# The longest collection title taken here: a title is a line on the owner's page, not a text.
+MAX_COLLECTION_TITLE = 100
+
+
 def check_collection(collection: str) -> str:
-    if not collection.strip():
+    """`collection` if it is a title: one line of printable text, not empty, at most `MAX_COLLECTION_TITLE`
+    characters; else a ValueError that says which rule it breaks."""
+    if not isinstance(collection, str) or not collection.strip():
         raise ValueError("`collection` must be a title, got an empty one")
+    if len(collection) > MAX_COLLECTION_TITLE:
+        raise ValueError(
+            f"`collection` is {len(collection):,} characters long; a title takes at most {MAX_COLLECTION_TITLE}"
+        )
+    if (control := next((i for i, c in enumerate(collection) if not c.isprintable()), None)) is not None:
+        code = f"U+{ord(collection[control]):04X}"
+        raise ValueError(
+            f"`collection` holds a control character ({code} at character {control + 1}): a title is one line of text"
+        )
     return collection
 
 
