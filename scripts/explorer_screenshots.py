@@ -85,13 +85,13 @@ def main(argv=None) -> int:
     parser.add_argument("--long-text", help="the long text of the past-the-training-length tab")
     parser.add_argument("--out", required=True, help="folder for explorer_TAB.png")
     args = parser.parse_args(argv)
-    from hf_tinygpt.explore.app import build_app
+    from hf_tinygpt.explore.app import build_app, launch
     from hf_tinygpt.explore.views import load_models
 
     long_text = Path(args.long_text).read_text(encoding="utf-8") if args.long_text else None
     demo = build_app(load_models(args.models), long_text=long_text)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     browser = chromium()
     try:
         page = Page(browser, f"http://127.0.0.1:{port}/")

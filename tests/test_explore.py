@@ -13,7 +13,7 @@ gr = pytest.importorskip("gradio")
 from gradio_client import Client  # noqa: E402
 
 from hf_tinygpt import gpt2_tokenizer  # noqa: E402
-from hf_tinygpt.explore.app import build_app  # noqa: E402
+from hf_tinygpt.explore.app import build_app, launch  # noqa: E402
 from hf_tinygpt.explore.views import attention_pattern, load_models, per_position_loss  # noqa: E402
 from scripts.explorer_screenshots import Page, chromium, free_port  # noqa: E402
 
@@ -31,7 +31,7 @@ def explorer(tmp_path_factory):
     models = load_models(folders)
     demo = build_app(models, long_text=LONG_TEXT)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         yield models, Client(f"http://127.0.0.1:{port}/", verbose=False), f"http://127.0.0.1:{port}/"
     finally:
@@ -111,7 +111,7 @@ def test_models_of_different_shapes_each_show_what_they_have(tmp_path):
     models = load_models([str(large), str(small)])
     demo = build_app(models)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    launch(demo, server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         _, learned_table, _, rope_table = client.predict(PROMPT, 2, 3, api_name="/attention")
@@ -187,7 +187,7 @@ def test_every_tab_renders_in_a_real_browser(explorer, browser):
     assert continuations and len(page.visible("textarea")[1:]) == 2
 
 
-def test_views_are_the_models_own_numbers():
+def test_views_are_the_models_own_numbers(monkeypatch):
     tokenizer = gpt2_tokenizer()
     model = text_model("alibi", seed=2)
     model.set_attn_implementation("eager")
@@ -200,7 +200,8 @@ def test_views_are_the_models_own_numbers():
         with pytest.raises(ValueError, match="`layer` must be in|`head` must be in"):
             attention_pattern(model, PROMPT, layer, head, tokenizer)
     long = torch.tensor(tokenizer(LONG_TEXT)["input_ids"])
-    losses = per_position_loss(model, long, 40, batch_size=3)
+    monkeypatch.setattr("hf_tinygpt.explore.views.LOGIT_ROWS", 16)  # a window's logits in three pieces
+    losses = per_position_loss(model, long, 40)
     windows = long[: len(long) // 40 * 40].view(-1, 40)
     with torch.no_grad():
         logits = model(windows).logits[:, :-1]
@@ -221,6 +222,8 @@ def test_the_verb_refuses_a_long_text_it_cannot_read(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_the_verb_serves_the_app_on_loopback(tmp_path):
+    """On loopback only, whatever Gradio's environment asks for: no share link is even tried."""
+    import os
     import subprocess
     import sys
     import time
@@ -228,7 +231,8 @@ def test_the_verb_serves_the_app_on_loopback(tmp_path):
 
     port = free_port()
     command = [sys.executable, "-m", "hf_tinygpt", "explore", "rope", "alibi", "--port", str(port)]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = os.environ | {"GRADIO_SHARE": "True", "GRADIO_SSR_MODE": "True", "GRADIO_MCP_SERVER": "True"}
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         for _ in range(240):
             try:
@@ -245,6 +249,9 @@ def test_the_verb_serves_the_app_on_loopback(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+    printed = server.stdout.read()
+    assert f"Running on local URL:  http://127.0.0.1:{port}" in printed
+    assert not any(word in printed for word in ("share link", "public URL", "SSR", "MCP")), printed
 
 
 def test_the_pictures_are_plot_positions_own(tmp_path):

@@ -286,6 +286,13 @@ def run_explore(args) -> int:
             long_text = open(path, encoding="utf-8").read()
         except UnicodeDecodeError as error:
             raise ValueError(f"--long-text {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        from ..explore.limits import long_text_ids
+        from ..folders.bundled import gpt2_tokenizer
+
+        try:  # now, not when the tab first scores it
+            long_text_ids(long_text, gpt2_tokenizer())
+        except ValueError as error:
+            raise ValueError(f"--long-text {path}: {error}") from None
     if args.force and not args.out:
         raise ValueError("--force replaces an earlier --space-out folder: it needs --space-out DIR")
     if args.out:
@@ -302,14 +309,14 @@ def run_explore(args) -> int:
             print(f"  {name:<28}  {size:>12,} bytes")
         print(f"publish it: hf-tinygpt push {args.out} OWNER/NAME")
         return 0
-    from ..explore.app import build_app
+    from ..explore.app import build_app, launch
     from ..explore.views import load_models
 
     with no_progress_bars():
         models = load_models(args.models, hub_kwargs=hub_options(args))
     demo = build_app(models, long_text=long_text)
     print(", ".join(f"{label} ({model.config.position_embedding_type})" for label, model in models))
-    demo.launch(server_name="127.0.0.1", server_port=args.port or None)  # loopback only: nothing is shared
+    launch(demo, server_name="127.0.0.1", server_port=args.port or None)  # loopback only: nothing is shared
     return 0
 
 

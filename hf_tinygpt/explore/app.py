@@ -1,15 +1,24 @@
 """`hf-tinygpt explore`: a Gradio app over one or more models, the same prompt for all of them, side by side.
 
     demo = build_app(load_models(["hf_tinygpt/default_model", "runs/alibi/model"]))
-    demo.launch(server_name="127.0.0.1")
+    launch(demo, server_name="127.0.0.1")
 
 Tabs: token + position (what the first block sees), the scheme's pictures, inside attention (a layer's head on the
 prompt, its weights as a table too), past the training length (per-position loss of a long text, computed live) and
 generate (streamed, greedy). Every event has an `api_name`, so gradio_client drives the same functions the browser
 does.
+
+The app is a server: every endpoint checks its inputs against the limits in `limits.py` before any work, answers a
+failure in one sentence, and leaves the app ready for the next request. Gradio keeps the files it serves in a folder
+the app made for itself.
 """
 
+import atexit
 import functools
+import inspect
+import logging
+import os
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -18,9 +27,25 @@ import pandas as pd
 import torch
 
 from ..folders.bundled import gpt2_tokenizer
+from ..folders.errors import describe, printable
 from ..plots.positions import DEFAULT_PROMPT, MAX_PLOTTED_POSITIONS, prompt_tokens
+from .limits import (
+    MAX_DIMENSIONS,
+    MAX_NEW_TOKENS,
+    MAX_PROMPT_CHARACTERS,
+    MAX_PROMPT_TOKENS,
+    MAX_SEED,
+    MAX_TEXT_CHARACTERS,
+    MAX_WINDOW,
+    MIN_WINDOW,
+    QUEUE_SIZE,
+    checked_text,
+    long_text_ids,
+    whole_number,
+)
 from .views import (
     attention_pattern,
+    greedy_continuation,
     per_position_loss,
     plot_attention_pattern,
     plot_message,
@@ -36,37 +61,110 @@ except ImportError as error:
 
     raise needs_extra("explore", error) from error
 
+logger = logging.getLogger(__name__)
 
-def shown_as_gradio_errors(function):
-    """`function`, its ValueErrors (an empty prompt, say) shown to the user as Gradio errors with their message."""
+
+def answered_in_one_sentence(function):
+    """`function` as an endpoint: a ValueError is shown as its message, any other failure as one sentence that
+    names it (its traceback goes to the server's log), never Python's repr or Gradio's bare "Error"."""
+
+    def failure(error: Exception) -> "gr.Error":
+        if isinstance(error, gr.Error):
+            return error
+        if isinstance(error, ValueError):
+            return gr.Error(printable(str(error)), print_exception=False)
+        logger.exception("the explorer's %s failed", function.__name__)
+        return gr.Error(f"this request failed ({printable(describe(error))})", print_exception=False)
+
+    if inspect.isgeneratorfunction(function):
+
+        @functools.wraps(function)
+        def stream(*args, **kwargs):
+            try:
+                yield from function(*args, **kwargs)
+            except Exception as error:
+                raise failure(error) from error
+
+        return stream
 
     @functools.wraps(function)
     def call(*args, **kwargs):
         try:
             return function(*args, **kwargs)
-        except ValueError as error:
-            raise gr.Error(str(error)) from error
+        except Exception as error:
+            raise failure(error) from error
 
     return call
 
 
+def private_folder() -> Path:
+    """A new folder that only this user can read (`tempfile.mkdtemp`), removed at exit, made Gradio's file cache
+    for this process: Gradio serves the files the app writes from here, never what a shared `$TMPDIR/gradio` (or a
+    link planted there) holds."""
+    folder = Path(tempfile.mkdtemp(prefix="hf-tinygpt-explore-"))
+    os.environ["GRADIO_TEMP_DIR"] = str(folder / "gradio")  # read by each component as it is made, and at launch
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def launch(demo: "gr.Blocks", *, server_name: str | None = None, server_port: int | None = None, **options):
+    """Serve `demo` where it is told (`server_name`; a Space says where through GRADIO_SERVER_NAME) and nowhere
+    else, whatever Gradio's environment variables say: no share link, no server-side rendering proxy, no MCP
+    server, no folder served beyond the app's own."""
+    return demo.launch(
+        server_name=server_name,
+        server_port=server_port,
+        share=False,
+        ssr_mode=False,
+        mcp_server=False,
+        allowed_paths=[os.environ["GRADIO_TEMP_DIR"]],  # given, so GRADIO_ALLOWED_PATHS adds nothing
+        **options,
+    )
+
+
 def build_app(models: list[tuple[str, object]], *, long_text: str | None = None) -> "gr.Blocks":
-    """The explorer's Blocks over `models` ([(label, model)], e.g. from `load_models`)."""
+    """The explorer's Blocks over `models` ([(label, model)], e.g. from `load_models`); serve it with `launch`."""
     tokenizer = gpt2_tokenizer()
     labels = [label for label, _ in models]
-    pictures_dir = Path(tempfile.mkdtemp(prefix="hf-tinygpt-explore-"))
+    pictures_dir = private_folder() / "pictures"
     lock = threading.Lock()  # one model call at a time: the models are shared by every browser tab
-    max_layer = max(model.config.n_layer for _, model in models) - 1  # a model without that layer or head says so
-    max_head = max(model.config.n_head for _, model in models) - 1
+    layers = max(model.config.n_layer for _, model in models)  # a model without that layer or head says so
+    heads = max(model.config.n_head for _, model in models)
     most_positions = min(max(model.config.n_positions for _, model in models), MAX_PLOTTED_POSITIONS)
+    most_plotted = min(4 * most_positions, MAX_PLOTTED_POSITIONS)  # how a scheme looks past its trained positions
     trained_at = [training_context(model) for _, model in models]  # read from each card once, not per request
 
-    def pictures(prompt, token_vs_position, n_dims=8, positions=None, seed=0):
+    def per_model(values: list):
+        """One value per model, as Gradio takes them: a list for several outputs, the value itself for one."""
+        return values if len(values) > 1 else values[0]
+
+    def checked_prompt(prompt, new_tokens: int = 0) -> list[list[int]]:
+        """Each model's ids of the prompt, or a ValueError: too long, or past a learned table's rows."""
+        prompt = checked_text(prompt, "prompt", MAX_PROMPT_CHARACTERS)
+        count = len(tokenizer(prompt)["input_ids"])
+        if count == 0:
+            raise ValueError("the prompt is empty: type a few words")
+        if count > MAX_PROMPT_TOKENS:
+            raise ValueError(f"the prompt is {count:,} tokens long; the explorer takes at most {MAX_PROMPT_TOKENS}")
+        for label, model in models:
+            if model.config.position_embedding_type == "learned" and count + new_tokens > model.config.n_positions:
+                asked = f"{count} tokens" + (f" and {new_tokens} new ones" if new_tokens else "")
+                raise ValueError(
+                    f"the prompt's {asked} run past {label}'s {model.config.n_positions} learned positions: "
+                    "ask for fewer"
+                )
+        return [prompt_tokens(model, prompt, tokenizer)[0] for _, model in models]
+
+    def pictures(prompt, token_vs_position, n_dims=8, positions=most_positions, seed=0):
+        checked_prompt(prompt)
+        n_dims = whole_number(n_dims, "number of dimensions traced", 1, MAX_DIMENSIONS)
+        positions = whole_number(positions, "number of positions plotted", 2, most_plotted)
+        seed = whole_number(seed, "seed", 0, MAX_SEED)
         shown = []
         with lock:
             for index, (label, model) in enumerate(models):
-                count = None if positions is None else int(positions)
-                if count and model.config.position_embedding_type == "learned":
+                count = positions
+                if model.config.position_embedding_type == "learned":
                     count = min(count, model.config.n_positions)  # a learned table has no rows past n_positions
                 made = position_pictures(
                     model,
@@ -74,48 +172,58 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
                     pictures_dir / str(index),
                     prompt,
                     token_vs_position=token_vs_position,
-                    n_dims=int(n_dims),
-                    seed=int(seed),
+                    n_dims=n_dims,
+                    seed=seed,
                     max_positions=count,
                 )
                 shown.append([(str(path), f"{label}: {path.stem}") for path in made])
         return shown
 
+    def token_images(prompt):
+        return per_model([shown[0][0] for shown in pictures(prompt, token_vs_position=True)])
+
+    def scheme_galleries(prompt, n_dims, positions, seed):
+        return per_model(pictures(prompt, False, n_dims, positions, seed))
+
     def attention(prompt, layer, head):
+        checked_prompt(prompt)
+        layer = whole_number(layer, "layer", 0, layers - 1)
+        head = whole_number(head, "head", 0, heads - 1)
+        outputs = []
         with lock:
-            outputs = []
             for label, model in models:
-                if int(layer) >= model.config.n_layer or int(head) >= model.config.n_head:
+                if layer >= model.config.n_layer or head >= model.config.n_head:
                     shape = f"{model.config.n_layer} layers of {model.config.n_head} heads"
-                    outputs += [plot_message(f"{label} has {shape}: no layer {int(layer)}, head {int(head)}"), None]
+                    outputs += [plot_message(f"{label} has {shape}: no layer {layer}, head {head}"), None]
                     continue
-                pattern = attention_pattern(model, prompt, int(layer), int(head), tokenizer)
-                title = f"{label} ({model.config.position_embedding_type}): layer {int(layer)}, head {int(head)}"
+                pattern = attention_pattern(model, prompt, layer, head, tokenizer)
+                title = f"{label} ({model.config.position_embedding_type}): layer {layer}, head {head}"
                 outputs.append(plot_attention_pattern(pattern, title))
                 headers = [f"{i}: {text}" for i, text in enumerate(pattern["tokens"])]
                 outputs.append({"headers": headers, "data": pattern["weights"].round(6).tolist()})
         return outputs
 
     def past_training_length(text, context, progress=gr.Progress()):  # noqa: B008 (how Gradio asks for a bar)
-        ids = torch.tensor(tokenizer(text or "")["input_ids"], dtype=torch.long)
-        if len(ids) < int(context):
-            raise gr.Error(f"the long text has {len(ids)} tokens: paste at least one window ({int(context)} tokens)")
+        context = whole_number(context, "window", MIN_WINDOW, MAX_WINDOW)
+        ids = torch.tensor(long_text_ids(text, tokenizer), dtype=torch.long)
+        if len(ids) < context:
+            raise ValueError(f"the long text has {len(ids)} tokens: paste at least one window ({context} tokens)")
         curves, unscored = [], []
         with lock:
             for (label, model), trained in progress.tqdm(list(zip(models, trained_at, strict=True)), desc="scoring"):
                 if int(ids.max()) >= model.config.vocab_size:  # its loss would be of other tokens than the text's
                     unscored.append(f"{label} (a vocabulary of {model.config.vocab_size})")
                     continue
-                curves.append((label, per_position_loss(model, ids, int(context)), trained))
+                curves.append((label, per_position_loss(model, ids, context), trained))
         if not curves:
-            raise gr.Error(f"the text's GPT-2 tokens lie outside every model's vocabulary: {', '.join(unscored)}")
-        windows = len(ids) // int(context)
-        title = f"per-position loss over {windows} windows of {int(context)} tokens"
+            raise ValueError(f"the text's GPT-2 tokens lie outside every model's vocabulary: {', '.join(unscored)}")
+        windows = len(ids) // context
+        title = f"per-position loss over {windows} windows of {context} tokens"
         if unscored:
             title += f"\nnot scored, the text's tokens lie outside their vocabulary: {', '.join(unscored)}"
         table = {
             "headers": ["position", *(label for label, _, _ in curves)],
-            "data": [[i + 1, *(round(float(c[1][i]), 5) for c in curves)] for i in range(int(context) - 1)],
+            "data": [[i + 1, *(round(float(c[1][i]), 5) for c in curves)] for i in range(context - 1)],
         }
         hover = pd.DataFrame(
             [(i + 1, label, float(loss)) for label, losses, _ in curves for i, loss in enumerate(losses)],
@@ -124,43 +232,38 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         return plot_per_position_loss(curves, title), hover, table
 
     def generate(prompt, max_new_tokens):
-        from transformers import TextIteratorStreamer
-
+        new_tokens = whole_number(max_new_tokens, "number of new tokens", 1, MAX_NEW_TOKENS)
+        inputs = checked_prompt(prompt, new_tokens)
         texts = [""] * len(models)
-        for index, (_, model) in enumerate(models):
-            ids = torch.tensor([shown_as_gradio_errors(prompt_tokens)(model, prompt, tokenizer)[0]])
-            streamer = TextIteratorStreamer(tokenizer, skip_prompt=True)
-            settings = dict(max_new_tokens=int(max_new_tokens), do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        for index, ((_, model), ids) in enumerate(zip(models, inputs, strict=True)):
+            for text in greedy_continuation(model, ids, new_tokens, tokenizer, lock):
+                texts[index] = text
+                yield per_model(list(texts))
+        yield per_model(list(texts))
 
-            def run(model=model, ids=ids, streamer=streamer, settings=settings):
-                with lock:  # held by the worker, not across this generator's yields: a closed page frees it
-                    model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), streamer=streamer, **settings)
-
-            worker = threading.Thread(target=run, daemon=True)
-            worker.start()
-            for piece in streamer:
-                texts[index] += piece
-                yield list(texts)
-            worker.join()
-        yield list(texts)
+    def number_slider(most: int, label: str):
+        """A slider from 0 to `most`; a fixed number where there is only 0 (Gradio's slider needs two ends)."""
+        if most == 0:
+            return gr.Number(0, label=label, interactive=False)
+        return gr.Slider(0, most, value=0, step=1, label=label)
 
     with gr.Blocks(title="hf-tinygpt explore") as demo:
         gr.Markdown(
             "# How these GPTs put tokens in order\n"
             + ", ".join(f"**{label}** ({model.config.position_embedding_type})" for label, model in models)
         )
-        prompt = gr.Textbox(DEFAULT_PROMPT, label="prompt (repeat a word to see its two positions)")
+        prompt = gr.Textbox(
+            DEFAULT_PROMPT, label="prompt (repeat a word to see its two positions)", max_length=MAX_PROMPT_CHARACTERS
+        )
         with gr.Tab("Token + position"):
             token_button = gr.Button("Draw")
             with gr.Row():
                 token_pictures = [gr.Image(type="filepath", label=label) for label in labels]
         with gr.Tab("The position scheme"):
             with gr.Row():
-                n_dims = gr.Slider(1, 16, value=8, step=1, label="dimensions traced")
-                # up to 4× the longest table: how a scheme looks past the positions it was trained on
-                most = min(4 * most_positions, MAX_PLOTTED_POSITIONS)
-                positions = gr.Slider(2, most, value=most_positions, step=1, label="positions plotted")
-                seed = gr.Number(0, precision=0, label="seed (which dimensions)")
+                n_dims = gr.Slider(1, MAX_DIMENSIONS, value=8, step=1, label="dimensions traced")
+                positions = gr.Slider(2, most_plotted, value=most_positions, step=1, label="positions plotted")
+                seed = gr.Number(0, minimum=0, maximum=MAX_SEED, step=1, label="seed (which dimensions)")
             scheme_button = gr.Button("Draw")
             with gr.Row():
                 galleries = [
@@ -168,8 +271,8 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
                 ]
         with gr.Tab("Inside attention"):
             with gr.Row():
-                layer = gr.Slider(0, max_layer, value=0, step=1, label="layer")
-                head = gr.Slider(0, max_head, value=0, step=1, label="head")
+                layer = number_slider(layers - 1, "layer")
+                head = number_slider(heads - 1, "head")
             attention_button = gr.Button("Show")
             attention_outputs = []
             with gr.Row():
@@ -184,8 +287,9 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
                 placeholder="paste a long text: a few thousand tokens",
                 lines=4,
                 max_lines=6,
+                max_length=MAX_TEXT_CHARACTERS,
             )
-            context = gr.Slider(8, 2048, value=512, step=8, label="window (tokens)")
+            context = gr.Slider(MIN_WINDOW, MAX_WINDOW, value=512, step=8, label="window (tokens)")
             length_button = gr.Button("Score")
             length_plot = gr.Plot(label="per-position loss")
             length_hover = gr.LinePlot(
@@ -193,29 +297,23 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
             )
             length_table = gr.Dataframe(label="per-position loss (nats)")
         with gr.Tab("Generate"):
-            new_tokens = gr.Slider(1, 200, value=40, step=1, label="new tokens (greedy)")
+            new_tokens = gr.Slider(1, MAX_NEW_TOKENS, value=40, step=1, label="new tokens (greedy)")
             generate_button = gr.Button("Generate")
             with gr.Row():
                 continuations = [gr.Textbox(label=label, lines=6) for label in labels]
 
-        def token_images(prompt):
-            return [shown[0][0] for shown in pictures(prompt, token_vs_position=True)]
+        def on(button, function, inputs, outputs, name):
+            button.click(answered_in_one_sentence(function), inputs, outputs, api_name=name)
 
-        def scheme_galleries(prompt, n_dims, positions, seed):
-            return pictures(prompt, False, n_dims, positions, seed)
-
-        token_button.click(shown_as_gradio_errors(token_images), prompt, token_pictures, api_name="token_position")
-        scheme_button.click(
-            shown_as_gradio_errors(scheme_galleries),
-            [prompt, n_dims, positions, seed],
-            galleries,
-            api_name="position_scheme",
+        on(token_button, token_images, prompt, token_pictures, "token_position")
+        on(scheme_button, scheme_galleries, [prompt, n_dims, positions, seed], galleries, "position_scheme")
+        on(attention_button, attention, [prompt, layer, head], attention_outputs, "attention")
+        on(
+            length_button,
+            past_training_length,
+            [long, context],
+            [length_plot, length_hover, length_table],
+            "past_length",
         )
-        attention_button.click(
-            shown_as_gradio_errors(attention), [prompt, layer, head], attention_outputs, api_name="attention"
-        )
-        length_button.click(
-            past_training_length, [long, context], [length_plot, length_hover, length_table], api_name="past_length"
-        )
-        generate_button.click(generate, [prompt, new_tokens], continuations, api_name="generate")
-    return demo
+        on(generate_button, generate, [prompt, new_tokens], continuations, "generate")
+    return demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)

@@ -22,9 +22,11 @@ from pathlib import Path
 from huggingface_hub import SpaceCard, SpaceCardData
 from packaging.requirements import Requirement
 
+from ..folders.bundled import gpt2_tokenizer
 from ..folders.errors import describe
 from ..folders.outputs import MANIFEST, output_folder
 from ..plots.positions import load_for_plots
+from .limits import long_text_ids
 
 DISTRIBUTION = "hf-tinygpt"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -36,7 +38,7 @@ APP = '''"""The hf-tinygpt position explorer as a Space: written by `hf-tinygpt 
 import json
 from pathlib import Path
 
-from hf_tinygpt.explore.app import build_app
+from hf_tinygpt.explore.app import build_app, launch
 from hf_tinygpt.explore.views import load_models
 
 HERE = Path(__file__).resolve().parent
@@ -48,7 +50,7 @@ demo = build_app(
 )
 
 if __name__ == "__main__":
-    demo.launch()  # a Space sets GRADIO_SERVER_NAME and GRADIO_SERVER_PORT
+    launch(demo)  # where the Space says: it sets GRADIO_SERVER_NAME and GRADIO_SERVER_PORT
 '''
 
 
@@ -129,6 +131,11 @@ def write_space(
         raise ValueError(f"`title` must be a non-empty string, got {title!r}")
     if long_text is not None and not isinstance(long_text, str):
         raise ValueError(f"`long_text` must be text or None, got {type(long_text).__name__}")
+    if long_text is not None:
+        try:  # the Space's tab would refuse it on every request
+            long_text_ids(long_text, gpt2_tokenizer())
+        except ValueError as error:
+            raise ValueError(f"`long_text`: {error}") from None
     schemes = []
     for source in models:
         try:

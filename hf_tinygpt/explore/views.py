@@ -9,11 +9,14 @@ attention pattern is the weights the model returns with `output_attentions=True`
 model's cross-entropy at each position of windows of the evaluated length.
 """
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
 from ..folders.bundled import DEFAULT_MODEL_DIR
 from ..folders.model_card import read_card
@@ -98,21 +101,80 @@ def plot_attention_pattern(pattern: dict, title: str) -> Figure:
     return figure
 
 
+# Positions whose logits are made at once when scoring a long text: the logits of a whole window of GPT-2's vocabulary
+# (2,048 × 50,257 floats, 412 MB) are never held, only this many rows of them.
+LOGIT_ROWS = 256
+
+
 @torch.no_grad()
-def per_position_loss(model, ids: torch.Tensor, context: int, batch_size: int = 4) -> np.ndarray:
+def per_position_loss(model, ids: torch.Tensor, context: int) -> np.ndarray:
     """Mean cross-entropy (nats) at each position 1 … context−1 of non-overlapping windows of `context` tokens of
     `ids`: entry i is the loss of predicting window token i + 1 from the i + 1 tokens before it. Positions a learned
-    table has no row for are NaN."""
+    table has no row for are NaN. One window at a time, its logits `LOGIT_ROWS` positions at a time: the memory
+    taken is that of one window's forward, however long the text."""
     limit = model.config.n_positions if model.config.position_embedding_type == "learned" else context
     usable = min(context, limit)
     windows = ids[: len(ids) // context * context].view(-1, context)[:, :usable]
     if len(windows) == 0:
         raise ValueError(f"the text has {len(ids)} tokens, fewer than one window of `context` = {context}")
     total = torch.zeros(usable - 1)
-    for batch in windows.split(batch_size):
-        logits = model(batch).logits[:, :-1].float()
-        total += F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none").sum(0)
+    for window in windows:
+        hidden = model.transformer(window[None]).last_hidden_state[0, :-1]
+        for start in range(0, usable - 1, LOGIT_ROWS):
+            rows = slice(start, start + LOGIT_ROWS)
+            logits = model.lm_head(hidden[rows]).float()
+            total[rows] += F.cross_entropy(logits, window[1:][rows], reduction="none")
     return np.concatenate([(total / len(windows)).numpy(), np.full(context - usable, np.nan)])
+
+
+class _Stopped(StoppingCriteria):
+    """Ends a generation once `event` is set: its reader is gone."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool)
+
+
+def greedy_continuation(model, ids: list[int], new_tokens: int, tokenizer, lock: threading.Lock) -> Iterator[str]:
+    """The greedy continuation of `ids` as `generate` streams it: the text so far, after each new piece. A worker
+    thread generates while holding `lock` (the models are shared); an error there is raised here once the stream
+    has ended, and closing this iterator early (a reader gone) stops the worker at its next token."""
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True)
+    stop, failed = threading.Event(), []
+    inputs = torch.tensor([ids])
+
+    def run():
+        try:
+            with lock:
+                if not stop.is_set():
+                    model.generate(
+                        input_ids=inputs,
+                        attention_mask=torch.ones_like(inputs),
+                        max_new_tokens=new_tokens,
+                        do_sample=False,
+                        pad_token_id=tokenizer.eos_token_id,
+                        streamer=streamer,
+                        stopping_criteria=StoppingCriteriaList([_Stopped(stop)]),
+                    )
+        except Exception as error:  # raised to the reader below: a thread's own exception would end it unseen
+            failed.append(error)
+        finally:
+            streamer.end()  # the reader waits for this; after an error generate never sends it
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    text = ""
+    try:
+        for piece in streamer:
+            text += piece
+            yield text
+    finally:
+        stop.set()
+    worker.join()
+    if failed:
+        raise failed[0]
 
 
 def plot_per_position_loss(curves: list[tuple[str, np.ndarray, int | None]], title: str) -> Figure:
