@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -384,6 +385,30 @@ def test_ctrl_c_while_the_command_starts_ends_with_one_line(tmp_path, command):
     os.kill(process.pid, signal.SIGINT)
     _, err = process.communicate()
     assert process.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_command_exits_ends_with_one_line(tmp_path):
+    """`plot-positions` has written its pictures and Python is running its exit handlers (one made slow here):
+    Ctrl-C then is one line and exit 130, not Python's "Exception ignored ... KeyboardInterrupt"."""
+    script = textwrap.dedent("""
+        import atexit, sys, time
+        sys.argv = ["hf-tinygpt", "plot-positions", "alibi", "--out", sys.argv[1]]
+        atexit.register(time.sleep, 30)  # registered first, so it runs last: Python still exiting
+        from hf_tinygpt.cli.commands import main
+        sys.exit(main())
+    """)
+    out = tmp_path / "pictures"
+    process = subprocess.Popen([sys.executable, "-c", script, out], stderr=subprocess.PIPE, text=True, cwd=REPOSITORY)
+    deadline = time.monotonic() + 240
+    while process.poll() is None and not out.is_dir() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(2)  # past main's return, into the exit handlers
+    os.kill(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in err and "Exception ignored" not in err, err
+    assert last_line(err) == "hf-tinygpt: interrupted while exiting; the command had finished"
+    assert (out / "alibi_bias.png").is_file()
 
 
 # ---- the Hub's answers: one line, never the token -------------------------------------------------------------------

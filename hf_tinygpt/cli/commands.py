@@ -28,7 +28,7 @@ from ..folders.outputs import refuse_inputs
 from ..folders.reading import describe, read_json_object, read_tinygpt_config
 from ..model.configuration_tinygpt import POSITION_SCHEMES
 from ..model.params import parameter_breakdown
-from .start_up import interrupted_while_starting
+from .start_up import exiting_the_command, interrupted_while_starting
 
 # ---- shared by the verbs -----------------------------------------------------------------------------------------
 
@@ -851,6 +851,14 @@ def recorded_command(argv: list[str], token: str | None) -> str:
 
 
 def main(argv=None) -> int:
+    """`hf-tinygpt ARGV`: its exit code. A Ctrl-C is one line while it starts, runs and exits."""
+    try:
+        return run_command(argv)
+    finally:
+        exiting_the_command()
+
+
+def run_command(argv=None) -> int:
     if signal.getsignal(signal.SIGINT) is interrupted_while_starting:  # started: Ctrl-C is a KeyboardInterrupt again
         signal.signal(signal.SIGINT, signal.default_int_handler)
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -30,6 +30,13 @@ def interrupted_while_starting(signum, frame):
     os._exit(130)
 
 
+def interrupted_while_exiting(signum, frame):
+    """Ctrl-C once the command is done, while Python exits (its exit handlers, its threads): one line and exit 130,
+    not Python's "Exception ignored" traceback. Every output was written whole before this."""
+    sys.stderr.write("hf-tinygpt: interrupted while exiting; the command had finished\n")
+    os._exit(130)
+
+
 def starting_the_command() -> bool:
     """Whether this process is the `hf-tinygpt` command starting up: its console script, or `python -m hf_tinygpt`
     (or `hf_tinygpt.cli`), for which Python sets `sys.argv[0]` to "-m" while it imports this package to find the
@@ -60,7 +67,8 @@ def unusable_ground() -> str | None:
 
 def start_the_command():
     """Prepare the start of the command when this process is it; anything else importing the package is left as
-    it was. `commands.main` puts Python's own Ctrl-C handler back once it runs."""
+        it was. `commands.main` puts Python's own Ctrl-C handler back once it runs, and `exiting_the_command` sets
+    `interrupted_while_exiting` once it is done."""
     if not starting_the_command():
         return
     signal.signal(signal.SIGINT, interrupted_while_starting)
@@ -69,3 +77,9 @@ def start_the_command():
     if problem := unusable_ground():
         sys.stderr.write(f"hf-tinygpt: error: {problem}\n")
         sys.exit(2)
+
+
+def exiting_the_command():
+    """When this process is the `hf-tinygpt` command, a Ctrl-C from here on (Python exiting) is one line."""
+    if starting_the_command():
+        signal.signal(signal.SIGINT, interrupted_while_exiting)
