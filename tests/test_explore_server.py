@@ -147,6 +147,8 @@ def test_a_request_that_fails_never_blocks_the_next(explorer):
     for api_name, inputs, says in REFUSED:
         answer = refusal(hostile, api_name, inputs)
         assert says in answer and "\n" not in answer, (api_name, answer)
+    upload = httpx.post(f"{url}gradio_api/upload", files={"files": ("big.bin", b"x" * 2_000_000)})
+    assert upload.status_code == 413  # the app reads text, never files: Gradio's upload route takes none
     event, data = browser_request(url, "generate", '{"data": ["a \\ud800 b", 3]}')
     assert event == "error" and "holds a character that is not text (a lone surrogate, character 3)" in data["error"]
     texts = Client(url, verbose=False).submit(PROMPT, 5, api_name="/generate").result(timeout=ANSWER_WITHIN)

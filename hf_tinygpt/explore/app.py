@@ -110,7 +110,8 @@ def private_folder() -> Path:
 def launch(demo: "gr.Blocks", *, server_name: str | None = None, server_port: int | None = None, **options):
     """Serve `demo` where it is told (`server_name`; a Space says where through GRADIO_SERVER_NAME) and nowhere
     else, whatever Gradio's environment variables say: no share link, no server-side rendering proxy, no MCP
-    server, no folder served beyond the app's own."""
+    server, no folder served beyond the app's own. It takes no uploads (Gradio's upload route would otherwise
+    store files of any size from anyone): the app reads text, never files."""
     return demo.launch(
         server_name=server_name,
         server_port=server_port,
@@ -118,6 +119,7 @@ def launch(demo: "gr.Blocks", *, server_name: str | None = None, server_port: in
         ssr_mode=False,
         mcp_server=False,
         allowed_paths=[os.environ["GRADIO_TEMP_DIR"]],  # given, so GRADIO_ALLOWED_PATHS adds nothing
+        max_file_size=1,  # bytes
         **options,
     )
 
