@@ -148,6 +148,24 @@ def test_learned_positions_refuse_inputs_past_n_positions():
         model.generate(torch.randint(1, VOCAB, (1, 10)), max_new_tokens=10, do_sample=False, pad_token_id=0)
 
 
+def test_how_far_a_model_reaches_is_its_schemes_to_say(monkeypatch):
+    """`positions_reach` asks the scheme's class: learned rows end at n_positions, the rest do not end, a GPT-2
+    config is learned rows. What asks it follows the class: given a reach, RoPE is refused past it too."""
+    from transformers import GPT2Config
+
+    from hf_tinygpt import gpt2_tokenizer
+    from hf_tinygpt.generate.text import generate_text
+    from hf_tinygpt.model.positions import POSITION_SCHEME_CLASSES, positions_reach
+
+    for scheme in POSITION_SCHEME_CLASSES:
+        assert positions_reach(tiny_config(scheme, n_positions=40)) == (40 if scheme == "learned" else None)
+    assert positions_reach(GPT2Config(n_positions=32)) == 32
+    model = tiny_model("rope", vocab_size=50257, n_positions=40)
+    monkeypatch.setattr(POSITION_SCHEME_CLASSES["rope"], "reach", classmethod(lambda cls, config: 12))
+    with pytest.raises(ValueError, match="past this model's context of 12"):
+        generate_text("The cat sat", model=model, tokenizer=gpt2_tokenizer(), max_new_tokens=10)
+
+
 def test_sequence_past_n_positions_in_a_cache_is_refused():
     model = tiny_model("learned", n_positions=8)
     from transformers import DynamicCache

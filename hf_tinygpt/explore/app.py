@@ -28,6 +28,7 @@ import torch
 
 from ..folders.bundled import gpt2_tokenizer
 from ..folders.errors import describe, printable
+from ..model.positions import positions_reach
 from ..plots.positions import DEFAULT_PROMPT, MAX_PLOTTED_POSITIONS, prompt_tokens
 from .limits import (
     MAX_DIMENSIONS,
@@ -149,12 +150,9 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         if count > MAX_PROMPT_TOKENS:
             raise ValueError(f"the prompt is {count:,} tokens long; the explorer takes at most {MAX_PROMPT_TOKENS}")
         for label, model in models:
-            if model.config.position_embedding_type == "learned" and count + new_tokens > model.config.n_positions:
+            if (reach := positions_reach(model.config)) is not None and count + new_tokens > reach:
                 asked = f"{count} tokens" + (f" and {new_tokens} new ones" if new_tokens else "")
-                raise ValueError(
-                    f"the prompt's {asked} run past {label}'s {model.config.n_positions} learned positions: "
-                    "ask for fewer"
-                )
+                raise ValueError(f"the prompt's {asked} run past the {reach} positions {label} reaches: ask for fewer")
         return [prompt_tokens(model, prompt, tokenizer)[0] for _, model in models]
 
     def pictures(prompt, token_vs_position, n_dims=8, positions=most_positions, seed=0):
@@ -165,9 +163,7 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         shown = []
         with lock:
             for index, (label, model) in enumerate(models):
-                count = positions
-                if model.config.position_embedding_type == "learned":
-                    count = min(count, model.config.n_positions)  # a learned table has no rows past n_positions
+                count = min(positions, positions_reach(model.config) or positions)  # no rows past a table's end
                 made = position_pictures(
                     model,
                     label,

@@ -20,6 +20,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStr
 
 from ..folders.bundled import DEFAULT_MODEL_DIR
 from ..folders.model_card import read_card
+from ..model.positions import positions_reach
 from ..plots.positions import PICTURES, load_for_plots, plot_positions, prompt_tokens, written_files
 
 try:
@@ -112,8 +113,7 @@ def per_position_loss(model, ids: torch.Tensor, context: int) -> np.ndarray:
     `ids`: entry i is the loss of predicting window token i + 1 from the i + 1 tokens before it. Positions a learned
     table has no row for are NaN. One window at a time, its logits `LOGIT_ROWS` positions at a time: the memory
     taken is that of one window's forward, however long the text."""
-    limit = model.config.n_positions if model.config.position_embedding_type == "learned" else context
-    usable = min(context, limit)
+    usable = min(context, positions_reach(model.config) or context)
     windows = ids[: len(ids) // context * context].view(-1, context)[:, :usable]
     if len(windows) == 0:
         raise ValueError(f"the text has {len(ids)} tokens, fewer than one window of `context` = {context}")

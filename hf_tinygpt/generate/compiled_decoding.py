@@ -45,6 +45,7 @@ from transformers import CompileConfig, StaticCache
 
 from ..model.compat import CACHE_FIELD
 from ..model.int8 import INT8_KERNEL_ROWS_PER_CALL, Int8Linear
+from ..model.positions import positions_reach
 from .avx2_products import MAX_ROWS as AVX2_MAX_ROWS
 from .avx2_products import use_avx2_products
 from .int8_dot_products import use_int8_dot_products
@@ -176,13 +177,12 @@ class CompiledDecoder:
                 f"`max_length` defaults to n_positions={self.max_length}, and a decoder needs at least "
                 f"{MIN_MAX_LENGTH} positions to compile its step: this model is too short for one"
             )
-        # Learned positions stop at n_positions. The eager model says so itself, but that check is skipped inside
-        # the compiled step, so it is made here, once (GPT-2's config has no position_embedding_type: learned).
-        learned = getattr(model.config, "position_embedding_type", "learned") == "learned"
-        if learned and self.max_length > model.config.n_positions:
+        # Where the positions stop, the eager model says so itself, but that check is skipped inside the compiled
+        # step, so it is made here, once.
+        if (reach := positions_reach(model.config)) is not None and self.max_length > reach:
             raise ValueError(
-                f"max_length={self.max_length} exceeds n_positions={model.config.n_positions}, the "
-                "last position this model's learned position embeddings cover."
+                f"max_length={self.max_length} exceeds n_positions={reach}, the "
+                "last position this model's positions reach."
             )
         self.model = private_copy(model).eval()
         self.model.set_attn_implementation("eager")

@@ -11,6 +11,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from ..folders.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer, load_tokenizer
 from ..folders.errors import needs_extra
 from ..folders.reading import check_finite, has_tokenizer, load_strictly, read_config_dict, reading_checkpoint
+from ..model.positions import positions_reach
 
 
 def int8_weight_only():
@@ -92,12 +93,11 @@ def generate_text(
         set_seed(seed)
     inputs = tokenizer(prompt, return_tensors="pt")
     total = inputs.input_ids.shape[1] + max_new_tokens
-    learned = model.config.model_type == "gpt2" or getattr(model.config, "position_embedding_type", None) == "learned"
-    if learned and total > model.config.n_positions:
+    if (reach := positions_reach(model.config)) is not None and total > reach:
         raise ValueError(
             f"the prompt ({inputs.input_ids.shape[1]} tokens) + `max_new_tokens` ({max_new_tokens}) is "
-            f"{total} tokens, past this model's context of {model.config.n_positions} (learned positions "
-            "stop there): shorten the prompt or ask for fewer tokens"
+            f"{total} tokens, past this model's context of {reach} (its positions stop "
+            "there): shorten the prompt or ask for fewer tokens"
         )
     sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k, "top_p": top_p}
     options = sampling if temperature > 0 else {"do_sample": False}

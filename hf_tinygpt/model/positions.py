@@ -38,6 +38,12 @@ class PositionScheme(nn.Module):
     def __init__(self, config: TinyGPTConfig | None = None):
         super().__init__()
 
+    @classmethod
+    def reach(cls, config) -> int | None:
+        """The most positions a model of `config` with this scheme can read, prompt and new tokens together; None:
+        no end (the scheme computes any position)."""
+        return None
+
     def add_to_embeddings(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
 
@@ -96,6 +102,10 @@ class LearnedPositions(nn.Embedding, PositionScheme):
 
     def __init__(self, config: TinyGPTConfig):
         nn.Embedding.__init__(self, config.n_positions, config.n_embd)
+
+    @classmethod
+    def reach(cls, config) -> int:
+        return config.n_positions  # a row per position, and no more rows
 
     def add_to_embeddings(self, inputs_embeds, position_ids):
         return inputs_embeds + checked_lookup(self, position_ids, self.beyond_the_table).to(inputs_embeds.dtype)
@@ -495,3 +505,13 @@ POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
     "cope": CopePositions,
     "none": NoPositions,
 }
+
+
+def positions_reach(config) -> int | None:
+    """How far a model of `config` reaches, decided by its scheme (`PositionScheme.reach`): the most positions it
+    can read, or None for no end. Training, generation, `CompiledDecoder`, the plots and the explorer all ask here.
+    Of other architectures, GPT-2's positions are learned rows; the others (GPT-NeoX's rotations, our export of
+    RoPE) are not ours to bound."""
+    if config.model_type == TinyGPTConfig.model_type:
+        return POSITION_SCHEME_CLASSES[config.position_embedding_type].reach(config)
+    return config.n_positions if config.model_type == "gpt2" else None

@@ -35,7 +35,7 @@ from ..folders.errors import needs_extra
 from ..folders.reading import load_strictly, read_config_dict, read_tinygpt_config, reading_checkpoint
 from ..model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
-from ..model.positions import PositionScheme, apply_rotary
+from ..model.positions import PositionScheme, apply_rotary, positions_reach
 
 try:
     from matplotlib.figure import Figure
@@ -174,8 +174,8 @@ def _positions(model, max_positions: int | None) -> int:
     n = model.config.n_positions if max_positions is None else int(max_positions)
     if n < 1:
         raise ValueError(f"`max_positions` must be at least 1, got {n}")
-    if _scheme(model) == "learned" and n > model.config.n_positions:
-        raise ValueError(f"learned positions have n_positions={model.config.n_positions} rows; cannot plot {n}")
+    if (reach := positions_reach(model.config)) is not None and n > reach:
+        raise ValueError(f"{_scheme(model)} positions stop at n_positions={reach}; cannot plot {n}")
     if n > MAX_PLOTTED_POSITIONS:  # the similarity pictures are positions × positions
         raise ValueError(f"cannot plot {n} positions: at most {MAX_PLOTTED_POSITIONS} (pass a smaller `max_positions`)")
     return n

@@ -20,6 +20,7 @@ from ..folders.bundled import load_tokenizer
 from ..folders.errors import needs_extra
 from ..folders.reading import load_strictly, read_config_dict
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
+from ..model.positions import positions_reach
 from .data import RunData, batch, run_data
 from .evaluate import perplexity
 from .settings import DROPOUT_FIELDS, TrainingSettings, build_config, inputs_of
@@ -221,10 +222,10 @@ def starting_model(settings: TrainingSettings, vocab_size: int, token: str | Non
             f"the tokenizer has {vocab_size} tokens, more than the {model.config.vocab_size} rows of "
             f"{settings.init_from} (`TrainingSettings.init_from`): train with the tokenizer it was made with"
         )
-    if model.config.position_embedding_type == "learned" and model.config.n_positions < settings.block_size:
+    if (reach := positions_reach(model.config)) is not None and reach < settings.block_size:
         raise ValueError(
-            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {model.config.n_positions} of "
-            f"{settings.init_from} (`TrainingSettings.init_from`, learned positions)"
+            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} of "
+            f"{settings.init_from} (`TrainingSettings.init_from`, {model.config.position_embedding_type} positions)"
         )
     return model
 

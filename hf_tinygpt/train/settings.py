@@ -9,6 +9,7 @@ from pathlib import Path
 from ..folders.errors import needs_extra
 from ..folders.model_folder import DTYPES
 from ..model.configuration_tinygpt import TinyGPTConfig
+from ..model.positions import positions_reach
 from .token_files import cache_folder
 
 # What `hf-tinygpt train` builds unless told otherwise: small enough to train on a CPU in minutes (the 50,257 × 64
@@ -283,8 +284,9 @@ def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int)
         **settings.config,
     }
     config = TinyGPTConfig(**fields)
-    if config.position_embedding_type == "learned" and config.n_positions < settings.block_size:
+    if (reach := positions_reach(config)) is not None and reach < settings.block_size:
         raise ValueError(
-            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {config.n_positions} (learned positions)"
+            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} "
+            f"({config.position_embedding_type} positions)"
         )
     return config
