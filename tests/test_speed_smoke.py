@@ -201,6 +201,19 @@ def test_scheme_cost_script_smoke(tmp_path):
         assert row["train_tokens_per_s"] > 0 and row["decode_tokens_per_s"] > 0 and row["scheme"] in out.stdout
 
 
+@pytest.mark.slow
+def test_explorer_memory_script_smoke(tmp_path):
+    """scripts/bench/explorer_memory.py on a tiny model: each endpoint's largest request answered, in its own
+    process, its memory reported."""
+    pytest.importorskip("gradio")
+    out = run_module("bench.explorer_memory", "--tiny", "--schemes", "alibi", "--json", tmp_path / "memory.json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    figures = json.loads((tmp_path / "memory.json").read_text())["figures"]["alibi"]
+    assert sorted(figures) == ["/attention", "/generate", "/past_length", "/position_scheme", "/token_position"]
+    assert all(row["peak_rss_mib"] >= row["peak_added_mib"] >= 0 for row in figures.values())
+    assert "largest: alibi " in out.stdout
+
+
 def test_speed_benchmark_script_smoke(tmp_path):
     """Runs every measurement on a tiny model (one dtype, int8, the one with a peer; one decode batch: compiling is
     the slow part); no speed is asserted (that is what the script is for)."""
