@@ -67,7 +67,7 @@ def unusable_ground() -> str | None:
 
 def start_the_command():
     """Prepare the start of the command when this process is it; anything else importing the package is left as
-        it was. `commands.main` puts Python's own Ctrl-C handler back once it runs, and `exiting_the_command` sets
+    it was. `commands.main` puts Python's own Ctrl-C handler back once it runs, and `exiting_the_command` sets
     `interrupted_while_exiting` once it is done."""
     if not starting_the_command():
         return

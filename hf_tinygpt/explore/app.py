@@ -142,7 +142,7 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         return values if len(values) > 1 else values[0]
 
     def checked_prompt(prompt, new_tokens: int = 0) -> list[list[int]]:
-        """Each model's ids of the prompt, or a ValueError: too long, or past a learned table's rows."""
+        """Each model's ids of the prompt, or a ValueError: too long, or past where a model's positions reach."""
         prompt = checked_text(prompt, "prompt", MAX_PROMPT_CHARACTERS)
         count = len(tokenizer(prompt)["input_ids"])
         if count == 0:

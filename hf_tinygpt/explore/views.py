@@ -73,9 +73,8 @@ def attention_pattern(model, prompt: str, layer: int, head: int, tokenizer=None)
     if not 0 <= head < model.config.n_head:
         raise ValueError(f"`head` must be in [0, {model.config.n_head}), got {head}")
     ids, tokens, _ = prompt_tokens(model, prompt, tokenizer)
-    ids = ids[: model.config.n_positions]
     attentions = model(torch.tensor([ids]), output_attentions=True).attentions
-    return {"tokens": tokens[: len(ids)], "weights": attentions[layer][0, head].float().numpy()}
+    return {"tokens": tokens, "weights": attentions[layer][0, head].float().numpy()}
 
 
 def plot_message(text: str) -> Figure:

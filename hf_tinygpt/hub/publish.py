@@ -383,8 +383,8 @@ def _commit_files(
     space_sdk: str | None = None,
 ):
     """Create the repo (and branch `revision`) if needed and upload exactly `files` (paths in `folder`, as listed to
-    the user) in one commit, each request recorded in `sent`; a transport error becomes a ConnectionError that says the repo holds all of
-    the commit or none of it."""
+    the user) in one commit, each request recorded in `sent`; a transport error becomes a ConnectionError that says
+    the repo holds all of the commit or none of it."""
     try:
         with (
             network_timeout(timeout),
