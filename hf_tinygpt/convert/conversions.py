@@ -38,7 +38,7 @@ from ..model.gpt2_layout import (
 )
 from ..model.gpt_neox_layout import gpt_neox_fields_of_tinygpt, gpt_neox_legacy_fields, tinygpt_state_dict_to_gpt_neox
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
-from ..model.positions import PositionScheme
+from ..model.positions import POSITION_SCHEME_CLASSES, PositionScheme
 from .verify import check_tolerance, max_logit_delta, within_tolerance
 
 
@@ -313,21 +313,6 @@ def _filled(model_class, config, state_dict_for):
 
 
 EXPORTS = {"gpt2": (export_gpt2, GPT2LMHeadModel), "gpt_neox": (export_gpt_neox, GPTNeoXForCausalLM)}
-# Schemes no architecture in transformers reproduces exactly, and why (read off transformers 5.24's modeling files).
-NO_TWIN = {
-    "alibi": "BLOOM normalises the token embeddings with an extra LayerNorm; Falcon divides the bias by √head_dim and "
-    "builds it in bfloat16; MPT has no biases and uses the exact (erf) GELU. ALiBi TinyGPTs run as they are: "
-    "transformers (eager or sdpa attention) or ONNX Runtime",
-    "t5": "the T5 family (T5, MT5, UMT5) are encoder-decoders with RMSNorm, no linear biases and no 1/√head_dim "
-    "scaling. T5-bias TinyGPTs run as they are: transformers (eager or sdpa attention) or ONNX Runtime",
-    "kerple": "none has KERPLE's kernel bias. KERPLE TinyGPTs run as they are: transformers (eager or sdpa "
-    "attention) or ONNX Runtime",
-    "fire": "none has FIRE's learned bias. FIRE TinyGPTs run as they are: transformers (eager or sdpa attention) or "
-    "ONNX Runtime",
-    "xpos": "none scales q and k as xPos does. xPos TinyGPTs run as they are: transformers or ONNX Runtime",
-    "cope": "none counts positions from the attention scores. CoPE TinyGPTs run as they are: transformers (eager or "
-    "sdpa attention) or ONNX Runtime",
-}
 
 
 def export_tinygpt(
@@ -357,10 +342,9 @@ def export_tinygpt(
         with reading_checkpoint(src):
             model = load_strictly(src, **hub_kwargs)
         scheme = model.config.position_embedding_type
-        if scheme in NO_TWIN:
+        if reason := POSITION_SCHEME_CLASSES[scheme].no_exact_twin:
             raise ValueError(
-                f"position_embedding_type={scheme!r} has no exact twin among transformers' "
-                f"architectures: {NO_TWIN[scheme]}"
+                f"position_embedding_type={scheme!r} has no exact twin among transformers' architectures: {reason}"
             )
         check_finite(model.state_dict(), str(src))
         target = export(model)  # a ValueError naming what the target cannot express

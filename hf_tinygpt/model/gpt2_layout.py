@@ -72,25 +72,14 @@ def tinygpt_fields_of_gpt2(gpt2_config: dict) -> dict:
     return {"model_type": "tinygpt", "position_embedding_type": "learned", **fields}
 
 
-# Position schemes GPT-2 reproduces exactly (as `wpe` rows), and why the others have no GPT-2 twin.
-GPT2_POSITIONS = ("learned", "sinusoidal", "none")
-NOT_GPT2 = {
-    "rope": "RoPE rotates q and k inside attention, which GPT-2's attention does not",
-    "xpos": "xPos rotates and scales q and k inside attention, which GPT-2's attention does not",
-    "alibi": "ALiBi biases the attention scores by distance, which GPT-2's attention does not",
-    "t5": "T5's bias adds a learned value per bucket of distances to the attention scores, which GPT-2's does not",
-    "kerple": "KERPLE biases the attention scores by a learned kernel of distance, which GPT-2's attention does not",
-    "fire": "FIRE biases the attention scores by a learned function of distance, which GPT-2's attention does not",
-    "cope": "CoPE adds position logits counted from the attention scores, which GPT-2's attention does not",
-}
-
-
 def gpt2_fields_of_tinygpt(config) -> dict:
     """GPT2Config fields for a TinyGPTConfig that GPT-2 can express, or a ValueError naming what it cannot."""
-    if config.position_embedding_type not in GPT2_POSITIONS:
+    from .positions import POSITION_SCHEME_CLASSES  # here: the config, which positions imports, imports this module
+
+    if reason := POSITION_SCHEME_CLASSES[config.position_embedding_type].no_gpt2_twin:
         raise ValueError(
             f"This TinyGPT cannot be expressed as GPT-2: position_embedding_type="
-            f"{config.position_embedding_type!r} ({NOT_GPT2[config.position_embedding_type]})"
+            f"{config.position_embedding_type!r} ({reason})"
         )
     fields = {name: getattr(config, name) for name in SHARED_CONFIG_FIELDS}
     # Scaled embeddings are stored pre-scaled in GPT-2's wte; the head then keeps the unscaled matrix, untied.

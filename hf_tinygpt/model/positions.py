@@ -31,6 +31,14 @@ class PositionScheme(nn.Module):
     acts (and a scheme that overrides none adds no position information at all)."""
 
     needs_full_mask = False  # True: the causal mask is materialised (4D), to add a bias to or to mask scores with
+    # What the rest of the package is told about a scheme, each set on its class: where it acts (None: it adds a row
+    # per position to the token embeddings), which pictures `plot-positions` draws of it, and why an export cannot
+    # carry it exactly, to GPT-2 (`no_gpt2_twin`; None: GPT-2's `wpe` rows reproduce it) or to any of transformers'
+    # architectures (`no_exact_twin`, read off transformers 5.24's modeling files; None: GPT-2 or GPT-NeoX does).
+    where_it_acts: str | None = None
+    pictures: tuple[str, ...] = ("token_vs_position",)
+    no_gpt2_twin: str | None = None
+    no_exact_twin: str | None = None
     # The module's name in the model: GPT-2's `wpe` (its weights are `transformer.wpe.weight` for learned rows),
     # LLaMA's `rotary_emb` for rope, where transformers' own RoPE tests look for it.
     module_name = "wpe"
@@ -100,6 +108,8 @@ def checked_lookup(embedding: nn.Embedding, ids: torch.Tensor, explain: Callable
 class LearnedPositions(nn.Embedding, PositionScheme):
     """`learned` (GPT-2): one trained row per position, `n_positions` of them and no more."""
 
+    pictures = ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position")
+
     def __init__(self, config: TinyGPTConfig):
         nn.Embedding.__init__(self, config.n_positions, config.n_embd)
 
@@ -127,6 +137,8 @@ class SinusoidalPositions(PositionScheme):
 
     Computed from the position ids on every call, so any position works: nothing is learned or stored.
     """
+
+    pictures = ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position")
 
     def __init__(self, config: TinyGPTConfig, base: float = 10000.0):
         super().__init__()
@@ -171,6 +183,10 @@ class RotaryPositions(PositionScheme):
     Frequencies come from transformers' RoPE utilities: default, or any scaling in `rope_parameters`
     (linear, dynamic NTK, YaRN, ...), exactly as LLaMA-family models compute them.
     """
+
+    where_it_acts = "rope adds nothing to the embeddings: it rotates q and k inside attention"
+    pictures = ("rope_frequencies", "rope_similarity", "token_vs_position")
+    no_gpt2_twin = "RoPE rotates q and k inside attention, which GPT-2's attention does not"
 
     module_name = "rotary_emb"
 
@@ -221,6 +237,11 @@ class XposPositions(PositionScheme):
     scale grows as ζ_0^(-p/γ), so positions stop where it would overflow the dtype (`last_position`); past it the
     model refuses the input, naming the limit.
     """
+
+    where_it_acts = "xpos adds nothing to the embeddings: it rotates and scales q and k inside attention"
+    pictures = ("xpos_decay", "rope_similarity", "token_vs_position")
+    no_gpt2_twin = "xPos rotates and scales q and k inside attention, which GPT-2's attention does not"
+    no_exact_twin = "none scales q and k as xPos does. xPos TinyGPTs run as they are: transformers or ONNX Runtime"
 
     def __init__(self, config: TinyGPTConfig, base: float = 10000.0):
         super().__init__()
@@ -327,6 +348,15 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 class AlibiPositions(AttentionBias):
     """`alibi` (Press et al. 2021): b_h(i, j) = −m_h · (i − j), a fixed slope m_h per head. Nothing is learned."""
 
+    where_it_acts = "alibi adds nothing to the embeddings: it biases the attention scores by distance"
+    pictures = ("alibi_bias", "token_vs_position")
+    no_gpt2_twin = "ALiBi biases the attention scores by distance, which GPT-2's attention does not"
+    no_exact_twin = (
+        "BLOOM normalises the token embeddings with an extra LayerNorm; Falcon divides the bias by √head_dim and builds"
+        " it in bfloat16; MPT has no biases and uses the exact (erf) GELU. ALiBi TinyGPTs run as they are: transformers"
+        " (eager or sdpa attention) or ONNX Runtime"
+    )
+
     def __init__(self, config: TinyGPTConfig):
         super().__init__(config)
         self.register_fixed_buffers()
@@ -353,6 +383,16 @@ class T5Bias(AttentionBias):
     Every distance past `relative_attention_max_distance` shares the last bucket, so any length runs. The table
     starts as GPT-2's embeddings do, N(0, initializer_range), where T5 draws it with std factor · d_model^-0.5.
     """
+
+    where_it_acts = "t5 adds nothing to the embeddings: it biases the attention scores by bucket of distance"
+    pictures = ("t5_bias", "token_vs_position")
+    no_gpt2_twin = (
+        "T5's bias adds a learned value per bucket of distances to the attention scores, which GPT-2's does not"
+    )
+    no_exact_twin = (
+        "the T5 family (T5, MT5, UMT5) are encoder-decoders with RMSNorm, no linear biases and no 1/√head_dim scaling. "
+        "T5-bias TinyGPTs run as they are: transformers (eager or sdpa attention) or ONNX Runtime"
+    )
 
     def __init__(self, config: TinyGPTConfig):
         super().__init__(config)
@@ -382,6 +422,16 @@ class KerpleBias(AttentionBias):
     (which torch.compile, torch.export and FSDP need). A parameter pushed past a bound stays there, bounded.
     """
 
+    where_it_acts = "kerple adds nothing to the embeddings: it biases the attention scores by a kernel of distance"
+    pictures = ("kerple_bias", "token_vs_position")
+    no_gpt2_twin = (
+        "KERPLE biases the attention scores by a learned kernel of distance, which GPT-2's attention does not"
+    )
+    no_exact_twin = (
+        "none has KERPLE's kernel bias. KERPLE TinyGPTs run as they are: transformers (eager or sdpa attention) or ONNX"
+        " Runtime"
+    )
+
     def __init__(self, config: TinyGPTConfig):
         super().__init__(config)
         self.kernel = config.kerple_kernel
@@ -407,6 +457,18 @@ class FireBias(AttentionBias):
     learned from 1), as in the authors' listing; f_θ's layers start as GPT-2's linear layers do (N(0,
     initializer_range), zero biases), so the bias starts near zero.
     """
+
+    where_it_acts = (
+        "fire adds nothing to the embeddings: it biases the attention scores by a learned function of distance"
+    )
+    pictures = ("fire_bias", "token_vs_position")
+    no_gpt2_twin = (
+        "FIRE biases the attention scores by a learned function of distance, which GPT-2's attention does not"
+    )
+    no_exact_twin = (
+        "none has FIRE's learned bias. FIRE TinyGPTs run as they are: transformers (eager or sdpa attention) or ONNX "
+        "Runtime"
+    )
 
     def __init__(self, config: TinyGPTConfig):
         super().__init__(config)
@@ -442,6 +504,14 @@ class CopePositions(PositionScheme):
     This scheme reads the scores, so it brings its own attention (`attention`): eager attention with that one
     addition. The vectors start at zero, as in the authors' listing and x-transformers.
     """
+
+    where_it_acts = "cope adds nothing to the embeddings: it counts positions from the attention scores in every layer"
+    pictures = ("cope_positions", "token_vs_position")
+    no_gpt2_twin = "CoPE adds position logits counted from the attention scores, which GPT-2's attention does not"
+    no_exact_twin = (
+        "none counts positions from the attention scores. CoPE TinyGPTs run as they are: transformers (eager or sdpa "
+        "attention) or ONNX Runtime"
+    )
 
     needs_full_mask = True
     ACTS = "adds position logits computed from the attention scores themselves"
@@ -491,6 +561,9 @@ class CopePositions(PositionScheme):
 
 class NoPositions(PositionScheme):
     """`none` (NoPE; Kazemnejad et al. 2023): no position signal; the causal mask is the only source of order."""
+
+    where_it_acts = "no position information at all: only the causal mask orders the tokens"
+    pictures = ("token_vs_position",)
 
 
 POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {

@@ -35,38 +35,20 @@ from ..folders.errors import needs_extra
 from ..folders.reading import load_strictly, read_config_dict, read_tinygpt_config, reading_checkpoint
 from ..model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
-from ..model.positions import PositionScheme, apply_rotary, positions_reach
+from ..model.positions import POSITION_SCHEME_CLASSES, PositionScheme, apply_rotary, positions_reach
 
 try:
     from matplotlib.figure import Figure
 except ImportError as error:
     raise needs_extra("plots", error) from error
 
-PICTURES = {
-    "learned": ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position"),
-    "sinusoidal": ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position"),
-    "rope": ("rope_frequencies", "rope_similarity", "token_vs_position"),
-    "xpos": ("xpos_decay", "rope_similarity", "token_vs_position"),
-    "alibi": ("alibi_bias", "token_vs_position"),
-    "t5": ("t5_bias", "token_vs_position"),
-    "kerple": ("kerple_bias", "token_vs_position"),
-    "fire": ("fire_bias", "token_vs_position"),
-    "cope": ("cope_positions", "token_vs_position"),
-    "none": ("token_vs_position",),
-}
-ROWS_SCHEMES = ("learned", "sinusoidal")  # the schemes that add a row per position to the token embeddings
+# What each scheme's class says of itself (model/positions.py): the pictures that draw it, and where it acts.
+PICTURES = {name: scheme.pictures for name, scheme in POSITION_SCHEME_CLASSES.items()}
 DEFAULT_PROMPT = "The cat sat on the mat by the door"  # " the" twice: one token, two positions
 # A bare scheme name builds this (untrained) model: GPT-2's vocabulary, so the bundled tokenizer's ids fit.
 BARE_CONFIG = dict(n_embd=128, n_positions=256, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 WHERE_POSITIONS_ACT = {
-    "rope": "rope adds nothing to the embeddings: it rotates q and k inside attention",
-    "xpos": "xpos adds nothing to the embeddings: it rotates and scales q and k inside attention",
-    "alibi": "alibi adds nothing to the embeddings: it biases the attention scores by distance",
-    "t5": "t5 adds nothing to the embeddings: it biases the attention scores by bucket of distance",
-    "kerple": "kerple adds nothing to the embeddings: it biases the attention scores by a kernel of distance",
-    "fire": "fire adds nothing to the embeddings: it biases the attention scores by a learned function of distance",
-    "cope": "cope adds nothing to the embeddings: it counts positions from the attention scores in every layer",
-    "none": "no position information at all: only the causal mask orders the tokens",
+    name: scheme.where_it_acts for name, scheme in POSITION_SCHEME_CLASSES.items() if scheme.where_it_acts
 }
 
 
@@ -598,7 +580,7 @@ def plot_token_vs_position(model, out_dir, *, label=None, svg=False, prompt=DEFA
         _heatmap(fig, ax, result[key], label="value")
         ax.set(title=title, xlabel="embedding dimension", yticks=range(len(names)))
         ax.set_yticklabels(names, fontsize=8)
-    if scheme not in ROWS_SCHEMES:
+    if scheme in WHERE_POSITIONS_ACT:  # it adds no row per position to the token embeddings
         axes[0, 1].text(
             0.5,
             0.5,
