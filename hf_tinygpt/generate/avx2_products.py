@@ -1,16 +1,15 @@
-"""bf16 and int8 products of 1 to 4 rows with AVX2 and FMA, for compiled decoding at batch 1 to 4.
+"""bf16 and int8 products of 1 to 4 rows for CPUs without AVX-512 BF16 (AVX2 and FMA), for compiled decoding at
+batch 1 to 4.
 
-Inductor's bf16 GEMM widens each weight to fp32 inside its multiply loop and is bound by that arithmetic, not by
-memory: on an AVX2 CPU a bf16 decoding step ran at a quarter of llama.cpp's f16 one on the same weights, and an int8
-one at 0.8 of its q8_0; on an AVX-512 BF16 CPU with twice the bandwidth of an earlier one, its bf16 step stayed at
-half of llama.cpp's (scripts/README.md, "bf16 and int8 on AVX2"). avx2_products.cpp (torch ops built on first use,
-cpu_ops.py) widens 16 weights at a time (bf16: one shift and one mask; int8: sign extension) and sums with fused
-multiply-adds. `Bf16ProductsLinear` sends bf16 products of up to 4 rows there on any CPU with AVX2 and FMA. More rows
-go to torch's own kernel where it multiplies bf16 natively (`native_bf16_products()`), elsewhere 4 at a time to the
-op up to a short prompt and to an fp32 product of the same numbers beyond, since eager bf16 products there are slower
-still. `Avx2Int8Linear` sends int8 products of up to 4 rows there where torch's are not native: on AVX-512 BF16,
-inductor's int8 step is ahead of llama.cpp's q8_0 already. `ATEN_CPU_CAPABILITY=avx2` makes an AVX-512 machine
-dispatch as an AVX2 one (how the AVX2 path is measured there).
+On such a CPU inductor's bf16 GEMM widens each weight to fp32 inside its multiply loop and is bound by that
+arithmetic, not by memory: a bf16 decoding step ran at a quarter of llama.cpp's f16 one on the same weights, and an
+int8 one at 0.8 of its q8_0 (scripts/README.md, "bf16 and int8 on AVX2"). avx2_products.cpp (torch ops built on
+first use, cpu_ops.py) widens 16 weights at a time (bf16: one shift and one mask; int8: sign extension) and sums with
+fused multiply-adds. `Bf16ProductsLinear` sends bf16 products there, 4 rows at a time up to a short prompt, and
+longer prompts to an fp32 product of the same numbers, since eager bf16 products on such a CPU are slower still;
+`Avx2Int8Linear` sends int8 products of up to 4 rows there. CPUs with AVX-512 BF16 keep torch's own kernels; so does
+a CPU on which ATen runs its AVX-512 kernels unless `ATEN_CPU_CAPABILITY` lowers it (how the AVX2 path is measured
+on an AVX-512 machine).
 """
 
 import functools
@@ -38,10 +37,12 @@ def avx2_products_available() -> bool:
     return torch.ops.hf_tinygpt_avx2.supported()
 
 
-def native_bf16_products() -> bool:
-    """Whether torch's own kernels multiply bf16 natively here: the CPU has AVX-512 BF16 and ATen runs its AVX-512
-    kernels (`torch.backends.cpu.get_cpu_capability()`; `ATEN_CPU_CAPABILITY=avx2` lowers it)."""
-    return _has_avx512_bf16() and torch.backends.cpu.get_cpu_capability() == "AVX512"
+def avx2_products_wanted() -> bool:
+    """Whether products of few rows should go to avx2_products.cpp on this CPU: it can run them, and the CPU lacks
+    AVX-512 BF16 or ATen does not use its AVX-512 kernels (`torch.backends.cpu.get_cpu_capability()`)."""
+    if not avx2_products_available():
+        return False
+    return not (_has_avx512_bf16() and torch.backends.cpu.get_cpu_capability() == "AVX512")
 
 
 def _has_avx512_bf16() -> bool:
@@ -49,16 +50,13 @@ def _has_avx512_bf16() -> bool:
 
 
 class Bf16ProductsLinear(nn.Linear):
-    """`nn.Linear` whose bf16 products of up to `MAX_ROWS` rows go to `bf16_products`. More rows: `nn.Linear`'s own
-    where `native` (set by `use_avx2_products`), else up to `CHUNKED_UP_TO` rows `MAX_ROWS` at a time to the op and
-    beyond that to an fp32 product of the same bf16 numbers, rounded to bf16 once. Other dtypes as `nn.Linear`."""
-
-    native = False
+    """`nn.Linear` whose bf16 products of up to `CHUNKED_UP_TO` rows go to `bf16_products` (`MAX_ROWS` at a time) and
+    of more rows to an fp32 product of the same bf16 numbers, rounded to bf16 once; other dtypes as `nn.Linear`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1])
-        if x.dtype != torch.bfloat16 or self.weight.dtype != torch.bfloat16 or (self.native and len(rows) > MAX_ROWS):
+        if x.dtype != torch.bfloat16 or self.weight.dtype != torch.bfloat16:
             return super().forward(x)
+        rows = x.reshape(-1, x.shape[-1])
         if len(rows) <= MAX_ROWS:
             y = torch.ops.hf_tinygpt_avx2.bf16_products(rows, self.weight, self.bias)
         elif len(rows) <= CHUNKED_UP_TO:
@@ -82,26 +80,20 @@ class Avx2Int8Linear(Int8Linear):
 
 
 def use_avx2_products(model: nn.Module) -> bool:
-    """Switches `model`'s bf16 `nn.Linear` modules to `Bf16ProductsLinear` (their weights made contiguous), and its
-    `Int8Linear` ones to `Avx2Int8Linear` unless `native_bf16_products()`, where `avx2_products_available()`;
-    whether it switched any. For a model of one's own (CompiledDecoder's private copy): it changes the modules in
-    place."""
-    if not avx2_products_available():
-        return False
-    native = native_bf16_products()
-    switches = {nn.Linear: Bf16ProductsLinear} | ({} if native else {Int8Linear: Avx2Int8Linear})
+    """Switches `model`'s bf16 `nn.Linear` modules to `Bf16ProductsLinear` (their weights made contiguous) and its
+    `Int8Linear` ones to `Avx2Int8Linear` where `avx2_products_wanted()`; whether it did. For a model of one's own
+    (CompiledDecoder's private copy): it changes the modules in place."""
+    switches = {nn.Linear: Bf16ProductsLinear, Int8Linear: Avx2Int8Linear}
     modules = [
         m
         for m in model.modules()
-        if (type(m) is Int8Linear and Int8Linear in switches)
-        or (type(m) is nn.Linear and m.weight.dtype == torch.bfloat16)
+        if type(m) is Int8Linear or (type(m) is nn.Linear and m.weight.dtype == torch.bfloat16)
     ]
+    if not modules or not avx2_products_wanted():
+        return False
     for module in modules:
         module.__class__ = switches[type(module)]
-        if type(module) is Bf16ProductsLinear:
-            module.native = native
-            if not module.weight.is_contiguous():
-                # GPT-2's Conv1D weights load as transposed views; the kernel reads rows, and would copy them each call.
-                weight = module.weight
-                module.weight = nn.Parameter(weight.detach().contiguous(), requires_grad=weight.requires_grad)
-    return bool(modules)
+        if type(module) is Bf16ProductsLinear and not module.weight.is_contiguous():
+            # GPT-2's Conv1D weights load as transposed views; the kernel reads rows, and would copy them every call.
+            module.weight = nn.Parameter(module.weight.detach().contiguous(), requires_grad=module.weight.requires_grad)
+    return True
