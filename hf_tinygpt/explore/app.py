@@ -141,8 +141,8 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         """One value per model, as Gradio takes them: a list for several outputs, the value itself for one."""
         return values if len(values) > 1 else values[0]
 
-    def checked_prompt(prompt, new_tokens: int = 0) -> list[list[int]]:
-        """Each model's ids of the prompt, or a ValueError: too long, or past where a model's positions reach."""
+    def checked_prompt(prompt, new_tokens: int = 0) -> str:
+        """The prompt, or a ValueError: too long, or past where a model's positions reach."""
         prompt = checked_text(prompt, "prompt", MAX_PROMPT_CHARACTERS)
         count = len(tokenizer(prompt)["input_ids"])
         if count == 0:
@@ -153,7 +153,7 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
             if (reach := positions_reach(model.config)) is not None and count + new_tokens > reach:
                 asked = f"{count} tokens" + (f" and {new_tokens} new ones" if new_tokens else "")
                 raise ValueError(f"the prompt's {asked} run past the {reach} positions {label} reaches: ask for fewer")
-        return [prompt_tokens(model, prompt, tokenizer)[0] for _, model in models]
+        return prompt
 
     def pictures(prompt, token_vs_position, n_dims=8, positions=most_positions, seed=0):
         checked_prompt(prompt)
@@ -231,9 +231,10 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
 
     def generate(prompt, max_new_tokens):
         new_tokens = whole_number(max_new_tokens, "number of new tokens", 1, MAX_NEW_TOKENS)
-        inputs = checked_prompt(prompt, new_tokens)
+        prompt = checked_prompt(prompt, new_tokens)
         texts = [""] * len(models)
-        for index, ((_, model), ids) in enumerate(zip(models, inputs, strict=True)):
+        for index, (_, model) in enumerate(models):
+            ids = prompt_tokens(model, prompt, tokenizer)[0]
             for text in greedy_continuation(model, ids, new_tokens, tokenizer, lock):
                 texts[index] = text
                 yield per_model(list(texts))
