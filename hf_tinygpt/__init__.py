@@ -10,9 +10,10 @@ start_the_command()  # first: the rest imports torch and transformers
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # noqa: E402
 
 from .folders.bundled import DEFAULT_MODEL_DIR, GPT2_TOKENIZER_DIR, gpt2_tokenizer  # noqa: E402
-from .model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig  # noqa: E402
+from .model.configuration_tinygpt import TinyGPTConfig  # noqa: E402
 from .model.modeling_tinygpt import TinyGPTForCausalLM, TinyGPTModel, TinyGPTPreTrainedModel  # noqa: E402
 from .model.params import parameter_breakdown  # noqa: E402
+from .model.positions import POSITION_SCHEME_CLASSES, PositionScheme, register_position_scheme  # noqa: E402
 
 AutoConfig.register(TinyGPTConfig.model_type, TinyGPTConfig, exist_ok=True)
 AutoModel.register(TinyGPTConfig, TinyGPTModel, exist_ok=True)
@@ -27,11 +28,13 @@ TinyGPTForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 __all__ = [
     "DEFAULT_MODEL_DIR",
     "GPT2_TOKENIZER_DIR",
-    "POSITION_SCHEMES",
+    "POSITION_SCHEME_CLASSES",
+    "PositionScheme",
     "TinyGPTConfig",
     "TinyGPTForCausalLM",
     "TinyGPTModel",
     "TinyGPTPreTrainedModel",
     "gpt2_tokenizer",
     "parameter_breakdown",
+    "register_position_scheme",
 ]

@@ -35,8 +35,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from hf_tinygpt import POSITION_SCHEMES as SCHEMES
-from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.folders.outputs import MANIFEST, output_folder
 from hf_tinygpt.train.data import tokenize_files
 from hf_tinygpt.train.evaluate import perplexity, sliding_perplexity
@@ -77,6 +76,7 @@ ROPE_AT_EVALUATION = ("rope+linear", "rope+dynamic-ntk", "rope+yarn")
 # A scheme with one of its options set, trained and scored as a scheme of its own: RoPE with Llama 4's NoPE layers
 # (every fourth layer does not rotate; of the study's four layers, the last).
 TRAINED_VARIANTS = {"rope-nope-layers": {"position_embedding_type": "rope", "no_rope_layer_interval": 4}}
+SCHEMES = tuple(POSITION_SCHEME_CLASSES)
 STUDIED = (*SCHEMES[:3], *TRAINED_VARIANTS, *SCHEMES[3:])  # each variant beside its scheme
 
 

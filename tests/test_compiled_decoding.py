@@ -14,7 +14,7 @@ from conftest import VOCAB, int8_kernel_rows, random_gpt2, tiny_model
 from torch._dynamo.utils import counters
 from transformers.testing_utils import CaptureLogger
 
-from hf_tinygpt import POSITION_SCHEMES, TinyGPTForCausalLM
+from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM
 from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
 
 pytestmark = pytest.mark.slow  # every test here compiles (most without autotuning: correctness, not speed)
@@ -30,7 +30,7 @@ def step_logits_against_full_forward(reference, prompt_length, generated):
     return (steps - full).abs().max().item()
 
 
-@pytest.mark.parametrize("scheme", POSITION_SCHEMES)
+@pytest.mark.parametrize("scheme", list(POSITION_SCHEME_CLASSES))
 def test_compiled_decoding_equals_a_full_forward(scheme):
     model = tiny_model(scheme)
     prompt = torch.randint(1, VOCAB, (1, 9), generator=torch.Generator().manual_seed(1))

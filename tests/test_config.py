@@ -31,7 +31,8 @@ def test_rope_options_land_in_rope_parameters():
 
 def test_a_schemes_own_fields_take_their_defaults_and_survive_a_round_trip(tmp_path):
     t5 = TinyGPTConfig(position_embedding_type="t5", relative_attention_max_distance=64)
-    assert (t5.relative_attention_num_buckets, t5.relative_attention_max_distance, t5.kerple_kernel) == (32, 64, None)
+    assert (t5.relative_attention_num_buckets, t5.relative_attention_max_distance) == (32, 64)
+    assert not hasattr(t5, "kerple_kernel")  # another scheme's field is not there at all, nor in config.json
     assert TinyGPTConfig(position_embedding_type="kerple").kerple_kernel == "log"
     fire = TinyGPTConfig(position_embedding_type="fire", fire_init_L=64.0)
     assert (fire.fire_mlp_width, fire.fire_init_c, fire.fire_init_L) == (32, 0.1, 64.0)
@@ -50,7 +51,7 @@ def test_a_schemes_own_fields_take_their_defaults_and_survive_a_round_trip(tmp_p
         (dict(position_embedding_type="rope", n_embd=48, n_head=4, partial_rotary_factor=0.25), "must be even"),
         (dict(position_embedding_type="rope", partial_rotary_factor=1.5), "partial_rotary_factor must be in"),
         (dict(position_embedding_type="rope", rope_parameters={"rope_type": "spiral"}), "rope_type"),
-        (dict(position_embedding_type="alibi", rope_theta=500.0), "only apply to position_embedding_type='rope'"),
+        (dict(position_embedding_type="alibi", rope_theta=500.0), "only applies to position_embedding_type='rope'"),
         (dict(position_embedding_type="sinusoidal", n_embd=33, n_head=3), "needs an even n_embd"),
         (dict(activation_function="gelu_newest"), "activation_function='gelu_newest'"),
         (dict(n_layer=0), "n_layer must be a positive integer"),
@@ -74,7 +75,7 @@ def test_a_schemes_own_fields_take_their_defaults_and_survive_a_round_trip(tmp_p
         (dict(position_embedding_type="xpos", no_rope_layer_interval=2), "no_rope_layer_interval only applies to"),
         (dict(position_embedding_type="xpos", xpos_scale_base=0), "xpos_scale_base must be a finite number > 0"),
         (dict(position_embedding_type="xpos", n_embd=36, n_head=4), r"head_dim \(9\) must be even"),
-        (dict(position_embedding_type="xpos", rope_theta=500.0), "only apply to position_embedding_type='rope'"),
+        (dict(position_embedding_type="xpos", rope_theta=500.0), "only applies to position_embedding_type='rope'"),
         (dict(position_embedding_type="cope", cope_max_positions=0), r"cope_max_positions must be an integer in \[1"),
         (dict(position_embedding_type="rope", cope_max_positions=8), "cope_max_positions only applies to .*'cope'"),
     ],

@@ -16,7 +16,7 @@ from conftest import HUB_TOKEN, VOCAB, hub_subprocess_env, random_gpt2, run_cli,
 from safetensors.torch import load_file, save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM
 from hf_tinygpt.cli.commands import main
 from hf_tinygpt.convert.conversions import export_gpt_neox
 from hf_tinygpt.folders.reading import load_strictly
@@ -320,6 +320,18 @@ def test_export_names_what_the_target_cannot_express(tmp_path, scheme, to, reaso
     out = cli("convert", "--to", to, tmp_path / "tiny", "--out", tmp_path / "exported")
     assert out.returncode == 2 and f"position_embedding_type='{scheme}'" in out.stderr and reason in out.stderr
     assert not (tmp_path / "exported").exists()
+
+
+def test_every_scheme_exports_to_its_twin_or_is_refused_with_the_reason(tmp_path, scheme, cli):
+    """`convert --to` the architecture a scheme's class names as its exact twin writes a folder checked to give the
+    same logits; a scheme with none is refused with the reason its class gives, and nothing is written."""
+    twin, reason = POSITION_SCHEME_CLASSES[scheme].exact_twin, POSITION_SCHEME_CLASSES[scheme].no_exact_twin
+    tiny_model(scheme).save_pretrained(tmp_path / "tiny")
+    out = cli("convert", "--to", twin or "gpt2", tmp_path / "tiny", "--out", tmp_path / "twin")
+    if twin is None:
+        assert out.returncode == 2 and reason in out.stderr and not (tmp_path / "twin").exists()
+    else:
+        assert out.returncode == 0 and "verify: max |Δlogits|" in out.stdout, out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("scheme", ["learned", "sinusoidal", "none"])

@@ -19,7 +19,7 @@ import torch
 from conftest import readme_blocks, run_module, tiny_config, tiny_model
 from transformers import AutoTokenizer
 
-from hf_tinygpt import DEFAULT_MODEL_DIR, POSITION_SCHEMES, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt import DEFAULT_MODEL_DIR, POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.convert.conversions import export_tinygpt
 from hf_tinygpt.folders.reading import load_strictly
 from scripts.bench.engines import (
@@ -52,7 +52,7 @@ def installed(engine):
 
 
 # Every scheme, and RoPE with NoPE layers (Llama 4's interleaving): (scheme, config fields) by test id.
-VARIANTS = {scheme: (scheme, {}) for scheme in POSITION_SCHEMES} | {
+VARIANTS = {scheme: (scheme, {}) for scheme in POSITION_SCHEME_CLASSES} | {
     "rope-nope-layers": ("rope", {"no_rope_layer_interval": 2})
 }
 

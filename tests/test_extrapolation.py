@@ -9,7 +9,7 @@ import torch
 from conftest import run_module, tiny_model
 from huggingface_hub import ModelCard
 
-from hf_tinygpt import POSITION_SCHEMES, TinyGPTForCausalLM
+from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM
 from hf_tinygpt.folders.outputs import MANIFEST
 from hf_tinygpt.train.evaluate import sliding_perplexity
 
@@ -28,7 +28,8 @@ def test_quick_study_scores_every_scheme_both_ways_and_continues_where_it_stoppe
         rows = list(csv.DictReader(f))
     rope_scaled = ["rope+linear", "rope+dynamic-ntk", "rope+yarn"]  # the RoPE model, scaled at evaluation
     # RoPE with NoPE layers is trained beside it (every fourth layer does not rotate: none of the quick run's one).
-    variants = [*POSITION_SCHEMES[:3], *rope_scaled, "rope-nope-layers", *POSITION_SCHEMES[3:]]
+    schemes = list(POSITION_SCHEME_CLASSES)
+    variants = [*schemes[:3], *rope_scaled, "rope-nope-layers", *schemes[3:]]
     assert list(dict.fromkeys(row["scheme"] for row in rows)) == variants
     nope_layers = json.loads((out / "runs" / "rope-nope-layers-seed0" / "model" / "config.json").read_text())
     assert (nope_layers["position_embedding_type"], nope_layers["no_rope_layer_interval"]) == ("rope", 4)
@@ -44,7 +45,7 @@ def test_quick_study_scores_every_scheme_both_ways_and_continues_where_it_stoppe
     # held-out tokens the quick run keeps (fewer than the held-out text holds).
     measured = json.loads((out / "results.json").read_text())
     at_l = {r["scheme"]: r["perplexity"] for r in measured["rows"] if r["context"] == 16 and r["protocol"] == "chunks"}
-    for scheme in POSITION_SCHEMES:
+    for scheme in POSITION_SCHEME_CLASSES:
         summary = json.loads((out / "runs" / f"{scheme}-seed0" / "summary.json").read_text())
         assert summary["validation_perplexity"] == pytest.approx(at_l[scheme], rel=1e-5)
         card = ModelCard.load(out / "runs" / f"{scheme}-seed0" / "model" / "README.md")

@@ -71,3 +71,15 @@ def test_verify_gpt2_command_on_the_4_36_checkpoint(cli):
     out = cli("verify-gpt2", str(folder), "--tolerance", "1e-5")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "parameters: 102,640" in out.stdout and "OK: identical" in out.stdout
+
+
+def test_params_counts_every_scheme(scheme, tmp_path, cli):
+    """`params` on any scheme's config: the parts, its positions' share among them, add up to the model's own count,
+    whether the model is built or only its shapes."""
+    model = tiny_model(scheme)
+    parts = parameter_breakdown(model.config)
+    assert parts == parameter_breakdown(model) and parts["total"] == model.num_parameters()
+    assert parts["position_embedding"] == sum(p.numel() for p in model.transformer.positions.parameters())
+    model.config.to_json_file(tmp_path / "config.json")
+    out = cli("params", tmp_path / "config.json")
+    assert out.returncode == 0 and f"{parts['total']:,}" in out.stdout, out.stderr

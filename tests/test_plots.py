@@ -8,12 +8,10 @@ import pytest
 import torch
 from conftest import random_gpt2, run_cli, tiny_config, tiny_model
 
-from hf_tinygpt import TinyGPTForCausalLM
+from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM
 from hf_tinygpt.cli.commands import main
 from hf_tinygpt.folders.outputs import MANIFEST
 from hf_tinygpt.plots.positions import (
-    PICTURES,
-    WHERE_POSITIONS_ACT,
     load_for_plots,
     plot_attention_bias,
     plot_cope_positions,
@@ -214,8 +212,10 @@ def test_every_bare_scheme_writes_only_its_pictures(tmp_path, scheme):
     model, label = load_for_plots(scheme, **SMALL)
     assert model.config.position_embedding_type == scheme and "untrained" in label
     arrays = plot_positions(model, tmp_path, label=label, max_positions=24, prompt=SHORT_PROMPT)
-    assert tuple(arrays) == PICTURES[scheme]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.png" for name in PICTURES[scheme])
+    assert tuple(arrays) == POSITION_SCHEME_CLASSES[scheme].pictures
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{name}.png" for name in POSITION_SCHEME_CLASSES[scheme].pictures
+    )
     assert all(is_png(path) for path in tmp_path.iterdir())  # and no SVG without svg=True
     assert arrays["token_vs_position"]["remapped"] is False  # a bare model has GPT-2's vocabulary
     tokens = arrays["token_vs_position"]
@@ -271,7 +271,7 @@ def test_cli_writes_every_picture_into_out(tmp_path, capsys):
     )
     assert code == 0
     printed = capsys.readouterr().out
-    expected = sorted(f"{name}.{ext}" for name in PICTURES["learned"] for ext in ("png", "svg"))
+    expected = sorted(f"{name}.{ext}" for name in POSITION_SCHEME_CLASSES["learned"].pictures for ext in ("png", "svg"))
     assert sorted(p.name for p in out.iterdir() if p.name != MANIFEST) == expected
     for name in expected:
         assert str(out / name) in printed
@@ -308,5 +308,5 @@ def test_cli_says_why_a_repeated_token_is_unchanged_by_a_scheme_that_adds_nothin
     read like a bug, so the line says where the scheme acts instead."""
     assert main(["plot-positions", scheme, "--out", str(tmp_path / "plots"), "--max-positions", "16"]) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("repeated token")]
-    assert "the same row before and after positions" in line and WHERE_POSITIONS_ACT[scheme] in line
+    assert "the same row before and after positions" in line and POSITION_SCHEME_CLASSES[scheme].where_it_acts in line
     assert "cosine similarity" not in line

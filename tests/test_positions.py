@@ -9,7 +9,7 @@ from conftest import VOCAB, tiny_config, tiny_model
 from transformers import DynamicCache, LlamaConfig, StaticCache
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
+from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM
 from hf_tinygpt.model.gpt_neox_layout import gpt_neox_fields_of_tinygpt
 from hf_tinygpt.model.positions import (
     AlibiPositions,
@@ -86,22 +86,22 @@ def test_save_load_round_trip(scheme, tmp_path):
 
 
 def test_each_scheme_builds_its_own_module(scheme):
-    expected = {
-        "learned": LearnedPositions,
-        "sinusoidal": SinusoidalPositions,
-        "rope": RotaryPositions,
-        "xpos": XposPositions,
-        "alibi": AlibiPositions,
-        "t5": T5Bias,
-        "kerple": KerpleBias,
-        "fire": FireBias,
-        "cope": CopePositions,
-        "none": NoPositions,
-    }
+    """The config's name builds the class registered under it, as the module its class names; only learned positions
+    are a table of rows (GPT-2's `wpe.weight`)."""
     model = tiny_model(scheme)
-    assert type(model.transformer.positions) is expected[scheme]
-    has_wpe_weight = "transformer.wpe.weight" in model.state_dict()
-    assert has_wpe_weight == (scheme == "learned")  # only learned positions are a table of rows
+    positions = model.transformer.positions
+    assert type(positions) is POSITION_SCHEME_CLASSES[scheme] and positions.name == scheme
+    assert model.transformer.get_submodule(positions.module_name) is positions
+    assert ("transformer.wpe.weight" in model.state_dict()) == (scheme == "learned")
+
+
+def test_the_built_in_schemes_in_reading_order():
+    """The names saved configs carry, each with its class, in the order the chapter reads."""
+    classes = [LearnedPositions, SinusoidalPositions, RotaryPositions, XposPositions, AlibiPositions, T5Bias]
+    classes += [KerpleBias, FireBias, CopePositions, NoPositions]
+    names = ["learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "cope", "none"]
+    assert [POSITION_SCHEME_CLASSES[name] for name in names] == classes
+    assert list(POSITION_SCHEME_CLASSES)[: len(names)] == names
 
 
 # ---- order: NoPE is blind to the order of earlier tokens; every other scheme is not ---------------------------
@@ -155,7 +155,7 @@ def test_how_far_a_model_reaches_is_its_schemes_to_say(monkeypatch):
 
     from hf_tinygpt import gpt2_tokenizer
     from hf_tinygpt.generate.text import generate_text
-    from hf_tinygpt.model.positions import POSITION_SCHEME_CLASSES, positions_reach
+    from hf_tinygpt.model.positions import positions_reach
 
     for scheme in POSITION_SCHEME_CLASSES:
         assert positions_reach(tiny_config(scheme, n_positions=40)) == (40 if scheme == "learned" else None)

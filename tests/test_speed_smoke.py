@@ -10,7 +10,7 @@ from functools import partial
 import pytest
 from conftest import run_module
 
-from hf_tinygpt import POSITION_SCHEMES
+from hf_tinygpt import POSITION_SCHEME_CLASSES
 from scripts.bench.measure import llama_cpp_build_check, measure_in_subprocess, paired_timings
 from scripts.bench.speed_benchmark import across_runs, format_across_runs
 
@@ -195,7 +195,7 @@ def test_scheme_cost_script_smoke(tmp_path):
     out = run_module("bench.scheme_cost", "--tiny", "--json", tmp_path / "cost.json")
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json.loads((tmp_path / "cost.json").read_text())["rows"]
-    assert [row["scheme"] for row in rows] == ["learned"] + [s for s in POSITION_SCHEMES if s != "learned"]
+    assert [row["scheme"] for row in rows] == ["learned"] + [s for s in POSITION_SCHEME_CLASSES if s != "learned"]
     assert rows[0]["train_ratio"] == rows[0]["decode_ratio"] == 1.0
     for row in rows:
         assert row["train_tokens_per_s"] > 0 and row["decode_tokens_per_s"] > 0 and row["scheme"] in out.stdout

@@ -57,7 +57,7 @@ os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "true"  # as the suite's own conf
 
 from transformers.models.auto import modeling_auto  # noqa: E402
 
-from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel  # noqa: E402
+from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel  # noqa: E402
 
 try:
     from tests.causal_lm_tester import CausalLMModelTest, CausalLMModelTester
@@ -119,17 +119,10 @@ def suite_for(scheme: str, name: str | None = None, **scheme_fields):
     return Test
 
 
-TestTinyGPTLearned = suite_for("learned")
-TestTinyGPTSinusoidal = suite_for("sinusoidal")
-TestTinyGPTRope = suite_for("rope")
+for _scheme in POSITION_SCHEME_CLASSES:  # every registered scheme (TestTinyGPTLearned, ...), one a test adds too
+    _suite = suite_for(_scheme)
+    globals()[_suite.__name__] = _suite
 TestTinyGPTRopeEverySecondLayer = suite_for("rope", "RopeEverySecondLayer", no_rope_layer_interval=2)
-TestTinyGPTXpos = suite_for("xpos")
-TestTinyGPTAlibi = suite_for("alibi")
-TestTinyGPTT5 = suite_for("t5")
-TestTinyGPTKerple = suite_for("kerple")
-TestTinyGPTFire = suite_for("fire")
-TestTinyGPTCope = suite_for("cope")
-TestTinyGPTNone = suite_for("none")
 
 
 class TestGPT2Reference(test_modeling_gpt2.GPT2ModelTest):

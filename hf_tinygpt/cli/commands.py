@@ -26,8 +26,8 @@ from huggingface_hub.errors import HfHubHTTPError
 from ..folders.errors import hub_error_line
 from ..folders.outputs import refuse_inputs
 from ..folders.reading import describe, read_json_object, read_tinygpt_config
-from ..model.configuration_tinygpt import POSITION_SCHEMES
 from ..model.params import parameter_breakdown
+from ..model.positions import POSITION_SCHEME_CLASSES
 from .start_up import exiting_the_command, interrupted_while_starting
 
 # ---- shared by the verbs -----------------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ def add_plot_arguments(parser: argparse.ArgumentParser):
 
 def run_plot_positions(args) -> int:
     from ..folders.outputs import output_folder
-    from ..plots.positions import WHERE_POSITIONS_ACT, load_for_plots, plot_positions, written_files
+    from ..plots.positions import load_for_plots, plot_positions, written_files
 
     with no_progress_bars():
         model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
@@ -240,9 +240,8 @@ def run_plot_positions(args) -> int:
     if tokens["pair"]:
         first, second = tokens["pair"]
         repeated = f"repeated token {tokens['tokens'][first]!r} at positions {first} and {second}"
-        scheme = model.config.position_embedding_type
-        if scheme in WHERE_POSITIONS_ACT:  # nothing is added to the embeddings: the two rows stay one row
-            print(f"{repeated}: the same row before and after positions ({WHERE_POSITIONS_ACT[scheme]})")
+        if where := model.config.position_scheme().where_it_acts:  # nothing added: the two rows stay one row
+            print(f"{repeated}: the same row before and after positions ({where})")
         else:
             print(f"{repeated}: cosine similarity {tokens['before']:.4f} before positions, {tokens['after']:.4f} after")
     return 0
@@ -537,7 +536,7 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     model.add_argument(
         "--config", type=input_path, help="JSON file of TinyGPTConfig fields (default: the small model below)"
     )
-    model.add_argument("--position", choices=POSITION_SCHEMES, help="position scheme (default: learned)")
+    model.add_argument("--position", choices=list(POSITION_SCHEME_CLASSES), help="position scheme (default: learned)")
     model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
     model.add_argument("--n-embd", type=int, help=f"width (default: {SMALL_MODEL['n_embd']})")
     model.add_argument("--n-head", type=int, help=f"attention heads (default: {SMALL_MODEL['n_head']})")

@@ -21,7 +21,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStr
 from ..folders.bundled import DEFAULT_MODEL_DIR
 from ..folders.model_card import read_card
 from ..model.positions import positions_reach
-from ..plots.positions import PICTURES, load_for_plots, plot_positions, prompt_tokens, written_files
+from ..plots.positions import load_for_plots, plot_positions, prompt_tokens, written_files
 
 try:
     from matplotlib.figure import Figure
@@ -58,7 +58,7 @@ def position_pictures(
     """The PNGs `plot-positions` draws of the model's scheme, written into `out_dir`: all but token_vs_position, or
     that one alone (the prompt feeds it and CoPE's picture). `options` go to `plot_positions` (n_dims, seed,
     max_positions)."""
-    everything = PICTURES[model.config.position_embedding_type]
+    everything = model.config.position_scheme().pictures
     names = [name for name in everything if (name == "token_vs_position") == token_vs_position] or everything
     plot_positions(model, out_dir, prompt=prompt, label=label, names=names, **options)
     return written_files(out_dir, names)

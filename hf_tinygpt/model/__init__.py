@@ -5,6 +5,7 @@ copied next to saved weights (they import torch, transformers' public API and ea
 # The bundle: what `save_pretrained` copies beside the weights (transformers follows the modeling file's imports).
 BUNDLE = (
     "configuration_tinygpt.py",
+    "checks.py",
     "modeling_tinygpt.py",
     "positions.py",
     "compat.py",

@@ -74,9 +74,7 @@ def tinygpt_fields_of_gpt2(gpt2_config: dict) -> dict:
 
 def gpt2_fields_of_tinygpt(config) -> dict:
     """GPT2Config fields for a TinyGPTConfig that GPT-2 can express, or a ValueError naming what it cannot."""
-    from .positions import POSITION_SCHEME_CLASSES  # here: the config, which positions imports, imports this module
-
-    if reason := POSITION_SCHEME_CLASSES[config.position_embedding_type].no_gpt2_twin:
+    if reason := config.position_scheme().no_gpt2_twin:
         raise ValueError(
             f"This TinyGPT cannot be expressed as GPT-2: position_embedding_type="
             f"{config.position_embedding_type!r} ({reason})"
@@ -107,10 +105,10 @@ def tinygpt_state_dict_to_gpt2(
 ) -> dict[str, torch.Tensor]:
     """TinyGPT tensors → `GPT2LMHeadModel` names and Conv1D layout, for a config `gpt2_fields_of_tinygpt` accepts.
     `position_rows` (n_positions, n_embd) is what the scheme adds at positions 0..n_positions-1, GPT-2's `wpe`
-    (needed unless the positions are learned). A tied head is written once, as wte."""
+    (None: the learned rows `state_dict` holds). A tied head is written once, as wte."""
     gpt2 = {key: tensor.t().contiguous() if _is_conv1d(key) else tensor for key, tensor in state_dict.items()}
     head = gpt2.pop(HEAD, None)
-    if config.position_embedding_type != "learned":
+    if position_rows is not None:
         gpt2[PREFIX + "wpe.weight"] = position_rows.to(gpt2[TIED_TO].dtype)
     if config.scale_embeddings:  # the head reads the unscaled matrix, the input the scaled one (as TinyGPT computes)
         gpt2[HEAD] = gpt2[TIED_TO] if config.tie_word_embeddings else head

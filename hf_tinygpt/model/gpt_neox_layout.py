@@ -26,7 +26,7 @@ NEOX_NAMES = {  # TinyGPT name (after `transformer.`) → GPT-NeoX name (after `
 
 def gpt_neox_fields_of_tinygpt(config) -> dict:
     """GPTNeoXConfig fields with the same math as a rope TinyGPTConfig, or a ValueError naming why there is none."""
-    if config.position_embedding_type != "rope":
+    if config.position_scheme().exact_twin != "gpt_neox":
         raise ValueError(
             f"GPT-NeoX rotates q and k (RoPE); position_embedding_type="
             f"{config.position_embedding_type!r} has no GPT-NeoX twin"

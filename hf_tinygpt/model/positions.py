@@ -9,42 +9,71 @@ and `rotary_in_layer` says which layers take the rotation (RoPE without it in ev
 
 Read in the order a reader meets them: learned rows (GPT-2), sinusoids (the Transformer), rotations (RoPE, and
 xPos's decaying ones), biases by distance (ALiBi's fixed lines, T5's learned buckets, KERPLE's kernels, FIRE's
-learned function), positions counted by the content (CoPE) and nothing at all (NoPE). `POSITION_SCHEME_CLASSES`
-maps `config.position_embedding_type` to its class. This file travels with saved weights (the model bundle), so it
-imports torch and transformers only.
+learned function), positions counted by the content (CoPE) and nothing at all (NoPE).
+
+Everything the package knows about a scheme is on its class: its name, its config fields (`config_fields`,
+`check_config`), how far it reaches (`reach`), where it acts and which pictures draw it, and whether an export can
+carry it. `register_position_scheme` puts a class in `POSITION_SCHEME_CLASSES` under its name (the config's
+`position_embedding_type`), and the config, the model, training, the plots and the exports ask the registry. This
+file travels with saved weights (the model bundle), so it imports torch, transformers and its bundle siblings only.
 """
 
 import functools
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
-from .configuration_tinygpt import TinyGPTConfig
+from .checks import is_int, is_positive_number, require
+
+if TYPE_CHECKING:  # the config asks the schemes for their fields, so this module cannot import it
+    from .configuration_tinygpt import TinyGPTConfig
 
 
 class PositionScheme(nn.Module):
     """The interface: each hook below leaves its input as it is, so a scheme overrides only the one place where it
     acts (and a scheme that overrides none adds no position information at all)."""
 
+    name: str  # its `config.position_embedding_type`
+    known_as: str | None = None  # how the literature writes it ("RoPE"), for the pictures' titles; None: `name`
+    # The config fields only this scheme reads, with the value each takes when left unset; `check_config` says what
+    # each may be. The config refuses them under any other scheme, naming this one.
+    config_fields: dict[str, object] = {}
     needs_full_mask = False  # True: the causal mask is materialised (4D), to add a bias to or to mask scores with
     # What the rest of the package is told about a scheme, each set on its class: where it acts (None: it adds a row
     # per position to the token embeddings), which pictures `plot-positions` draws of it, and why an export cannot
     # carry it exactly, to GPT-2 (`no_gpt2_twin`; None: GPT-2's `wpe` rows reproduce it) or to any of transformers'
-    # architectures (`no_exact_twin`, read off transformers 5.24's modeling files; None: GPT-2 or GPT-NeoX does).
+    # architectures (`no_exact_twin`, read off transformers 5.24's modeling files; None: `exact_twin` does).
     where_it_acts: str | None = None
     pictures: tuple[str, ...] = ("token_vs_position",)
     no_gpt2_twin: str | None = None
     no_exact_twin: str | None = None
+    exact_twin: str | None = "gpt2"  # transformers' model_type an export reproduces it in (rope: "gpt_neox")
     # The module's name in the model: GPT-2's `wpe` (its weights are `transformer.wpe.weight` for learned rows),
     # LLaMA's `rotary_emb` for rope, where transformers' own RoPE tests look for it.
     module_name = "wpe"
 
-    def __init__(self, config: TinyGPTConfig | None = None):
+    def __init__(self, config: "TinyGPTConfig | None" = None):
         super().__init__()
+
+    @classmethod
+    def config_values(cls, config: "TinyGPTConfig", given: dict) -> dict:
+        """This scheme's fields, as the config will hold them: the non-None values in `given` (what the caller or
+        config.json set) over the defaults. Runs before transformers' own `__post_init__`, which sets them."""
+        return {**cls.config_fields, **{name: value for name, value in given.items() if value is not None}}
+
+    @classmethod
+    def check_config(cls, config: "TinyGPTConfig"):
+        """A ValueError naming the field and what it must be, for a config this scheme cannot be built from."""
+
+    @classmethod
+    def read_saved(cls, config_dict: dict) -> dict:
+        """A config.json of this scheme as read today, given what older versions of this package wrote."""
+        return config_dict
 
     @classmethod
     def reach(cls, config) -> int | None:
@@ -90,6 +119,23 @@ class PositionScheme(nn.Module):
         `transformers.initialization`, which leaves alone what a checkpoint has loaded."""
 
 
+POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {}
+
+
+def register_position_scheme(scheme: type[PositionScheme]) -> type[PositionScheme]:
+    """Make `scheme` a `position_embedding_type` under its `name`: the config takes its fields, the model builds it,
+    and the plots, training, exports and the tests' generic checks ask it what they need. Usable as a decorator."""
+    if not (isinstance(scheme, type) and issubclass(scheme, PositionScheme)):
+        raise TypeError(f"a position scheme is a subclass of PositionScheme, got {scheme!r}")
+    name = getattr(scheme, "name", None)
+    if not (isinstance(name, str) and name.isidentifier()):
+        raise ValueError(f"{scheme.__name__}.name must be an identifier (its position_embedding_type), got {name!r}")
+    if POSITION_SCHEME_CLASSES.get(name, scheme) is not scheme:
+        raise ValueError(f"position_embedding_type={name!r} is already {POSITION_SCHEME_CLASSES[name].__name__}")
+    POSITION_SCHEME_CLASSES[name] = scheme
+    return scheme
+
+
 def checked_lookup(embedding: nn.Embedding, ids: torch.Tensor, explain: Callable[[torch.Tensor], str | None]):
     """`embedding(ids)`, where an id outside the table is a ValueError saying `explain(ids)`. A CPU lookup checks
     its ids anyway; on an accelerator a bad id kills the process, so prompts and batches are checked first (not
@@ -105,12 +151,16 @@ def checked_lookup(embedding: nn.Embedding, ids: torch.Tensor, explain: Callable
         raise
 
 
+@register_position_scheme
 class LearnedPositions(nn.Embedding, PositionScheme):
     """`learned` (GPT-2): one trained row per position, `n_positions` of them and no more."""
 
+    name = "learned"
+    known_as = "learned positions"
+
     pictures = ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position")
 
-    def __init__(self, config: TinyGPTConfig):
+    def __init__(self, config: "TinyGPTConfig"):
         nn.Embedding.__init__(self, config.n_positions, config.n_embd)
 
     @classmethod
@@ -131,16 +181,46 @@ class LearnedPositions(nn.Embedding, PositionScheme):
         return None
 
 
+@register_position_scheme
 class SinusoidalPositions(PositionScheme):
     """`sinusoidal` (Vaswani et al. 2017): PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same angle), times
-    `config.sinusoidal_scale` (by default the size of freshly initialised token embeddings; see the config).
+    `config.sinusoidal_scale` (by default the size of freshly initialised token embeddings; see below).
 
     Computed from the position ids on every call, so any position works: nothing is learned or stored.
+
+    `sinusoidal_scale` defaults to `initializer_range · √2` (× √n_embd with `scale_embeddings`), the per-dimension
+    size of freshly initialised token embeddings: unit-amplitude rows (1.0, Vaswani et al.'s) drown GPT-2-initialised
+    tokens and train far slower (scripts/README.md, "Length extrapolation"). Configs saved (by `save_pretrained`,
+    which records the transformers version) before this option existed read as 1.0.
     """
+
+    name = "sinusoidal"
+    known_as = "sinusoidal positions"
+    config_fields = {"sinusoidal_scale": None}
 
     pictures = ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position")
 
-    def __init__(self, config: TinyGPTConfig, base: float = 10000.0):
+    @classmethod
+    def config_values(cls, config, given):
+        values = super().config_values(config, given)
+        if values["sinusoidal_scale"] is None:  # the rms of an initial token embedding (sin/cos pairs have rms 1/√2)
+            scaled = config.scale_embeddings is True and is_int(config.n_embd) and config.n_embd > 0
+            token_size = config.initializer_range * (math.sqrt(config.n_embd) if scaled else 1)
+            values["sinusoidal_scale"] = token_size * math.sqrt(2) if is_positive_number(token_size) else 1.0
+        return values
+
+    @classmethod
+    def check_config(cls, config):
+        require(config, "sinusoidal_scale", is_positive_number(config.sinusoidal_scale), "a finite number > 0")
+        if config.n_embd % 2:
+            raise ValueError(f"position_embedding_type='sinusoidal' needs an even n_embd, got {config.n_embd}")
+
+    @classmethod
+    def read_saved(cls, config_dict):
+        saved_before_the_option = "transformers_version" in config_dict and "sinusoidal_scale" not in config_dict
+        return {**config_dict, "sinusoidal_scale": 1.0} if saved_before_the_option else config_dict  # unit rows
+
+    def __init__(self, config: "TinyGPTConfig", base: float = 10000.0):
         super().__init__()
         self.dim, self.base, self.scale = config.n_embd, base, config.sinusoidal_scale
         self.register_fixed_buffers()
@@ -177,20 +257,84 @@ def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch
     return rotate(q, cos, sin), rotate(k, cos if key_cos is None else key_cos, sin if key_sin is None else key_sin)
 
 
+@register_position_scheme
 class RotaryPositions(PositionScheme):
     """`rope` (Su et al. 2021): q and k at position p are rotated by p·θ_i, so q·k depends only on the offset.
 
     Frequencies come from transformers' RoPE utilities: default, or any scaling in `rope_parameters`
     (linear, dynamic NTK, YaRN, ...), exactly as LLaMA-family models compute them.
+
+    Its fields: `rope_parameters`, transformers' standard RoPE dictionary (`rope_type`: "default", "linear",
+    "dynamic", "yarn", ...; `rope_theta`, `partial_rotary_factor`, `factor`, ...), with the shortcuts `rope_theta`,
+    `partial_rotary_factor` and `rope_scaling` accepted too; and `no_rope_layer_interval` (Llama 4's name): every n-th
+    layer (layers n-1, 2n-1, ...) does not rotate; unset, every layer rotates.
     """
+
+    name = "rope"
+    known_as = "RoPE"
+    config_fields = dict.fromkeys(
+        ("rope_parameters", "rope_theta", "partial_rotary_factor", "rope_scaling", "no_rope_layer_interval")
+    )
+    ROPE_TYPES = ("default", *ROPE_INIT_FUNCTIONS)
 
     where_it_acts = "rope adds nothing to the embeddings: it rotates q and k inside attention"
     pictures = ("rope_frequencies", "rope_similarity", "token_vs_position")
     no_gpt2_twin = "RoPE rotates q and k inside attention, which GPT-2's attention does not"
+    exact_twin = "gpt_neox"
 
     module_name = "rotary_emb"
 
-    def __init__(self, config: TinyGPTConfig):
+    @classmethod
+    def config_values(cls, config, given):
+        values = super().config_values(config, given)
+        for name in ("rope_parameters", "rope_scaling"):  # transformers reads them first, and fails unhelpfully
+            if values[name] is not None and not isinstance(values[name], dict):
+                raise ValueError(f"{name} must be a dict (rope_type, rope_theta, ...), got {values[name]!r}")
+        # With the attribute present (only a rope config has it: transformers reads it as "this model uses RoPE"),
+        # transformers moves rope_theta, partial_rotary_factor and rope_scaling into it and fills in the defaults.
+        config.rope_parameters = values.pop("rope_parameters") or (
+            None if values["rope_scaling"] else {"rope_type": "default"}
+        )
+        values["partial_rotary_factor"] = values["partial_rotary_factor"] or 1.0  # stated, even when whole heads rotate
+        return {name: value for name, value in values.items() if value is not None or name == "no_rope_layer_interval"}
+
+    @classmethod
+    def check_config(cls, config):
+        interval = config.no_rope_layer_interval
+        require(
+            config,
+            "no_rope_layer_interval",
+            interval is None or (is_int(interval) and interval >= 1),
+            "a positive integer (every n-th layer does not rotate) or null (every layer rotates)",
+        )
+        parameters = config.rope_parameters
+        require(config, "rope_parameters", isinstance(parameters, dict), "a dict (rope_type, rope_theta, ...)")
+        rope_type = parameters.get("rope_type", "default")
+        if rope_type not in cls.ROPE_TYPES:
+            raise ValueError(f"rope_parameters['rope_type']={rope_type!r} is not one of {cls.ROPE_TYPES}")
+        theta, factor = parameters.get("rope_theta", 1.0), parameters.get("factor")
+        if not is_positive_number(theta):
+            raise ValueError(f"rope_theta must be a finite number > 0, got {theta!r}")
+        if factor is not None and not (is_positive_number(factor) and factor >= 1):
+            raise ValueError(
+                f"rope_parameters['factor'] must be a finite number >= 1 (it stretches the context), got {factor!r}"
+            )
+        fraction = parameters.get("partial_rotary_factor", 1.0)
+        if not (is_positive_number(fraction) and fraction <= 1):
+            raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction}")
+        if config.rotary_dim < 2 or config.rotary_dim % 2:
+            raise ValueError(
+                f"RoPE rotates pairs of dimensions: head_dim ({config.head_size}) × partial_rotary_factor "
+                f"({fraction}) = {config.rotary_dim} must be even and at least 2 (see n_embd, n_head, "
+                "partial_rotary_factor)"
+            )
+        if rope_type != "default":
+            try:  # transformers' own frequency function reads exactly the keys this rope_type needs
+                ROPE_INIT_FUNCTIONS[rope_type](config)
+            except (KeyError, TypeError) as error:
+                raise ValueError(f"rope_parameters for rope_type={rope_type!r} lack {error}") from error
+
+    def __init__(self, config: "TinyGPTConfig"):
         super().__init__()
         # The attribute names below are the ones transformers' `dynamic_rope_update` reads and updates.
         self.config = config
@@ -225,6 +369,7 @@ class RotaryPositions(PositionScheme):
         return None if interval and (layer_idx + 1) % interval == 0 else rotary
 
 
+@register_position_scheme
 class XposPositions(PositionScheme):
     """`xpos` (Sun et al. 2022, "A Length-Extrapolatable Transformer"): RoPE whose pairs also shrink with distance.
     Pair k of every head (θ_k = 10000^(-2k/head_dim), as in RoPE) is rotated as in RoPE and scaled by ζ_k^(p/γ) in
@@ -238,12 +383,22 @@ class XposPositions(PositionScheme):
     model refuses the input, naming the limit.
     """
 
+    name = "xpos"
+    known_as = "xPos"
+    config_fields = {"xpos_scale_base": 512.0}  # γ, the authors' default
     where_it_acts = "xpos adds nothing to the embeddings: it rotates and scales q and k inside attention"
     pictures = ("xpos_decay", "rope_similarity", "token_vs_position")
     no_gpt2_twin = "xPos rotates and scales q and k inside attention, which GPT-2's attention does not"
+    exact_twin = None
     no_exact_twin = "none scales q and k as xPos does. xPos TinyGPTs run as they are: transformers or ONNX Runtime"
 
-    def __init__(self, config: TinyGPTConfig, base: float = 10000.0):
+    @classmethod
+    def check_config(cls, config):
+        require(config, "xpos_scale_base", is_positive_number(config.xpos_scale_base), "a finite number > 0")
+        if config.head_size % 2:
+            raise ValueError(f"xPos rotates pairs of dimensions: head_dim ({config.head_size}) must be even")
+
+    def __init__(self, config: "TinyGPTConfig", base: float = 10000.0):
         super().__init__()
         self.dim, self.base, self.scale_base = config.head_size, base, config.xpos_scale_base
         self.register_fixed_buffers()
@@ -276,7 +431,7 @@ class XposPositions(PositionScheme):
 KERNELS_WITH_FULL_MASK = ("eager", "sdpa")  # the kernels that take a 4D float mask; the rest bring their own
 
 
-def check_kernel(config: TinyGPTConfig, acts: str):
+def check_kernel(config: "TinyGPTConfig", acts: str):
     """At load, not at the first request: a ValueError when the config's attention kernel cannot run a scheme that
     `acts` on the scores."""
     kernel = config._attn_implementation
@@ -304,8 +459,10 @@ class AttentionBias(PositionScheme):
 
     needs_full_mask = True
     ACTS = "adds a per-head bias to the attention scores"
+    # The bias picture's title; it may name the query's position ({query}) or the module's own settings ({kernel}).
+    bias_title: str
 
-    def __init__(self, config: TinyGPTConfig):
+    def __init__(self, config: "TinyGPTConfig"):
         super().__init__()
         self.scheme, self.num_heads = config.position_embedding_type, config.n_head
         check_kernel(config, self.ACTS)
@@ -345,19 +502,24 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float)
 
 
+@register_position_scheme
 class AlibiPositions(AttentionBias):
     """`alibi` (Press et al. 2021): b_h(i, j) = −m_h · (i − j), a fixed slope m_h per head. Nothing is learned."""
 
+    name = "alibi"
+    known_as = "ALiBi"
+    bias_title = "ALiBi: per-head bias against distance (−slope × distance)"
     where_it_acts = "alibi adds nothing to the embeddings: it biases the attention scores by distance"
     pictures = ("alibi_bias", "token_vs_position")
     no_gpt2_twin = "ALiBi biases the attention scores by distance, which GPT-2's attention does not"
+    exact_twin = None
     no_exact_twin = (
         "BLOOM normalises the token embeddings with an extra LayerNorm; Falcon divides the bias by √head_dim and builds"
         " it in bfloat16; MPT has no biases and uses the exact (erf) GELU. ALiBi TinyGPTs run as they are: transformers"
         " (eager or sdpa attention) or ONNX Runtime"
     )
 
-    def __init__(self, config: TinyGPTConfig):
+    def __init__(self, config: "TinyGPTConfig"):
         super().__init__(config)
         self.register_fixed_buffers()
 
@@ -376,6 +538,7 @@ def t5_buckets(distance: torch.Tensor, num_buckets: int, max_distance: int) -> t
     return torch.where(distance < exact, distance, (exact + widening.long()).clamp(max=num_buckets - 1)).long()
 
 
+@register_position_scheme
 class T5Bias(AttentionBias):
     """`t5` (Raffel et al. 2020): b_h(i, j) = w[bucket(i − j), h], a learned table of `relative_attention_num_buckets`
     rows of n_head biases, read through T5's causal buckets (`t5_buckets`) and shared by all layers, as in T5.
@@ -384,17 +547,40 @@ class T5Bias(AttentionBias):
     starts as GPT-2's embeddings do, N(0, initializer_range), where T5 draws it with std factor · d_model^-0.5.
     """
 
+    name = "t5"
+    known_as = "T5 bias"
+    config_fields = {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128}  # T5's names, values
+
+    bias_title = "T5: per-head learned bias of each bucket of distances"
     where_it_acts = "t5 adds nothing to the embeddings: it biases the attention scores by bucket of distance"
     pictures = ("t5_bias", "token_vs_position")
     no_gpt2_twin = (
         "T5's bias adds a learned value per bucket of distances to the attention scores, which GPT-2's does not"
     )
+    exact_twin = None
     no_exact_twin = (
         "the T5 family (T5, MT5, UMT5) are encoder-decoders with RMSNorm, no linear biases and no 1/√head_dim scaling. "
         "T5-bias TinyGPTs run as they are: transformers (eager or sdpa attention) or ONNX Runtime"
     )
 
-    def __init__(self, config: TinyGPTConfig):
+    @classmethod
+    def check_config(cls, config):
+        buckets, distance = config.relative_attention_num_buckets, config.relative_attention_max_distance
+        require(
+            config,
+            "relative_attention_num_buckets",
+            is_int(buckets) and 2 <= buckets < 2**20,
+            "an integer in [2, 2^20)",
+        )
+        require(
+            config,
+            "relative_attention_max_distance",
+            is_int(distance) and buckets // 2 < distance < 2**31,
+            f"an integer above relative_attention_num_buckets / 2 ({buckets // 2}: the buckets below it are one "
+            "distance each)",
+        )
+
+    def __init__(self, config: "TinyGPTConfig"):
         super().__init__(config)
         self.num_buckets = config.relative_attention_num_buckets
         self.max_distance = config.relative_attention_max_distance
@@ -410,6 +596,7 @@ def at_least(value: torch.Tensor, floor: float, ceiling: float | None = None) ->
     return value + (value.clamp(min=floor, max=ceiling) - value).detach()
 
 
+@register_position_scheme
 class KerpleBias(AttentionBias):
     """`kerple` (Chi et al. 2022): a conditionally positive definite kernel of the distance, per head h,
         log   (`kerple_kernel="log"`):   b_h(i, j) = −r1_h · log(1 + r2_h · (i − j))
@@ -422,17 +609,28 @@ class KerpleBias(AttentionBias):
     (which torch.compile, torch.export and FSDP need). A parameter pushed past a bound stays there, bounded.
     """
 
+    name = "kerple"
+    known_as = "KERPLE"
+    config_fields = {"kerple_kernel": "log"}
+    KERNELS = ("log", "power")
+    bias_title = "KERPLE ({kernel}): per-head kernel of distance"
     where_it_acts = "kerple adds nothing to the embeddings: it biases the attention scores by a kernel of distance"
     pictures = ("kerple_bias", "token_vs_position")
     no_gpt2_twin = (
         "KERPLE biases the attention scores by a learned kernel of distance, which GPT-2's attention does not"
     )
+    exact_twin = None
     no_exact_twin = (
         "none has KERPLE's kernel bias. KERPLE TinyGPTs run as they are: transformers (eager or sdpa attention) or ONNX"
         " Runtime"
     )
 
-    def __init__(self, config: TinyGPTConfig):
+    @classmethod
+    def check_config(cls, config):
+        if config.kerple_kernel not in cls.KERNELS:
+            raise ValueError(f"kerple_kernel={config.kerple_kernel!r} is not one of {cls.KERNELS}")
+
+    def __init__(self, config: "TinyGPTConfig"):
         super().__init__(config)
         self.kernel = config.kerple_kernel
         self.r1 = nn.Parameter(torch.empty(config.n_head))
@@ -449,6 +647,7 @@ class KerpleBias(AttentionBias):
         return (-r1 * distance.pow(at_least(self.r2, 0.01, 2.0)[:, None, None]))[None]
 
 
+@register_position_scheme
 class FireBias(AttentionBias):
     """`fire` (Li et al. 2023): b_h(i, j) = f_θ(ψ(i − j) / ψ(max(L, i)))_h with ψ(x) = log(c·x + 1) and f_θ a small
     MLP (1 → `fire_mlp_width` → n_head, ReLU). Dividing by ψ(max(L, i)) maps every distance of a query into [0, 1]
@@ -458,6 +657,10 @@ class FireBias(AttentionBias):
     initializer_range), zero biases), so the bias starts near zero.
     """
 
+    name = "fire"
+    known_as = "FIRE"
+    config_fields = {"fire_mlp_width": 32, "fire_init_c": 0.1, "fire_init_L": 512.0}
+    bias_title = "FIRE: per-head learned function of distance, for a query at position {query}"
     where_it_acts = (
         "fire adds nothing to the embeddings: it biases the attention scores by a learned function of distance"
     )
@@ -465,12 +668,20 @@ class FireBias(AttentionBias):
     no_gpt2_twin = (
         "FIRE biases the attention scores by a learned function of distance, which GPT-2's attention does not"
     )
+    exact_twin = None
     no_exact_twin = (
         "none has FIRE's learned bias. FIRE TinyGPTs run as they are: transformers (eager or sdpa attention) or ONNX "
         "Runtime"
     )
 
-    def __init__(self, config: TinyGPTConfig):
+    @classmethod
+    def check_config(cls, config):
+        width = config.fire_mlp_width
+        require(config, "fire_mlp_width", is_int(width) and 1 <= width < 2**16, "an integer in [1, 2^16)")
+        for name in ("fire_init_c", "fire_init_L"):
+            require(config, name, is_positive_number(getattr(config, name)), "a finite number > 0")
+
+    def __init__(self, config: "TinyGPTConfig"):
         super().__init__(config)
         width = config.fire_mlp_width
         self.mlp = nn.Sequential(nn.Linear(1, width), nn.ReLU(), nn.Linear(width, config.n_head))
@@ -492,6 +703,7 @@ class FireBias(AttentionBias):
         return self.mlp(interpolated[..., None].to(self.mlp[0].weight.dtype)).permute(0, 3, 1, 2)
 
 
+@register_position_scheme
 class CopePositions(PositionScheme):
     """`cope` (Golovneva et al. 2024, "Contextual Position Encoding"): positions counted by the content. In each
     layer, query i gates every key j it may see with g_ij = σ(s_ij), s_ij its attention score (q·k/√head_dim), and
@@ -505,9 +717,13 @@ class CopePositions(PositionScheme):
     addition. The vectors start at zero, as in the authors' listing and x-transformers.
     """
 
+    name = "cope"
+    known_as = "CoPE"
+    config_fields = {"cope_max_positions": 64}
     where_it_acts = "cope adds nothing to the embeddings: it counts positions from the attention scores in every layer"
     pictures = ("cope_positions", "token_vs_position")
     no_gpt2_twin = "CoPE adds position logits counted from the attention scores, which GPT-2's attention does not"
+    exact_twin = None
     no_exact_twin = (
         "none counts positions from the attention scores. CoPE TinyGPTs run as they are: transformers (eager or sdpa "
         "attention) or ONNX Runtime"
@@ -516,7 +732,12 @@ class CopePositions(PositionScheme):
     needs_full_mask = True
     ACTS = "adds position logits computed from the attention scores themselves"
 
-    def __init__(self, config: TinyGPTConfig):
+    @classmethod
+    def check_config(cls, config):
+        most = config.cope_max_positions
+        require(config, "cope_max_positions", is_int(most) and 1 <= most < 2**20, "an integer in [1, 2^20)")
+
+    def __init__(self, config: "TinyGPTConfig"):
         super().__init__()
         self.scheme, self.num_heads = config.position_embedding_type, config.n_head
         check_kernel(config, self.ACTS)
@@ -559,25 +780,14 @@ class CopePositions(PositionScheme):
         return (weights @ value).transpose(1, 2).contiguous(), weights  # (B, T, H, D), as the kernels return it
 
 
+@register_position_scheme
 class NoPositions(PositionScheme):
     """`none` (NoPE; Kazemnejad et al. 2023): no position signal; the causal mask is the only source of order."""
 
+    name = "none"
+    known_as = "no positions (NoPE)"
     where_it_acts = "no position information at all: only the causal mask orders the tokens"
     pictures = ("token_vs_position",)
-
-
-POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
-    "learned": LearnedPositions,
-    "sinusoidal": SinusoidalPositions,
-    "rope": RotaryPositions,
-    "xpos": XposPositions,
-    "alibi": AlibiPositions,
-    "t5": T5Bias,
-    "kerple": KerpleBias,
-    "fire": FireBias,
-    "cope": CopePositions,
-    "none": NoPositions,
-}
 
 
 def positions_reach(config) -> int | None:
@@ -585,6 +795,6 @@ def positions_reach(config) -> int | None:
     can read, or None for no end. Training, generation, `CompiledDecoder`, the plots and the explorer all ask here.
     Of other architectures, GPT-2's positions are learned rows; the others (GPT-NeoX's rotations, our export of
     RoPE) are not ours to bound."""
-    if config.model_type == TinyGPTConfig.model_type:
+    if config.model_type == "tinygpt":
         return POSITION_SCHEME_CLASSES[config.position_embedding_type].reach(config)
     return config.n_positions if config.model_type == "gpt2" else None

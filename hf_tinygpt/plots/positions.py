@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from ..folders.bundled import gpt2_tokenizer
 from ..folders.errors import needs_extra
 from ..folders.reading import load_strictly, read_config_dict, read_tinygpt_config, reading_checkpoint
-from ..model.configuration_tinygpt import POSITION_SCHEMES, TinyGPTConfig
+from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.positions import POSITION_SCHEME_CLASSES, PositionScheme, apply_rotary, positions_reach
 
@@ -42,14 +42,9 @@ try:
 except ImportError as error:
     raise needs_extra("plots", error) from error
 
-# What each scheme's class says of itself (model/positions.py): the pictures that draw it, and where it acts.
-PICTURES = {name: scheme.pictures for name, scheme in POSITION_SCHEME_CLASSES.items()}
 DEFAULT_PROMPT = "The cat sat on the mat by the door"  # " the" twice: one token, two positions
 # A bare scheme name builds this (untrained) model: GPT-2's vocabulary, so the bundled tokenizer's ids fit.
 BARE_CONFIG = dict(n_embd=128, n_positions=256, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-WHERE_POSITIONS_ACT = {
-    name: scheme.where_it_acts for name, scheme in POSITION_SCHEME_CLASSES.items() if scheme.where_it_acts
-}
 
 
 # ---- loading ---------------------------------------------------------------------------------------------------
@@ -74,7 +69,7 @@ def load_for_plots(
 
     The label names the source and says when the weights are untrained; titles add the scheme."""
     source = str(model_or_config)
-    if source in POSITION_SCHEMES and not os.path.exists(source):
+    if source in POSITION_SCHEME_CLASSES and not os.path.exists(source):
         if scheme not in (None, source):
             raise ValueError(f"{source!r} is a scheme name; scheme={scheme!r} contradicts it")
         config = TinyGPTConfig(**{**BARE_CONFIG, **config_overrides, "position_embedding_type": source})
@@ -83,10 +78,10 @@ def load_for_plots(
         config = read_tinygpt_config(source)  # tinygpt and GPT-2 config.json files alike
         if scheme is not None or config_overrides:
             fields = {**config.to_dict(), **config_overrides}
-            if scheme is not None:
+            if scheme not in (None, config.position_embedding_type):  # the old scheme's own fields go with it
+                own = config.position_scheme().config_fields
+                fields = {name: value for name, value in fields.items() if name not in own}
                 fields["position_embedding_type"] = scheme
-            if fields["position_embedding_type"] != "rope":
-                fields.pop("rope_parameters", None)
             config = TinyGPTConfig.from_dict(fields)
         return _untrained(config, seed, f"{Path(source).name} (untrained)")
     if config_overrides:
@@ -96,7 +91,7 @@ def load_for_plots(
         config_dict = read_config_dict(source, **(hub_kwargs or {}))
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"{source}: not a scheme name ({', '.join(POSITION_SCHEMES)}), a config.json file, a model folder or a "
+            f"{source}: not a scheme name ({', '.join(POSITION_SCHEME_CLASSES)}), a config.json file, a model folder or a "
             "reachable Hub id"
         ) from None
     with reading_checkpoint(source):
@@ -137,14 +132,13 @@ def _label(model, label: str | None) -> str:
 
 
 def _title(fig: Figure, what: str, model, label):
-    scheme = _scheme(model)
-    positions = "no positions (scheme none)" if scheme == "none" else f"{scheme} positions"
-    fig.suptitle(f"{what}\n{_label(model, label)} — {positions}", fontsize=11)
+    scheme = POSITION_SCHEME_CLASSES[_scheme(model)]
+    fig.suptitle(f"{what}\n{_label(model, label)} — {scheme.known_as or scheme.name}", fontsize=11)
 
 
 def _requires(model, picture: str):
-    if picture not in PICTURES[_scheme(model)]:
-        applies = [scheme for scheme, names in PICTURES.items() if picture in names]
+    if picture not in POSITION_SCHEME_CLASSES[_scheme(model)].pictures:
+        applies = [name for name, scheme in POSITION_SCHEME_CLASSES.items() if picture in scheme.pictures]
         raise ValueError(f"{picture} applies to {', '.join(applies)} positions, not {_scheme(model)}")
 
 
@@ -361,7 +355,7 @@ def plot_rope_similarity(model, out_dir, *, label=None, svg=False, max_positions
         fontsize=9,
         bbox=dict(fc="white", ec="0.8"),
     )
-    what = "xPos" if _scheme(model) == "xpos" else "RoPE"
+    what = _body(model).positions.known_as
     _title(fig, f"{what}: similarity of identical q and k as their offset grows", model, label)
     _save(fig, out_dir, "rope_similarity", svg)
     return {"offsets": offsets, "similarity": similarity}
@@ -392,13 +386,6 @@ def plot_xpos_decay(model, out_dir, *, label=None, svg=False, max_positions=None
 
 # ---- attention biases: alibi, t5, kerple, fire -------------------------------------------------------------------
 
-BIAS_TITLES = {
-    "alibi": "ALiBi: per-head bias against distance (−slope × distance)",
-    "t5": "T5: per-head learned bias of each bucket of distances",
-    "kerple": "KERPLE ({kernel}): per-head kernel of distance",
-    "fire": "FIRE: per-head learned function of distance, for a query at position {query}",
-}
-
 
 @torch.no_grad()
 def plot_attention_bias(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
@@ -413,8 +400,8 @@ def plot_attention_bias(model, out_dir, *, label=None, svg=False, max_positions=
     distances = np.arange(n)
     result = {"distances": distances, "bias": bias}
     heads = [f"head {head}" for head in range(len(bias))]
-    if scheme == "alibi":
-        result["slopes"] = _numpy(positions.slopes)
+    if (slopes := getattr(positions, "slopes", None)) is not None:  # ALiBi's fixed slope per head
+        result["slopes"] = _numpy(slopes)
         heads = [f"{name}: slope {slope:.3g}" for name, slope in zip(heads, result["slopes"], strict=True)]
     fig = Figure(figsize=(10, 5.5), layout="constrained")
     ax = fig.add_subplot()
@@ -423,8 +410,7 @@ def plot_attention_bias(model, out_dir, *, label=None, svg=False, max_positions=
         ax.plot(distances, row, color=colours[head], lw=1.2, label=heads[head])
     ax.set(xlabel="distance i − j (query position − key position)", ylabel="bias added to the attention score")
     ax.legend(fontsize=8, ncol=2 if len(bias) > 8 else 1, loc="best")
-    title = BIAS_TITLES[scheme].format(kernel=model.config.kerple_kernel, query=n - 1)
-    _title(fig, title, model, label)
+    _title(fig, positions.bias_title.format(query=n - 1, **vars(positions)), model, label)
     _save(fig, out_dir, f"{scheme}_bias", svg)
     return result
 
@@ -580,11 +566,12 @@ def plot_token_vs_position(model, out_dir, *, label=None, svg=False, prompt=DEFA
         _heatmap(fig, ax, result[key], label="value")
         ax.set(title=title, xlabel="embedding dimension", yticks=range(len(names)))
         ax.set_yticklabels(names, fontsize=8)
-    if scheme in WHERE_POSITIONS_ACT:  # it adds no row per position to the token embeddings
+    where = POSITION_SCHEME_CLASSES[scheme].where_it_acts  # None: it adds a row per position to the embeddings
+    if where:
         axes[0, 1].text(
             0.5,
             0.5,
-            WHERE_POSITIONS_ACT[scheme].replace(": ", ":\n"),
+            where.replace(": ", ":\n"),
             transform=axes[0, 1].transAxes,
             ha="center",
             va="center",
@@ -629,7 +616,7 @@ def plot_token_vs_position(model, out_dir, *, label=None, svg=False, prompt=DEFA
     else:
         bars.set_axis_off()
         bars.text(0.5, 0.5, "the prompt repeats no token", ha="center", va="center", transform=bars.transAxes)
-    note = WHERE_POSITIONS_ACT.get(scheme, f"{scheme} positions add a row per position to the token embedding")
+    note = where or f"{scheme} positions add a row per position to the token embedding"
     if result["remapped"]:
         note += f"; GPT-2 token ids mapped into this model's {model.config.vocab_size}-token vocabulary"
     _title(fig, f"Same token, two positions: token vs position vs sum for {prompt!r}\n({note})", model, label)
@@ -659,12 +646,12 @@ def plot_positions(
     tokenizer=None,
     names=None,
 ) -> dict[str, dict]:
-    """Write every picture that applies to the model's scheme (`PICTURES`), or those of them in `names`, into
+    """Write every picture that applies to the model's scheme (its class's `pictures`), or those of them in `names`, into
     `out_dir` as NAME.png (and NAME.svg with `svg`); return {NAME: the arrays that picture plotted}. `seed` picks the
     traced dimensions, `max_positions` (default n_positions) how many positions/offsets/distances to plot."""
     _body(model)
     _positions(model, max_positions)  # refuse bad arguments before writing anything
-    applies = PICTURES[_scheme(model)]
+    applies = POSITION_SCHEME_CLASSES[_scheme(model)].pictures
     if names is not None and (foreign := [name for name in names if name not in applies]):
         raise ValueError(f"`names` {foreign} are not pictures of {_scheme(model)} positions: choose from {applies}")
     names = applies if names is None else tuple(names)
@@ -680,10 +667,7 @@ def plot_positions(
         "rope_frequencies": lambda: plot_rope_frequencies(model, out_dir, **common),
         "rope_similarity": lambda: plot_rope_similarity(model, out_dir, max_positions=max_positions, **common),
         "xpos_decay": lambda: plot_xpos_decay(model, out_dir, max_positions=max_positions, **common),
-        "alibi_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
-        "t5_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
-        "kerple_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
-        "fire_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
+        f"{_scheme(model)}_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
         "cope_positions": lambda: plot_cope_positions(model, out_dir, prompt=prompt, tokenizer=tokenizer, **common),
         "token_vs_position": lambda: plot_token_vs_position(
             model, out_dir, prompt=prompt, tokenizer=tokenizer, **common
@@ -699,7 +683,6 @@ def written_files(out_dir, names, svg: bool = False) -> list[Path]:
 
 __all__ = [
     "DEFAULT_PROMPT",
-    "PICTURES",
     "cope_positions",
     "load_for_plots",
     "plot_attention_bias",

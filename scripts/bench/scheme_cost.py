@@ -20,7 +20,7 @@ import statistics
 
 import torch
 
-from hf_tinygpt import POSITION_SCHEMES, TinyGPTConfig, TinyGPTForCausalLM
+from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM
 from scripts.bench.measure import cpu_line, machine, timed
 
 SHAPE = dict(vocab_size=50257, n_layer=6, n_embd=384, n_head=6, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
@@ -63,7 +63,9 @@ def decoding_tokens_per_s(model, new_tokens: int) -> float:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--schemes", nargs="+", choices=POSITION_SCHEMES, default=list(POSITION_SCHEMES))
+    parser.add_argument(
+        "--schemes", nargs="+", choices=list(POSITION_SCHEME_CLASSES), default=list(POSITION_SCHEME_CLASSES)
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds over every scheme (default 3)")
     parser.add_argument("--block-size", type=int, default=256, help="training context (default 256)")
     parser.add_argument("--batch-size", type=int, default=8, help="training batch (default 8)")
