@@ -22,10 +22,6 @@ class LogDistanceBias(AttentionBias):
     config_fields = {"log_distance_steepness": 0.5}
     pictures = ("log_distance_bias", "token_vs_position")
     bias_title = "log-distance: −s_h · log(1 + distance), per head"
-    where_it_acts = "log_distance adds nothing to the embeddings: it biases the attention scores by log-distance"
-    no_gpt2_twin = "a log-distance bias acts on the attention scores, which GPT-2's attention does not"
-    exact_twin = None
-    no_exact_twin = "none has a log-distance bias"
 
     @classmethod
     def check_config(cls, config):

@@ -193,6 +193,12 @@ def scheme(request):
     return request.param
 
 
+# Every scheme, and RoPE with NoPE layers (Llama 4's interleaving): (scheme, config fields) by test id.
+SCHEME_VARIANTS = {scheme: (scheme, {}) for scheme in POSITION_SCHEME_CLASSES} | {
+    "rope-nope-layers": ("rope", {"no_rope_layer_interval": 2})
+}
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(1234)

