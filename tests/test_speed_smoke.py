@@ -214,6 +214,7 @@ def test_explorer_memory_script_smoke(tmp_path):
     assert "largest: alibi " in out.stdout
 
 
+@pytest.mark.slow
 def test_speed_benchmark_script_smoke(tmp_path):
     """Runs every measurement on a tiny model (one dtype, int8, the one with a peer; one decode batch: compiling is
     the slow part); no speed is asserted (that is what the script is for)."""

@@ -365,14 +365,18 @@ def test_report_to_names_an_unknown_or_missing_tracker(monkeypatch):
         TrainingSettings(out="x", train=["y"], report_to=["tensorboard"])
 
 
-def test_the_train_verb_has_freed_step_tensors_reused_instead_of_faulted_in_again(
-    plays, tmp_path, cli, kept_freed_memory
-):
+def test_the_train_verb_keeps_freed_memory(plays, tmp_path, cli, kept_freed_memory):
     """A CPU step frees and allocates tensors of hundreds of MB; glibc maps each afresh and the kernel zeroes its pages
     every step, unless malloc keeps what was freed (`keep_freed_memory`), which the train verb asks for."""
     run = cli("train", "--train", plays, "--out", tmp_path / "run", "--steps", 1, *TINY_RUN)
     assert run.returncode == 0, run.stderr
     assert kept_freed_memory == [True]
+
+
+@pytest.mark.slow
+def test_kept_freed_memory_is_reused_instead_of_faulted_in_again():
+    """What `keep_freed_memory` buys, in processes of their own: a 256 MiB tensor allocated a fourth time faults its
+    pages in again by default, and hardly at all once freed memory is kept."""
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("keep_freed_memory is glibc's mallopt")
     # In processes of their own (the setting is process-wide and for good): pages faulted in when a 256 MiB tensor is
