@@ -4,13 +4,10 @@
 file each; positions.py reads them in order. Part of the model bundle: torch, transformers and its siblings only."""
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-
-if TYPE_CHECKING:  # the config asks the schemes for their fields, so this module cannot import it
-    from .configuration_tinygpt import TinyGPTConfig
+from transformers import PreTrainedConfig  # a TinyGPTConfig, whose module asks the schemes for their fields
 
 
 class PositionScheme(nn.Module):
@@ -36,17 +33,17 @@ class PositionScheme(nn.Module):
     # LLaMA's `rotary_emb` for rope, where transformers' own RoPE tests look for it.
     module_name = "wpe"
 
-    def __init__(self, config: "TinyGPTConfig | None" = None):
+    def __init__(self, config: PreTrainedConfig | None = None):
         super().__init__()
 
     @classmethod
-    def config_values(cls, config: "TinyGPTConfig", given: dict) -> dict:
+    def config_values(cls, config: PreTrainedConfig, given: dict) -> dict:
         """This scheme's fields, as the config will hold them: the non-None values in `given` (what the caller or
         config.json set) over the defaults. Runs before transformers' own `__post_init__`, which sets them."""
         return {**cls.config_fields, **{name: value for name, value in given.items() if value is not None}}
 
     @classmethod
-    def check_config(cls, config: "TinyGPTConfig"):
+    def check_config(cls, config: PreTrainedConfig):
         """A ValueError naming the field and what it must be, for a config this scheme cannot be built from."""
 
     @classmethod
@@ -133,7 +130,7 @@ def checked_lookup(embedding: nn.Embedding, ids: torch.Tensor, explain: Callable
 KERNELS_WITH_FULL_MASK = ("eager", "sdpa")  # the kernels that take a 4D float mask; the rest bring their own
 
 
-def check_kernel(config: "TinyGPTConfig", acts: str):
+def check_kernel(config: PreTrainedConfig, acts: str):
     """At load, not at the first request: a ValueError when the config's attention kernel cannot run a scheme that
     `acts` on the scores."""
     kernel = config._attn_implementation
@@ -169,7 +166,7 @@ class AttentionBias(PositionScheme):
     exact_twin = None
     no_exact_twin = "none of transformers' architectures adds this bias"
 
-    def __init__(self, config: "TinyGPTConfig"):
+    def __init__(self, config: PreTrainedConfig):
         super().__init__()
         self.scheme, self.num_heads = config.position_embedding_type, config.n_head
         check_kernel(config, self.ACTS)
