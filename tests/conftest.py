@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never touch the networ
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import hf_tinygpt
 from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM
@@ -193,10 +194,14 @@ def scheme(request):
     return request.param
 
 
-# Every scheme, and RoPE with NoPE layers (Llama 4's interleaving): (scheme, config fields) by test id.
+# Every scheme, RoPE with NoPE layers (Llama 4's interleaving) and p-RoPE (Gemma 4's proportional RoPE, where this
+# transformers has it): (scheme, config fields) by test id.
+P_ROPE = {"rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
 SCHEME_VARIANTS = {scheme: (scheme, {}) for scheme in POSITION_SCHEME_CLASSES} | {
     "rope-nope-layers": ("rope", {"no_rope_layer_interval": 2})
 }
+if "proportional" in ROPE_INIT_FUNCTIONS:
+    SCHEME_VARIANTS["p-rope"] = ("rope", {"rope_parameters": P_ROPE})
 
 
 @pytest.fixture(autouse=True)

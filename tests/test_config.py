@@ -9,6 +9,7 @@ import pytest
 from conftest import random_gpt2
 
 from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM
+from hf_tinygpt.model.positions import RotaryPositions
 
 # ---- names and derived fields --------------------------------------------------------------------------------------
 
@@ -23,7 +24,7 @@ def test_standard_aliases_resolve():
 def test_rope_options_land_in_rope_parameters():
     config = TinyGPTConfig(position_embedding_type="rope", rope_theta=500.0, partial_rotary_factor=0.5)
     assert config.rope_parameters == {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}
-    assert config.rotary_dim == 32
+    assert RotaryPositions.turning_dims(config) == 32
     scaled = TinyGPTConfig(position_embedding_type="rope", rope_parameters={"rope_type": "yarn", "factor": 4.0})
     assert scaled.rope_parameters["original_max_position_embeddings"] == 1024
     assert not hasattr(TinyGPTConfig(position_embedding_type="alibi"), "rope_parameters")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import random_gpt2, run_cli, tiny_config, tiny_model
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM
 from hf_tinygpt.cli.commands import main
@@ -93,8 +94,14 @@ def test_dimension_traces_are_seeded_columns_of_the_position_rows(tmp_path):
         {},
         {"partial_rotary_factor": 0.5, "rope_theta": 500.0},
         {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}},
+        pytest.param(
+            {"rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}},
+            marks=pytest.mark.skipif(
+                "proportional" not in ROPE_INIT_FUNCTIONS, reason="no p-RoPE in this transformers"
+            ),
+        ),
     ],
-    ids=["default", "partial", "yarn"],
+    ids=["default", "partial", "yarn", "p-rope"],
 )
 def test_rope_frequencies_and_offset_similarity_are_the_models(tmp_path, rope):
     model = tiny_model("rope", n_embd=64, **rope)
@@ -102,7 +109,7 @@ def test_rope_frequencies_and_offset_similarity_are_the_models(tmp_path, rope):
     theta = plot_rope_frequencies(model, tmp_path)["theta"]
     assert torch.equal(torch.from_numpy(theta), rotary.inv_freq)
     assert torch.equal(torch.from_numpy(theta), rotary.frequencies()[0])
-    assert len(theta) == model.config.rotary_dim // 2
+    assert len(theta) == rotary.rotary_dim // 2
     curve = plot_rope_similarity(model, tmp_path)
     offsets, similarity = curve["offsets"], curve["similarity"]
     assert offsets[0] == 0 and len(offsets) == 64

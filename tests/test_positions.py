@@ -280,8 +280,8 @@ def test_rope_rotates_q_and_k_like_llama(rope_parameters):
 
 def test_partial_rotary_leaves_the_tail_of_each_head_alone():
     config = tiny_config("rope", n_embd=64, n_head=4, partial_rotary_factor=0.5)
-    assert config.rotary_dim == 8
     rotary = RotaryPositions(config)
+    assert rotary.rotary_dim == 8
     q, k = torch.randn(1, 4, 10, 16), torch.randn(1, 4, 10, 16)
     got_q, got_k = apply_rotary(q, k, *rotary(q, torch.arange(10)[None]))
     assert torch.equal(got_q[..., 8:], q[..., 8:]) and torch.equal(got_k[..., 8:], k[..., 8:])
@@ -291,6 +291,48 @@ def test_partial_rotary_leaves_the_tail_of_each_head_alone():
         q[..., :8], k[..., :8], *llama_rotary(full, {"rope_type": "default"})(q, torch.arange(10)[None])
     )
     assert (got_q[..., :8] - expected_q).abs().max() <= 1e-5
+
+
+def gemma4_rotary(config, rope_parameters):
+    """transformers' Gemma 4 rotary embedding (its text model's, for full attention) for the same head size."""
+    gemma4 = pytest.importorskip("transformers.models.gemma4.modeling_gemma4", reason="transformers without Gemma 4")
+    gemma4_config = gemma4.Gemma4TextConfig(
+        hidden_size=config.n_embd,
+        num_attention_heads=config.n_head,
+        num_key_value_heads=config.n_head,
+        head_dim=config.head_size,
+        global_head_dim=config.head_size,
+        num_hidden_layers=1,
+        layer_types=["full_attention"],
+        vocab_size=config.vocab_size,
+        rope_parameters={"full_attention": dict(rope_parameters)},
+    )
+    return gemma4.Gemma4TextRotaryEmbedding(gemma4_config), gemma4.apply_rotary_pos_emb
+
+
+@pytest.mark.parametrize("kept", [0.25, 0.5, 1.0])
+def test_p_rope_rotates_q_and_k_like_gemma_4(kept):
+    """p-RoPE (rope_type "proportional"): q and k as transformers' Gemma 4 rotates them, and the pairs past the kept
+    share of the highest frequencies do not turn at all: dims i and i + 8 of a 16-dim head, for i ≥ 8·kept."""
+    rope_parameters = {"rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": kept}
+    if "proportional" not in RotaryPositions.ROPE_TYPES:
+        pytest.skip("this transformers has no proportional RoPE (Gemma 4's)")
+    config = tiny_config("rope", n_embd=64, n_head=4, rope_parameters=dict(rope_parameters))
+    ours = RotaryPositions(config)
+    gemma4, rotate = gemma4_rotary(config, rope_parameters)
+    q, k = torch.randn(2, 4, 80, 16), torch.randn(2, 4, 80, 16)
+    position_ids = torch.arange(80).expand(2, 80)
+    cos, sin = gemma4(q, position_ids, "full_attention")
+    got_q, got_k = apply_rotary(q, k, *ours(q, position_ids))
+    assert (got_q - rotate(q, cos, sin)).abs().max() <= 1e-5 and (got_k - rotate(k, cos, sin)).abs().max() <= 1e-5
+    turning = int(8 * kept)
+    for x, got in ((q, got_q), (k, got_k)):
+        assert torch.equal(got[..., turning:8], x[..., turning:8]) and torch.equal(
+            got[..., 8 + turning :], x[..., 8 + turning :]
+        )
+    assert ours.rotary_dim == 16 and torch.count_nonzero(ours.inv_freq) == turning
+    with pytest.raises(ValueError, match="p-RoPE .* which it does not express"):
+        gpt_neox_fields_of_tinygpt(config)
 
 
 def test_rope_dot_product_depends_only_on_the_offset():

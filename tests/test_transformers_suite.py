@@ -23,7 +23,7 @@ import unittest
 from pathlib import Path
 
 import pytest
-from conftest import TRANSFORMERS_SUITE
+from conftest import P_ROPE, TRANSFORMERS_SUITE
 
 SUITE = TRANSFORMERS_SUITE
 if not (SUITE / "tests" / "causal_lm_tester.py").is_file():
@@ -123,6 +123,7 @@ for _scheme in POSITION_SCHEME_CLASSES:  # every registered scheme (TestTinyGPTL
     _suite = suite_for(_scheme)
     globals()[_suite.__name__] = _suite
 TestTinyGPTRopeEverySecondLayer = suite_for("rope", "RopeEverySecondLayer", no_rope_layer_interval=2)
+TestTinyGPTPRope = suite_for("rope", "PRope", rope_parameters=P_ROPE)
 
 
 class TestGPT2Reference(test_modeling_gpt2.GPT2ModelTest):

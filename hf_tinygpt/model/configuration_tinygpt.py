@@ -169,11 +169,5 @@ class TinyGPTConfig(PreTrainedConfig):
     def head_size(self) -> int:
         return self.n_embd // self.n_head
 
-    @property
-    def rotary_dim(self) -> int:
-        """How many dimensions of each head RoPE rotates (the rest pass through unchanged)."""
-        fraction = getattr(self, "rope_parameters", {}).get("partial_rotary_factor", 1.0)
-        return int(self.head_size * fraction)
-
 
 __all__ = ["TinyGPTConfig"]

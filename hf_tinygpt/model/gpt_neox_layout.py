@@ -36,6 +36,12 @@ def gpt_neox_fields_of_tinygpt(config) -> dict:
             f"GPT-NeoX rotates q and k in every layer; no_rope_layer_interval={config.no_rope_layer_interval} "
             "leaves some layers unrotated, which it cannot express"
         )
+    if config.rope_parameters.get("rope_type") == "proportional":
+        raise ValueError(
+            "GPT-NeoX turns the first partial_rotary_factor share of each head with frequencies spread over that share; "
+            "p-RoPE (rope_type='proportional') keeps the whole head's frequencies and turns the rest by 0, which it "
+            "does not express"
+        )
     if config.embd_pdrop != config.resid_pdrop:
         raise ValueError(
             f"GPT-NeoX has one hidden dropout; embd_pdrop ({config.embd_pdrop}) and resid_pdrop "

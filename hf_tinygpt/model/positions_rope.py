@@ -31,7 +31,9 @@ class RotaryPositions(PositionScheme):
     """`rope` (Su et al. 2021): q and k at position p are rotated by p·θ_i, so q·k depends only on the offset.
 
     Frequencies come from transformers' RoPE utilities: default, or any scaling in `rope_parameters`
-    (linear, dynamic NTK, YaRN, ...), exactly as LLaMA-family models compute them.
+    (linear, dynamic NTK, YaRN, ...), exactly as LLaMA-family models compute them. `rope_type="proportional"` (Gemma
+    4's) is p-RoPE (Barbero et al. 2024, "Round and Round We Go"): the `partial_rotary_factor` share of the pairs
+    with the highest frequencies keeps them, and the rest turn by 0, which frees them for content.
 
     Its fields: `rope_parameters`, transformers' standard RoPE dictionary (`rope_type`: "default", "linear",
     "dynamic", "yarn", ...; `rope_theta`, `partial_rotary_factor`, `factor`, ...), with the shortcuts `rope_theta`,
@@ -91,11 +93,10 @@ class RotaryPositions(PositionScheme):
         fraction = parameters.get("partial_rotary_factor", 1.0)
         if not (is_positive_number(fraction) and fraction <= 1):
             raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction}")
-        if config.rotary_dim < 2 or config.rotary_dim % 2:
+        if (turning := cls.turning_dims(config)) < 2 or turning % 2:
             raise ValueError(
                 f"RoPE rotates pairs of dimensions: head_dim ({config.head_size}) × partial_rotary_factor "
-                f"({fraction}) = {config.rotary_dim} must be even and at least 2 (see n_embd, n_head, "
-                "partial_rotary_factor)"
+                f"({fraction}) = {turning} must be even and at least 2 (see n_embd, n_head, partial_rotary_factor)"
             )
         if rope_type != "default":
             try:  # transformers' own frequency function reads exactly the keys this rope_type needs
@@ -103,8 +104,17 @@ class RotaryPositions(PositionScheme):
             except (KeyError, TypeError) as error:
                 raise ValueError(f"rope_parameters for rope_type={rope_type!r} lack {error}") from error
 
+    @staticmethod
+    def turning_dims(config) -> int:
+        """How many dimensions of each head the rotation takes (the rest pass through): the `partial_rotary_factor`
+        share of them, or all of them for p-RoPE ("proportional"), whose factor says how many keep a frequency."""
+        parameters = config.rope_parameters
+        proportional = parameters.get("rope_type") == "proportional"
+        return int(config.head_size * (1.0 if proportional else parameters.get("partial_rotary_factor", 1.0)))
+
     def __init__(self, config):
         super().__init__()
+        self.rotary_dim = self.turning_dims(config)
         # The attribute names below are the ones transformers' `dynamic_rope_update` reads and updates.
         self.config = config
         self.rope_type = config.rope_parameters["rope_type"]
@@ -115,7 +125,7 @@ class RotaryPositions(PositionScheme):
         """(θ_i for each rotated pair, attention scaling). Default: θ_i = theta^(-2i/rotary_dim)."""
         if self.rope_type != "default":
             return ROPE_INIT_FUNCTIONS[self.rope_type](self.config)
-        dim = self.config.rotary_dim
+        dim = self.rotary_dim
         theta = self.config.rope_parameters["rope_theta"]
         return 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim), 1.0
 

@@ -40,6 +40,7 @@ class XposPositions(PositionScheme):
     def __init__(self, config, base: float = 10000.0):
         super().__init__()
         self.dim, self.base, self.scale_base = config.head_size, base, config.xpos_scale_base
+        self.rotary_dim = config.head_size  # every pair of every head turns
         self.register_fixed_buffers()
 
     def fixed_buffers(self):

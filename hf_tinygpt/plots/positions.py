@@ -281,30 +281,32 @@ def plot_cosine_similarity(model, out_dir, *, label=None, svg=False, max_positio
 @torch.no_grad()
 def plot_rope_frequencies(model, out_dir, *, label=None, svg=False) -> dict[str, np.ndarray]:
     """`rope_frequencies`: θ_i, the angle (radians per position) by which rotated pair i of each head turns, from the
-    model's `positions.inv_freq`, and its wavelength 2π/θ_i in positions. Returns {"theta": (rotary_dim/2,),
-    "wavelength": (rotary_dim/2,)}."""
+    model's `positions.inv_freq`, and its wavelength 2π/θ_i in positions (infinite for the pairs p-RoPE leaves
+    unturned, which the log axes leave out). Returns {"theta": (rotary_dim/2,), "wavelength": (rotary_dim/2,)}."""
     _requires(model, "rope_frequencies")
-    theta = _numpy(_body(model).positions.inv_freq)
-    wavelength = 2 * np.pi / theta
-    pairs = np.arange(len(theta))
+    positions = _body(model).positions
+    theta = _numpy(positions.inv_freq)
+    with np.errstate(divide="ignore"):
+        wavelength = 2 * np.pi / theta
+    pairs, turning = np.arange(len(theta)), theta > 0
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     left, right = fig.subplots(1, 2)
-    left.semilogy(pairs, theta, "o-", ms=3)
+    left.semilogy(pairs[turning], theta[turning], "o-", ms=3)
+    if not turning.all():
+        left.text(0.98, 0.95, f"pairs {pairs[~turning][0]}–{pairs[-1]} turn by 0", transform=left.transAxes, ha="right")
     left.set(
         xlabel="rotated pair i (dims i and i + rotary_dim/2 of each head)",
         ylabel="θ_i (radians per position)",
         title="rotation frequency",
     )
-    right.semilogy(pairs, wavelength, "o-", ms=3, color="C1")
+    right.semilogy(pairs[turning], wavelength[turning], "o-", ms=3, color="C1")
     right.axhline(
         model.config.n_positions, color="0.4", ls="--", lw=1, label=f"n_positions = {model.config.n_positions}"
     )
     right.set(xlabel="rotated pair i", ylabel="2π / θ_i (positions per full turn)", title="wavelength")
     right.legend(loc="upper left")
     rope_type = model.config.rope_parameters.get("rope_type", "default")
-    _title(
-        fig, f"RoPE frequencies (rope_type {rope_type}, rotary_dim {model.config.rotary_dim} per head)", model, label
-    )
+    _title(fig, f"RoPE frequencies (rope_type {rope_type}, rotary_dim {positions.rotary_dim} per head)", model, label)
     _save(fig, out_dir, "rope_frequencies", svg)
     return {"theta": theta, "wavelength": wavelength}
 
@@ -322,7 +324,7 @@ def rope_similarity(model, max_offset: int | None = None) -> tuple[np.ndarray, n
     computes."""
     body = _body(model)
     n = _positions(model, max_offset)
-    ones = torch.ones(1, 1, n, model.config.rotary_dim)  # (batch, heads, positions, rotary_dim)
+    ones = torch.ones(1, 1, n, body.positions.rotary_dim)  # (batch, heads, positions, rotary_dim)
     query, key = apply_rotary(ones, ones, *body.positions.rotary_cos_sin(ones, torch.arange(n)[None]))  # xPos: 4
     scores = query[0, 0] @ key[0, 0, 0]  # query at every position m · key at position 0
     return np.arange(n), _numpy(scores / scores[0])
