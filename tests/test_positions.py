@@ -20,6 +20,7 @@ from hf_tinygpt.model.positions import (
     NoPositions,
     RotaryPositions,
     SinusoidalPositions,
+    StickBreakingAttention,
     T5Bias,
     XposPositions,
     apply_rotary,
@@ -98,8 +99,8 @@ def test_each_scheme_builds_its_own_module(scheme):
 def test_the_built_in_schemes_in_reading_order():
     """The names saved configs carry, each with its class, in the order the chapter reads."""
     classes = [LearnedPositions, SinusoidalPositions, RotaryPositions, XposPositions, AlibiPositions, T5Bias]
-    classes += [KerpleBias, FireBias, CopePositions, NoPositions]
-    names = ["learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "cope", "none"]
+    classes += [KerpleBias, FireBias, CopePositions, StickBreakingAttention, NoPositions]
+    names = ["learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "cope", "stick_breaking", "none"]
     assert [POSITION_SCHEME_CLASSES[name] for name in names] == classes
     assert list(POSITION_SCHEME_CLASSES)[: len(names)] == names
 

@@ -18,6 +18,7 @@ BUNDLE = (
     "positions_kerple.py",
     "positions_fire.py",
     "positions_cope.py",
+    "positions_stick_breaking.py",
     "positions_none.py",
     "compat.py",
     "gpt2_layout.py",
