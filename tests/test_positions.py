@@ -18,6 +18,7 @@ from hf_tinygpt.model.positions import (
     KerpleBias,
     LearnedPositions,
     NoPositions,
+    PolarPositions,
     RotaryPositions,
     SinusoidalPositions,
     StickBreakingAttention,
@@ -98,9 +99,10 @@ def test_each_scheme_builds_its_own_module(scheme):
 
 def test_the_built_in_schemes_in_reading_order():
     """The names saved configs carry, each with its class, in the order the chapter reads."""
-    classes = [LearnedPositions, SinusoidalPositions, RotaryPositions, XposPositions, AlibiPositions, T5Bias]
-    classes += [KerpleBias, FireBias, CopePositions, StickBreakingAttention, NoPositions]
-    names = ["learned", "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire", "cope", "stick_breaking", "none"]
+    classes = [LearnedPositions, SinusoidalPositions, RotaryPositions, XposPositions, PolarPositions, AlibiPositions]
+    classes += [T5Bias, KerpleBias, FireBias, CopePositions, StickBreakingAttention, NoPositions]
+    names = ["learned", "sinusoidal", "rope", "xpos", "pope", "alibi", "t5", "kerple", "fire", "cope"]
+    names += ["stick_breaking", "none"]
     assert [POSITION_SCHEME_CLASSES[name] for name in names] == classes
     assert list(POSITION_SCHEME_CLASSES)[: len(names)] == names
 
@@ -537,13 +539,14 @@ def interleaved(head_dim: int, n_head: int = 1) -> torch.Tensor:
     return (torch.arange(n_head)[:, None] * head_dim + pairs[None]).flatten()
 
 
-def x_transformers_attention(model, **options):
+def x_transformers_attention(model, pairs=True, **options):
     """x-transformers' own Attention (causal, eager) holding layer 0's weights of `model`, whose projections have
-    no biases (theirs have none), q and k rows reordered into x-transformers' interleaved pairs."""
+    no biases (theirs have none), q and k rows reordered into x-transformers' interleaved pairs (unless `pairs` is
+    false: PoPE turns each feature alone)."""
     from x_transformers.x_transformers import Attention
 
     attn, config = model.transformer.h[0].attn, model.config
-    rows = interleaved(config.head_size, config.n_head)
+    rows = interleaved(config.head_size, config.n_head) if pairs else torch.arange(config.n_embd)
     reference = Attention(dim=config.n_embd, dim_head=config.head_size, heads=config.n_head, causal=True, **options)
     q, k, v = attn.c_attn.weight.split(config.n_embd)
     with torch.no_grad():
@@ -625,6 +628,37 @@ def test_xpos_refuses_a_position_whose_key_scale_would_overflow():
         assert torch.isfinite(model(ids, position_ids=torch.tensor([[last]])).logits).all()
         with pytest.raises(ValueError, match=f"past position {last} overflows torch.float32; position {last + 1}"):
             model(ids, position_ids=torch.tensor([[last + 1]]))
+
+
+def test_pope_attention_layer_equals_x_transformers_polar_embedding():
+    """A whole attention layer against x-transformers' Attention given `polar_pos_emb` from its `PolarEmbedding`,
+    with the learned phases δ set to ours, some of them past [−2π, 0], where both sides clamp them."""
+    from x_transformers.x_transformers import PolarEmbedding
+
+    model = tiny_model("pope", n_layer=1, initializer_range=0.3)
+    pope = model.transformer.positions
+    polar = PolarEmbedding(8, 4)
+    with torch.no_grad():
+        pope.phase_bias.uniform_(-8.0, 1.0)
+        polar.learned_bias.copy_(pope.phase_bias)
+    reference = x_transformers_attention(model, pairs=False, flash=False)
+    x = torch.randn(1, 40, 32)
+    with torch.no_grad():
+        theirs = reference(x, polar_pos_emb=polar(torch.arange(40)))
+    assert (layer_zero(model, x) - theirs).abs().max() <= 1e-5
+
+
+def test_pope_scores_are_its_formula_on_a_worked_example():
+    """q = k = 0 in every feature, δ = 0: magnitudes softplus(0) = ln 2, so the score of a key m positions back is
+    (ln 2)² · Σ_d cos(m·θ_d), θ_d = 10000^(−d/head_dim), over √head_dim."""
+    pope = tiny_model("pope").transformer.positions
+    zeros = torch.zeros(1, 1, 30, 8)
+    phases = torch.arange(30.0)[:, None] * pope.inv_freq
+    scores = (pope.polar(zeros, phases) @ pope.polar(zeros, phases).transpose(-1, -2))[0, 0] / math.sqrt(8)
+    theta = 10000 ** (-torch.arange(8.0) / 8)
+    for i, j in ((29, 0), (10, 7), (5, 5)):
+        expected = math.log(2) ** 2 * torch.cos((i - j) * theta).sum() / math.sqrt(8)
+        assert scores[i, j].item() == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_cope_position_logits_equal_x_transformers_cope():

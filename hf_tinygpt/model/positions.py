@@ -5,13 +5,13 @@ Every scheme is a `PositionScheme` and acts in exactly one of four places, the o
     add_to_embeddings – rows added to the token embeddings              (learned, sinusoidal)
     rotary_cos_sin    – cos/sin that rotate (and scale) q and k         (rope, xpos)
     bias_attention    – an additive bias on the attention scores        (alibi, t5, kerple, fire)
-    attention         – the attention itself, reading its own scores    (cope, stick_breaking)
+    attention         – the attention itself                            (pope, cope, stick_breaking)
 and `rotary_in_layer` says which layers take the rotation (RoPE without it in every n-th layer, as Llama 4).
 
-Read in the order a reader meets them: learned rows (GPT-2), sinusoids (the Transformer), rotations (RoPE, and
-xPos's decaying ones), biases by distance (ALiBi's fixed lines, T5's learned buckets, KERPLE's kernels, FIRE's
-learned function), positions counted by the content (CoPE), attention that takes from the nearest keys first
-(stick-breaking) and nothing at all (NoPE).
+Read in the order a reader meets them: learned rows (GPT-2), sinusoids (the Transformer), rotations (RoPE, xPos's
+decaying ones, PoPE's phases on magnitudes of the content), biases by distance (ALiBi's fixed lines, T5's learned
+buckets, KERPLE's kernels, FIRE's learned function), positions counted by the content (CoPE), attention that takes
+from the nearest keys first (stick-breaking) and nothing at all (NoPE).
 
 Everything the package knows about a scheme is on its class: its name, its config fields (`config_fields`,
 `check_config`), how far it reaches (`reach`), where it acts and which pictures draw it, and whether an export can
@@ -35,6 +35,7 @@ from .positions_interface import (
 from .positions_kerple import KerpleBias
 from .positions_learned import LearnedPositions
 from .positions_none import NoPositions
+from .positions_pope import PolarPositions
 from .positions_rope import RotaryPositions, apply_rotary, rotate_half
 from .positions_sinusoidal import SinusoidalPositions
 from .positions_stick_breaking import StickBreakingAttention
@@ -46,6 +47,7 @@ READING_ORDER = (
     SinusoidalPositions,
     RotaryPositions,
     XposPositions,
+    PolarPositions,
     AlibiPositions,
     T5Bias,
     KerpleBias,

@@ -8,7 +8,7 @@ from torch import nn
 from transformers import initialization as init
 
 from .checks import is_int, require
-from .positions_interface import PositionScheme, check_kernel, needs_a_full_mask
+from .positions_interface import PositionScheme, check_kernel, keys_each_query_sees
 
 
 class CopePositions(PositionScheme):
@@ -70,15 +70,13 @@ class CopePositions(PositionScheme):
 
     def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, layer_idx=0, **kwargs):
         """Eager attention (transformers' attention-interface signature) with CoPE's logits added to the scores."""
-        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
-            raise ValueError(needs_a_full_mask(self.scheme, self.ACTS, "a kernel that takes no additive mask"))
+        allowed = keys_each_query_sees(attention_mask, self.scheme, self.ACTS)
         if query.shape[1] != self.num_heads:  # head-sharded tensor parallelism: this rank computes some heads
             raise ValueError(
                 f"position_embedding_type='cope' learns position vectors shared by all {self.num_heads} heads, but "
                 f"this attention layer computes {query.shape[1]}: under head-sharded tensor parallelism each rank's "
                 "gradient of them would cover its own heads only. Load this model without tensor parallelism"
             )
-        allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
         scores = (query @ key.transpose(-1, -2)) * scaling
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
         scores = scores + self.position_logits(query, scores, layer_idx)

@@ -146,6 +146,20 @@ def needs_a_full_mask(scheme: str, acts: str, kernel: str) -> str:
     )
 
 
+def keys_each_query_sees(attention_mask, scheme: str, acts: str) -> torch.Tensor:
+    """The 4D mask as booleans (B, 1, q, k), True where a query may see a key, for the schemes that bring their own
+    attention; a ValueError naming the kernel when the mask is not a full one."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:  # a kernel switched after load
+        raise ValueError(needs_a_full_mask(scheme, acts, "a kernel that takes no additive mask"))
+    return attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+
+
+def own_slots(seen: torch.Tensor) -> torch.Tensor:
+    """(B, 1, q): the cache slot of each query's own key, the last key it sees (in any cache, static ones too)."""
+    keys = torch.arange(seen.shape[-1], device=seen.device)
+    return torch.where(seen, keys, -1).amax(-1)
+
+
 class AttentionBias(PositionScheme):
     """The schemes that add a per-head bias b_h(i, j) to the score of query i on key j: a function of the distance
     i − j (for FIRE, of the query's position i too). One module serves every layer, as T5 shares its bias.

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from .checks import require
-from .positions_interface import PositionScheme, check_kernel, needs_a_full_mask
+from .positions_interface import PositionScheme, check_kernel, keys_each_query_sees, own_slots
 
 
 class StickBreakingAttention(PositionScheme):
@@ -61,11 +61,8 @@ class StickBreakingAttention(PositionScheme):
     def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         """Stick-breaking attention (transformers' attention-interface signature). The weights it returns are the
         ones the values are mixed with: A_ij, and what is left on the query's own key."""
-        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
-            raise ValueError(needs_a_full_mask(self.scheme, self.ACTS, "a kernel that takes no additive mask"))
-        allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0  # (B, 1, q, k)
-        keys = torch.arange(key.shape[-2], device=key.device)
-        own = keys == torch.where(allowed, keys, -1).amax(-1, keepdim=True)  # the last key a query sees is its own
+        allowed = keys_each_query_sees(attention_mask, self.scheme, self.ACTS)  # (B, 1, q, k)
+        own = torch.arange(key.shape[-2], device=key.device) == own_slots(allowed)[..., None]
         weights = self.weights(
             (query @ key.transpose(-1, -2)) * scaling, allowed if self.attend_current else allowed & ~own
         )
