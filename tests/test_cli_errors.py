@@ -265,6 +265,11 @@ def test_train_config_typos_are_named(corpus, tmp_path, capsys):
         capsys, "train", "--train", corpus, "--config", tmp_path / "config.json", "--out", tmp_path / "run"
     )
     assert code == 2 and "n_postions is not a TinyGPTConfig field" in err
+    # A scheme's own fields are the config's too (the study's RoPE with NoPE layers, in the slow tier, needs them).
+    from hf_tinygpt.train.settings import TrainingSettings
+
+    for fields in ({"position_embedding_type": "rope", "no_rope_layer_interval": 2}, {"xpos_scale_base": 64.0}):
+        TrainingSettings(out=str(tmp_path / "run"), train=[str(corpus)], config=fields)
 
 
 # ---- config files and verify-gpt2 ------------------------------------------------------------------------------------

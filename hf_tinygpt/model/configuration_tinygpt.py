@@ -85,6 +85,12 @@ class TinyGPTConfig(PreTrainedConfig):
         self._check()
         scheme.check_config(self)
 
+    @classmethod
+    def field_names(cls) -> set[str]:
+        """Every name a TinyGPTConfig takes as a field: GPT-2's, their standard aliases, each registered scheme's."""
+        schemes = POSITION_SCHEME_CLASSES.values()
+        return {*cls.__dataclass_fields__, *cls.attribute_map, *(name for s in schemes for name in s.config_fields)}
+
     def position_scheme(self) -> type[PositionScheme]:
         """The class of `position_embedding_type` (`positions.POSITION_SCHEME_CLASSES`)."""
         if self.position_embedding_type not in POSITION_SCHEME_CLASSES:

@@ -203,15 +203,7 @@ def _check_data(settings: TrainingSettings):
 def _check_config(settings: TrainingSettings):
     if not isinstance(settings.config, dict):
         raise ValueError(f"`TrainingSettings.config` must be a dict of TinyGPTConfig fields, got {settings.config!r}")
-    known = {
-        *TinyGPTConfig.__dataclass_fields__,
-        *TinyGPTConfig.attribute_map,
-        "rope_theta",
-        "rope_parameters",
-        "partial_rotary_factor",
-        "rope_scaling",
-    }
-    if unknown := sorted(set(settings.config) - known):
+    if unknown := sorted(set(settings.config) - TinyGPTConfig.field_names()):
         raise ValueError(
             f"`TrainingSettings.config`: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
             "TinyGPTConfig field(s) (a typo would otherwise be ignored)"
