@@ -25,6 +25,8 @@ def test_rope_options_land_in_rope_parameters():
     config = TinyGPTConfig(position_embedding_type="rope", rope_theta=500.0, partial_rotary_factor=0.5)
     assert config.rope_parameters == {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}
     assert RotaryPositions.turning_dims(config) == 32
+    in_the_dict = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    assert TinyGPTConfig(position_embedding_type="rope", rope_parameters=in_the_dict).rope_parameters == in_the_dict
     scaled = TinyGPTConfig(position_embedding_type="rope", rope_parameters={"rope_type": "yarn", "factor": 4.0})
     assert scaled.rope_parameters["original_max_position_embeddings"] == 1024
     assert not hasattr(TinyGPTConfig(position_embedding_type="alibi"), "rope_parameters")

@@ -66,7 +66,9 @@ class RotaryPositions(PositionScheme):
         config.rope_parameters = values.pop("rope_parameters") or (
             None if values["rope_scaling"] else {"rope_type": "default"}
         )
-        values["partial_rotary_factor"] = values["partial_rotary_factor"] or 1.0  # stated, even when whole heads rotate
+        # Stated, even when whole heads rotate; the dict's own value wins (transformers 5.16 let the attribute win).
+        stated = (config.rope_parameters or values["rope_scaling"] or {}).get("partial_rotary_factor", 1.0)
+        values["partial_rotary_factor"] = values["partial_rotary_factor"] or stated
         return {name: value for name, value in values.items() if value is not None or name == "no_rope_layer_interval"}
 
     @classmethod
