@@ -20,9 +20,9 @@ class TinyGPTConfig(PreTrainedConfig):
     GPT-2's configuration (same names, same defaults: GPT-2 small) with a configurable position scheme.
 
     position_embedding_type (`str`, defaults to `"learned"`):
-        Where token order enters the model: the name of a position scheme, one of `POSITION_SCHEME_CLASSES`
-        (`positions`: "learned" rows as in GPT-2, "sinusoidal", "rope", "xpos", "alibi", "t5", "kerple", "fire",
-        "cope", "none", and any scheme registered with `register_position_scheme`).
+        Where token order enters the model: the name of a position scheme in `POSITION_SCHEME_CLASSES`, the
+        positions chapter's schemes ("learned" rows as in GPT-2, "rope", "alibi", ...: positions.py lists them in
+        order) and any registered with `register_position_scheme`.
     **scheme fields:
         The fields only one scheme reads (`no_rope_layer_interval`, `xpos_scale_base`, T5's buckets, ...) are
         declared on its class, with their defaults (`config_fields`) and what each may be (`check_config`); under
