@@ -25,7 +25,7 @@ def test_measure_in_subprocess_sees_the_operations_own_allocation():
     assert measured["peak_rss"] >= measured["rss_before"] and measured["wall_s"] > 0
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_conversion_benchmark_script_smoke(tmp_path):
     out = run_module(
         "bench.conversion_benchmark",
@@ -134,7 +134,7 @@ def test_a_llama_cpp_build_is_checked_against_the_cpu_it_runs_on():
     assert built_elsewhere["missing_here"] == [] and built_elsewhere["unused_here"] == ["AVX512"]
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_speed_benchmark_separate_runs_each_in_a_fresh_process(tmp_path):
     out = run_module(
         "bench.speed_benchmark",
@@ -160,7 +160,7 @@ def test_speed_benchmark_separate_runs_each_in_a_fresh_process(tmp_path):
     assert all(run["machine"]["cpu_capability"] and "transformers" in run["machine"] for run in runs)
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_speed_benchmark_emulates_an_avx2_cpu(tmp_path):
     """`--emulate-avx2` starts the run again with ATen and oneDNN capped at AVX2 (inductor and llama.cpp follow),
     and every figure says so. There, as on a CPU without bf16 instructions, the eager bf16 rows are left out with the
@@ -175,7 +175,7 @@ def test_speed_benchmark_emulates_an_avx2_cpu(tmp_path):
     assert result["rows"][0]["tinygpt_tok_s"] > 0 and "eager bf16 products are many times slower" in out.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_avx2_kernels_script_smoke(tmp_path):
     """scripts/bench/avx2_kernels.py on a tiny model, emulated: a decoder with the AVX2 kernels against one without,
     in the same rounds, for bf16 and int8; no speed is asserted."""
@@ -189,7 +189,7 @@ def test_avx2_kernels_script_smoke(tmp_path):
     assert result["machine"]["cpu_capability"] == "AVX2" and "EMULATED AVX2" in out.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_scheme_cost_script_smoke(tmp_path):
     """scripts/bench/scheme_cost.py on a tiny model: a row per scheme, learned first, each ratio against it."""
     out = run_module("bench.scheme_cost", "--tiny", "--json", tmp_path / "cost.json")
@@ -201,7 +201,7 @@ def test_scheme_cost_script_smoke(tmp_path):
         assert row["train_tokens_per_s"] > 0 and row["decode_tokens_per_s"] > 0 and row["scheme"] in out.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_explorer_memory_script_smoke(tmp_path):
     """scripts/bench/explorer_memory.py on a tiny model: each endpoint's largest request answered, in its own
     process, its memory reported."""
@@ -214,7 +214,7 @@ def test_explorer_memory_script_smoke(tmp_path):
     assert "largest: alibi " in out.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_speed_benchmark_script_smoke(tmp_path):
     """Runs every measurement on a tiny model (one dtype, int8, the one with a peer; one decode batch: compiling is
     the slow part); no speed is asserted (that is what the script is for)."""
@@ -254,7 +254,7 @@ def test_speed_benchmark_script_smoke(tmp_path):
     assert "TinyGPT/HF" in out.stdout and "HF GPT-2's default generate" in out.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp_path):
     """scripts/bench/step_breakdown.py on a tiny model: in each decoding step it finds one product call per weight, in
     the order the model multiplies them (at int8 batch 8, our `int8_dot_products` where the CPU has AVX-512 BF16, else
@@ -290,7 +290,7 @@ def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp
         assert heading in out.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_training_benchmark_script_smoke(tmp_path):
     """Both training loops for real (nanoGPT's train.py from ../shared/nanogpt, `hf-tinygpt train`) on a tiny model,
     eager and compiled, fp32 and bf16, with accumulation; no speed is asserted (that is what the script is for)."""

@@ -457,7 +457,7 @@ def test_the_cache_is_kept_where_hf_tinygpt_cache_says(texts, tmp_path, cli, mon
 # ---- the measurement -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_data_benchmark_script_smoke(tmp_path):
     """scripts/bench/data_benchmark.py on one text repeated twice: first and cached runs, each in a fresh process."""
     out = run_module("bench.data_benchmark", "--repeat", 2, "--limit", 1, "--json", tmp_path / "result.json")
