@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import random_gpt2, run_cli, tiny_config, tiny_model
+from conftest import P_ROPE, random_gpt2, run_cli, tiny_config, tiny_model
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM
@@ -95,7 +95,7 @@ def test_dimension_traces_are_seeded_columns_of_the_position_rows(tmp_path):
         {"partial_rotary_factor": 0.5, "rope_theta": 500.0},
         {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}},
         pytest.param(
-            {"rope_parameters": {"rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}},
+            {"rope_parameters": P_ROPE},
             marks=pytest.mark.skipif(
                 "proportional" not in ROPE_INIT_FUNCTIONS, reason="no p-RoPE in this transformers"
             ),

@@ -23,7 +23,7 @@ import unittest
 from pathlib import Path
 
 import pytest
-from conftest import P_ROPE, TRANSFORMERS_SUITE
+from conftest import SCHEME_VARIANTS, TRANSFORMERS_SUITE
 
 SUITE = TRANSFORMERS_SUITE
 if not (SUITE / "tests" / "causal_lm_tester.py").is_file():
@@ -57,7 +57,7 @@ os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "true"  # as the suite's own conf
 
 from transformers.models.auto import modeling_auto  # noqa: E402
 
-from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel  # noqa: E402
+from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel  # noqa: E402
 
 try:
     from tests.causal_lm_tester import CausalLMModelTest, CausalLMModelTester
@@ -119,11 +119,11 @@ def suite_for(scheme: str, name: str | None = None, **scheme_fields):
     return Test
 
 
-for _scheme in POSITION_SCHEME_CLASSES:  # every registered scheme (TestTinyGPTLearned, ...), one a test adds too
-    _suite = suite_for(_scheme)
+# Every registered scheme (TestTinyGPTLearned, ..., one a test adds too) and the variants the other checks run
+# (TestTinyGPTRopeNopeLayers, TestTinyGPTPRope).
+for _variant, (_scheme, _fields) in SCHEME_VARIANTS.items():
+    _suite = suite_for(_scheme, _variant.title().replace("-", "") if _fields else None, **_fields)
     globals()[_suite.__name__] = _suite
-TestTinyGPTRopeEverySecondLayer = suite_for("rope", "RopeEverySecondLayer", no_rope_layer_interval=2)
-TestTinyGPTPRope = suite_for("rope", "PRope", rope_parameters=P_ROPE)
 
 
 class TestGPT2Reference(test_modeling_gpt2.GPT2ModelTest):
