@@ -86,9 +86,10 @@ def random_gpt2(seed=0, **overrides) -> GPT2LMHeadModel:
     return GPT2LMHeadModel(GPT2Config(**{**fields, **overrides})).eval()
 
 
-def text_model(scheme="learned", seed=0):
+def text_model(scheme="learned", seed=0, **overrides):
     """A tiny model over the real GPT-2 vocabulary, so the real tokenizer and pipeline can drive it."""
-    return tiny_model(scheme, seed=seed, vocab_size=50257, n_embd=16, n_head=2, eos_token_id=50256, bos_token_id=50256)
+    gpt2_vocabulary = dict(vocab_size=50257, n_embd=16, n_head=2, eos_token_id=50256, bos_token_id=50256)
+    return tiny_model(scheme, seed=seed, **{**gpt2_vocabulary, **overrides})
 
 
 def save_with_tokenizer(model, folder):
@@ -306,23 +307,24 @@ REMOTE_CODE_SCRIPT = BLOCK_HF_TINYGPT + textwrap.dedent(
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, pipeline
 
-    folder, prompt = sys.argv[1], sys.argv[2]
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    ids = tokenizer(prompt, return_tensors="pt").input_ids
-    tokens = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
-    text = pipeline("text-generation", model=folder, trust_remote_code=True)(prompt, max_new_tokens=8, do_sample=False)
-    # what vLLM's Transformers backend does with a saved LM folder: build the body from the config alone, and send
-    # the config to its engine process pickled by value (the remote code is not importable there)
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
-    body = AutoModel.from_config(config, trust_remote_code=True)
-    import cloudpickle, pickle, transformers_modules
-    cloudpickle.register_pickle_by_value(transformers_modules)
-    sent = pickle.loads(cloudpickle.dumps(config))
-    projections = sorted({type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Linear)})
-    print(json.dumps({"class": type(model).__module__, "tokens": tokens, "text": text[0]["generated_text"],
-                      "body": type(body).__name__, "config_sent_by_value": sent.to_dict() == config.to_dict(),
-                      "projections": projections}))
+    prompt, folders = sys.argv[1], sys.argv[2:]
+    for folder in folders:  # one line of JSON each
+        model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        tokens = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
+        generate = pipeline("text-generation", model=folder, trust_remote_code=True)
+        text = generate(prompt, max_new_tokens=8, do_sample=False)[0]["generated_text"]
+        # what vLLM's Transformers backend does with a saved LM folder: build the body from the config alone, and
+        # send the config to its engine process pickled by value (the remote code is not importable there)
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+        body = AutoModel.from_config(config, trust_remote_code=True)
+        import cloudpickle, pickle, transformers_modules
+        cloudpickle.register_pickle_by_value(transformers_modules)
+        sent = pickle.loads(cloudpickle.dumps(config))
+        projections = sorted({type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Linear)})
+        print(json.dumps({"class": type(model).__module__, "tokens": tokens, "text": text, "body": type(body).__name__,
+                          "config_sent_by_value": sent.to_dict() == config.to_dict(), "projections": projections}))
     """
 )
 

@@ -1,10 +1,12 @@
 """One rank of the distributed checks in test_distributed.py, started by torchrun (2 CPU processes, gloo).
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py tp FOLDER OUT
-    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py fsdp FOLDER OUT
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py tp OUT FOLDER...
+    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/distributed_worker.py fsdp OUT FOLDER
 
 Every rank compares transformers' distributed model with the same folder loaded whole in this process; rank 0
-writes what it measured to OUT/<mode>.json. Any mismatch raises, so torchrun exits non-zero.
+writes what it measured to OUT/<mode>.json, by folder name. Any mismatch raises, so torchrun exits non-zero; a
+ValueError, the way a model refuses tensor parallelism, is recorded as that folder's refusal, and the next folder
+follows (every rank raises it at the same point, before any collective of that forward).
 """
 
 import json
@@ -120,9 +122,19 @@ def fully_sharded(folder: str, out: Path) -> dict:
     }
 
 
-def main(mode: str, folder: str, out: str) -> None:
+def refused_or(check, folder: str) -> dict:
+    try:
+        return check(folder)
+    except ValueError as error:
+        return {"refused": str(error)}
+
+
+def main(mode: str, out: str, *folders: str) -> None:
     out = Path(out)
-    result = tensor_parallel(folder) if mode == "tp" else fully_sharded(folder, out)
+    if mode == "tp":
+        result = {Path(folder).name: refused_or(tensor_parallel, folder) for folder in folders}
+    else:
+        result = fully_sharded(*folders, out)
     dist.barrier()
     if dist.get_rank() == 0:
         (out / f"{mode}.json").write_text(json.dumps(result, indent=2))

@@ -103,26 +103,18 @@ def run_command(command: str, *args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", COMMANDS)
-def test_the_installed_command_runs(command):
-    run = run_command(command, "--version")
-    assert run.returncode == 0 and run.stdout.strip() == f"hf-tinygpt {importlib.metadata.version('hf-tinygpt')}"
-
-
-@pytest.mark.slow
-def test_python_m_hf_tinygpt_is_the_console_script():
-    for args in (["--help"], ["train", "--help"], ["params", str(DEFAULT_MODEL_DIR)], ["params", "nowhere"]):
+def test_python_m_hf_tinygpt_is_the_console_script_and_prints_no_start_up_noise():
+    """The same in every way: a version, a verb's help, a verb that works, a verb that fails. With the [int8] extra
+    installed, importing transformers imports torchao, which logs the GPU extensions it cannot load, and torch logs
+    a deprecation about torchao's enums: none of it reaches a command's stderr."""
+    model, runs = str(DEFAULT_MODEL_DIR), {}
+    for args in (("--version",), ("train", "--help"), ("params", model), ("params", "nowhere")):
         script, module = run_command("console script", *args), run_command("python -m", *args)
         assert (script.returncode, script.stdout, script.stderr) == (module.returncode, module.stdout, module.stderr)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("command", COMMANDS)
-def test_the_command_prints_no_third_party_start_up_noise(command):
-    """With the [int8] extra installed, importing transformers imports torchao, which logs the GPU extensions it
-    cannot load, and torch logs a deprecation about torchao's enums: none of it reaches a command's stderr."""
-    run = run_command(command, "params", str(DEFAULT_MODEL_DIR))
-    assert run.returncode == 0 and run.stderr == "", run.stderr
+        runs[args] = script
+    assert runs["--version",].stdout.strip() == f"hf-tinygpt {importlib.metadata.version('hf-tinygpt')}"
+    assert runs["params", model].returncode == 0 and runs["params", model].stderr == "", runs["params", model].stderr
+    assert runs["params", "nowhere"].returncode != 0
 
 
 def test_the_start_up_filter_drops_only_the_known_lines():

@@ -154,7 +154,7 @@ def test_staged_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path):
     model, folder = tinygpt_folder(tmp_path, scheme="rope")
     stage_for_hub(str(folder), tmp_path / "staged", REPO)
     run = subprocess.run(
-        [sys.executable, "-c", REMOTE_CODE_SCRIPT, str(tmp_path / "staged"), PROMPT],
+        [sys.executable, "-c", REMOTE_CODE_SCRIPT, PROMPT, str(tmp_path / "staged")],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REMOTE_CODE_SCRIPT, VOCAB, save_with_tokenizer, text_model, tiny_config, tiny_model
+from conftest import (
+    REMOTE_CODE_SCRIPT,
+    SCHEME_VARIANTS,
+    VOCAB,
+    save_with_tokenizer,
+    text_model,
+    tiny_config,
+    tiny_model,
+)
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, pipeline
 
@@ -75,16 +83,15 @@ def test_saved_folder_carries_code_and_auto_map(tmp_path):
         assert "import hf_tinygpt" not in source and "from hf_tinygpt" not in source
 
 
-def generate_where_hf_tinygpt_is_not_installed(model, folder, tmp_path) -> tuple[dict, list[int]]:
-    """What REMOTE_CODE_SCRIPT reports for `folder` (saved from `model`), and the tokens `model` generates here."""
+def generate_where_hf_tinygpt_is_not_installed(models: dict, tmp_path) -> list[dict]:
+    """What REMOTE_CODE_SCRIPT reports for each folder of `models` (folder: the model saved there), in one process,
+    checked against the tokens each model generates here."""
     tokenizer = hf_tinygpt.gpt2_tokenizer()
     prompt = "Now is the winter of our discontent"
     ids = tokenizer(prompt, return_tensors="pt").input_ids
-    expected = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
-
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
-        [sys.executable, "-c", REMOTE_CODE_SCRIPT, str(folder), prompt],
+        [sys.executable, "-c", REMOTE_CODE_SCRIPT, prompt, *map(str, models)],
         capture_output=True,
         text=True,
         env=env,
@@ -92,20 +99,25 @@ def generate_where_hf_tinygpt_is_not_installed(model, folder, tmp_path) -> tuple
         stdin=subprocess.DEVNULL,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["class"].startswith("transformers_modules.")  # the copied code, not the package
-    assert result["tokens"] == expected
-    assert result["text"] == tokenizer.decode(expected)
-    assert result["body"] == "TinyGPTModel" and result["config_sent_by_value"]
-    return result, expected
+    results = [json.loads(line) for line in run.stdout.strip().splitlines() if line.startswith("{")]
+    for (folder, model), result in zip(models.items(), results, strict=True):
+        expected = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
+        assert result["class"].startswith("transformers_modules."), folder  # the copied code, not the package
+        assert result["tokens"] == expected, folder
+        assert result["text"] == tokenizer.decode(expected), folder
+        assert result["body"] == "TinyGPTModel" and result["config_sent_by_value"], folder
+    return results
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scheme_name", ["learned", "rope", "xpos", "alibi", "t5", "kerple", "fire", "cope"])
-def test_remote_code_folder_loads_where_hf_tinygpt_is_not_installed(tmp_path, scheme_name):
-    model = text_model(scheme_name)
-    result, _ = generate_where_hf_tinygpt_is_not_installed(model, save_with_tokenizer(model, tmp_path / "m"), tmp_path)
-    assert result["projections"] == ["Linear"]
+def test_remote_code_folders_load_where_hf_tinygpt_is_not_installed(tmp_path):
+    """Every scheme and variant, in one process: the bundle's code is what builds each."""
+    models = {}
+    for variant, (scheme, fields) in SCHEME_VARIANTS.items():
+        model = text_model(scheme, **fields)
+        models[save_with_tokenizer(model, tmp_path / variant)] = model
+    results = generate_where_hf_tinygpt_is_not_installed(models, tmp_path)
+    assert all(result["projections"] == ["Linear"] for result in results)
 
 
 @pytest.mark.slow
@@ -118,7 +130,7 @@ def test_an_int8_remote_code_folder_multiplies_in_int8_where_hf_tinygpt_is_not_i
         float_folder, dtype=torch.bfloat16, quantization_config=int8_weight_only()
     )
     folder = save_with_tokenizer(model.eval(), tmp_path / "int8")
-    result, _ = generate_where_hf_tinygpt_is_not_installed(model, folder, tmp_path)
+    (result,) = generate_where_hf_tinygpt_is_not_installed({folder: model}, tmp_path)
     assert result["projections"] == ["Int8Linear"]  # the bundle's int8 module came with the folder
 
 

@@ -8,7 +8,13 @@ from torch import nn
 from transformers import initialization as init
 
 from .checks import is_int, require
-from .positions_interface import PositionScheme, check_kernel, keys_each_query_sees
+from .positions_interface import (
+    PositionScheme,
+    all_heads_here,
+    check_kernel,
+    keys_each_query_sees,
+    softmax_attention,
+)
 
 
 class CopePositions(PositionScheme):
@@ -71,15 +77,9 @@ class CopePositions(PositionScheme):
     def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, layer_idx=0, **kwargs):
         """Eager attention (transformers' attention-interface signature) with CoPE's logits added to the scores."""
         allowed = keys_each_query_sees(attention_mask, self.scheme, self.ACTS)
-        if query.shape[1] != self.num_heads:  # head-sharded tensor parallelism: this rank computes some heads
-            raise ValueError(
-                f"position_embedding_type='cope' learns position vectors shared by all {self.num_heads} heads, but "
-                f"this attention layer computes {query.shape[1]}: under head-sharded tensor parallelism each rank's "
-                "gradient of them would cover its own heads only. Load this model without tensor parallelism"
-            )
+        all_heads_here(query, self.num_heads, self.scheme, "learns position vectors shared by")
         scores = (query @ key.transpose(-1, -2)) * scaling
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        scores = scores + self.position_logits(query, scores, layer_idx)
-        weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-        weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-        return (weights @ value).transpose(1, 2).contiguous(), weights  # (B, T, H, D), as the kernels return it
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)  # masked keys count no position
+        return softmax_attention(
+            module, scores + self.position_logits(query, scores, layer_idx), allowed, value, dropout
+        )

@@ -154,6 +154,27 @@ def keys_each_query_sees(attention_mask, scheme: str, acts: str) -> torch.Tensor
     return attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
 
 
+def all_heads_here(query: torch.Tensor, num_heads: int, scheme: str, learns: str):
+    """A ValueError when this attention layer computes fewer heads than the scheme's parameters serve: under
+    head-sharded tensor parallelism a rank's gradient of them would cover its own heads only."""
+    if query.shape[1] != num_heads:
+        raise ValueError(
+            f"position_embedding_type={scheme!r} {learns} all {num_heads} heads, but this attention layer "
+            f"computes {query.shape[1]}: under head-sharded tensor parallelism each rank's gradient of them would "
+            "cover its own heads only. Load this model without tensor parallelism"
+        )
+
+
+def softmax_attention(module: nn.Module, scores: torch.Tensor, seen: torch.Tensor, value: torch.Tensor, dropout):
+    """What every scheme with its own softmax attention ends with: the `scores` (B, H, q, k) masked where no key is
+    `seen`, softmax in float32, dropout, then the values mixed: (B, T, H, D) as the kernels return it, and the
+    weights."""
+    scores = scores.masked_fill(~seen, torch.finfo(scores.dtype).min)
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    return (weights @ value).transpose(1, 2).contiguous(), weights
+
+
 def own_slots(seen: torch.Tensor) -> torch.Tensor:
     """(B, 1, q): the cache slot of each query's own key, the last key it sees (in any cache, static ones too)."""
     keys = torch.arange(seen.shape[-1], device=seen.device)

@@ -7,7 +7,14 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .positions_interface import PositionScheme, check_kernel, keys_each_query_sees, own_slots
+from .positions_interface import (
+    PositionScheme,
+    all_heads_here,
+    check_kernel,
+    keys_each_query_sees,
+    own_slots,
+    softmax_attention,
+)
 
 
 class PolarPositions(PositionScheme):
@@ -68,16 +75,9 @@ class PolarPositions(PositionScheme):
     def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         """Eager attention (transformers' attention-interface signature) on q and k in polar coordinates."""
         seen = keys_each_query_sees(attention_mask, self.scheme, self.ACTS)  # (B, 1, q, k)
-        if query.shape[1] != self.num_heads:  # head-sharded tensor parallelism: this rank computes some heads
-            raise ValueError(
-                f"position_embedding_type='pope' learns a phase per head for all {self.num_heads} heads, but this "
-                f"attention layer computes {query.shape[1]}: load this model without tensor parallelism"
-            )
+        all_heads_here(query, self.num_heads, self.scheme, "learns a phase per head for")
         query_phase = own_slots(seen)[..., None].float() * self.inv_freq  # (B, 1, q, head_dim)
         key_slots = torch.arange(key.shape[-2], device=key.device, dtype=torch.float)
         key_phase = key_slots[:, None] * self.inv_freq + self.phase_bias.float().clamp(-2 * math.pi, 0.0)
         scores = (self.polar(query, query_phase) @ self.polar(key, key_phase).transpose(-1, -2)) * scaling
-        scores = scores.masked_fill(~seen, torch.finfo(scores.dtype).min)
-        weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-        weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-        return (weights @ value).transpose(1, 2).contiguous(), weights  # (B, T, H, D), as the kernels return it
+        return softmax_attention(module, scores, seen, value, dropout)

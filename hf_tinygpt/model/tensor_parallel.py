@@ -49,5 +49,5 @@ def check_sharded_heads(qkv: torch.Tensor, attention_mask, head_dim: int, n_head
         raise ValueError(
             f"the attention bias has {attention_mask.shape[1]} heads but this attention layer computes {heads}: "
             f"position_embedding_type={scheme!r} biases every head differently, which head-sharded tensor parallelism "
-            "does not support; load this model without tensor parallelism"
+            "does not support. Load this model without tensor parallelism"
         )
