@@ -2,7 +2,8 @@
 
     ids ─► wte (·√d if scale_embeddings) ─► + position rows (learned | sinusoidal) ─► dropout
         ─► n_layer × [ x + attn(ln_1 x) ; x + mlp(ln_2 x) ]   (rope, xpos rotate q, k; alibi, t5, kerple, fire
-                                                              bias the scores; cope reads them)
+                                                              bias the scores; cope, pope, fox, stick_breaking
+                                                              attend in their own way)
         ─► ln_f ─► lm_head (tied to wte)
 
 Module names mirror GPT-2 (`transformer.wte`, `.wpe`, `.h.N.{ln_1, attn, ln_2, mlp}`, `.ln_f`, `lm_head`), so a
@@ -57,6 +58,7 @@ class TinyGPTAttention(nn.Module):
         self.attn_dropout = nn.Dropout(config.attn_pdrop)
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
         self.attend: Callable | None = None  # the scheme's own attention (CoPE's), else the config's kernel
+        self.keys_carry: Callable | None = None  # what the scheme's keys take into the cache (FoX's forget gates)
 
     def forward(self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, **kwargs):
         batch, length, _ = hidden_states.shape
@@ -66,6 +68,8 @@ class TinyGPTAttention(nn.Module):
         query, key, value = (t.view(heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))  # (B, H, T, D) each
         if rotary is not None:
             query, key = apply_rotary(query, key, *rotary)
+        if self.keys_carry is not None:
+            key = self.keys_carry(hidden_states, key, cache)  # (B, H, T, D + what they carry)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, H, past + T, D)
 
@@ -173,8 +177,8 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         self.add_module(positions.module_name, positions)  # `wpe`, or `rotary_emb` for rope
         self.drop = nn.Dropout(config.embd_pdrop)
         self.h = nn.ModuleList(TinyGPTBlock(config, layer_idx=i) for i in range(config.n_layer))
-        for i, block in enumerate(self.h):  # an attribute, not an argument: engines trace the attention's forward
-            block.attn.attend = positions.attention(i)
+        for i, block in enumerate(self.h):  # attributes, not arguments: engines trace the attention's forward
+            block.attn.attend, block.attn.keys_carry = positions.attention(i), positions.keys_carry(i)
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.gradient_checkpointing = False
         self.post_init()

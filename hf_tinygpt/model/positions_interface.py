@@ -75,6 +75,13 @@ class PositionScheme(nn.Module):
         instead of the kernel the config names; None keeps that kernel."""
         return None
 
+    def keys_carry(self, layer_idx: int) -> Callable | None:
+        """For a scheme with its own attention that needs more of each token than its key and value (FoX's forget
+        gate): a function (the layer's input (B, T, C), the keys (B, H, T, D), the cache or None) → the keys with
+        what they carry into the cache appended as features, which `attention` takes off again. None: keys carry
+        their features only."""
+        return None
+
     def added_rows(self, n: int, n_embd: int) -> torch.Tensor:
         """(n, n_embd) float32: what `add_to_embeddings` adds at positions 0..n-1 (zeros for the schemes that act
         inside attention). The plots draw these; a GPT-2 export stores them as its `wpe`."""

@@ -1,0 +1,94 @@
+"""`fox`: its forget gates on a worked example, and its attention against two references someone else wrote:
+x-transformers' data-dependent ALiBi and fla-core's naive forgetting attention. (The generic checks, cached decoding,
+padding, saving, exports and the rest, run on it from the registry.)"""
+
+import importlib.util
+import math
+
+import pytest
+import torch
+from conftest import tiny_config, tiny_model
+from torch import nn
+
+from hf_tinygpt.model.positions import ForgetGate
+
+
+def attend(scheme, x, q, k, v, layer_idx=0):
+    """The scheme's attention on (B, H, T, D) q, k, v, its gates read from x (B, T, C); output (B, T, H, D)."""
+    causal = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()[None, None]
+    keys = scheme.with_forget_gates(x, k, layer_idx=layer_idx)
+    output, _ = scheme.attend(nn.Module().eval(), q, keys, v, causal, scaling=q.shape[-1] ** -0.5)
+    return output
+
+
+def gated_inputs(seed=0):
+    torch.manual_seed(seed)
+    scheme = ForgetGate(tiny_config("fox"))  # n_embd 32, 4 heads of 8
+    for gate in scheme.gates:  # trained-looking gates: some heads forget fast, some hardly at all
+        nn.init.normal_(gate.weight, std=0.3)
+        nn.init.uniform_(gate.bias, -2.0, 6.0)
+    x = torch.randn(2, 40, 32)
+    q, k, v = (torch.randn(2, 4, 40, 8) for _ in range(3))
+    return scheme, x, q, k, v
+
+
+def test_fox_attention_equals_x_transformers_data_dependent_alibi():
+    """x-transformers 2.31.10, `DataDependentAlibi` in x_transformers/x_transformers.py (the forget gate as
+    data-dependent ALiBi): our gate's weights in its linear layer, its bias added to the scores."""
+    x_transformers = pytest.importorskip("x_transformers.x_transformers", reason="the [dev] extra's x-transformers")
+    scheme, x, q, k, v = gated_inputs()
+    reference = x_transformers.DataDependentAlibi(dim=32, heads=4)
+    reference.to_forget_gates[0].load_state_dict(scheme.gates[0].state_dict())
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(8) + reference(x)
+    scores = scores.masked_fill(~torch.ones(40, 40, dtype=torch.bool).tril(), -torch.inf)
+    expected = (scores.softmax(-1) @ v).transpose(1, 2)
+    assert (attend(scheme, x, q, k, v) - expected).abs().max() <= 1e-5
+
+
+def naive_forgetting_attn():
+    """fla-core 0.6.0's `naive_forgetting_attn` (fla/ops/forgetting_attn/naive.py), the plain PyTorch reference of
+    the Forgetting Transformer's kernels, loaded from its file: the fla package itself imports Triton kernels."""
+    spec = importlib.util.find_spec("fla")
+    if spec is None:
+        pytest.skip("fla-core (the [dev] extra) is not installed")
+    path = spec.submodule_search_locations[0] + "/ops/forgetting_attn/naive.py"
+    module_spec = importlib.util.spec_from_file_location("fla_naive_forgetting_attn", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.naive_forgetting_attn
+
+
+def test_fox_attention_equals_fla_cores_naive_forgetting_attention():
+    reference = naive_forgetting_attn()
+    scheme, x, q, k, v = gated_inputs(seed=1)
+    log_forget = nn.functional.logsigmoid(scheme.gates[1](x))  # (B, T, H), the log gates fla takes
+    expected = reference(*(t.transpose(1, 2) for t in (q, k, v)), log_forget)
+    assert (attend(scheme, x, q, k, v, layer_idx=1) - expected).abs().max() <= 1e-5
+
+
+def test_a_constant_forget_gate_is_alibis_line():
+    """The worked example: gates that ignore the content (weights 0, bias b_h) forget the same share at every
+    token, so key j, i − j tokens back, is discounted by (i − j)·log σ(b_h): ALiBi's line, slope −log σ(b_h)."""
+    scheme = ForgetGate(tiny_config("fox"))
+    bias = torch.tensor([-1.0, 0.0, 2.0, 5.0])
+    nn.init.zeros_(scheme.gates[0].weight)
+    scheme.gates[0].bias.data.copy_(bias)
+    keys = scheme.with_forget_gates(torch.randn(1, 6, 32), torch.zeros(1, 4, 6, 8))
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()[None, None]
+    distance = (torch.arange(6)[:, None] - torch.arange(6)[None, :]).float()
+    line = distance * nn.functional.logsigmoid(bias)[:, None, None]  # (H, q, k)
+    decay = scheme.decay(keys[..., -1], causal)[0]
+    assert torch.allclose(decay.masked_fill(~causal[0], 0), line.masked_fill(~causal[0], 0), atol=1e-6)
+
+
+def test_gates_start_as_the_authors_do():
+    """zhixuan-lin/forgetting-transformer's `ForgettingAttentionLayer` (fgate_type="full"): weights N(0, 0.02), bias
+    0, so every gate starts at σ(0) = 1/2. (x-transformers starts its bias at 5 instead, σ(5) ≈ 0.993.)"""
+    model = tiny_model("fox", n_embd=256, n_head=4)
+    gate = model.transformer.wpe.gates[1]
+    assert torch.equal(gate.bias, torch.zeros(4)) and abs(gate.weight.std().item() - 0.02) < 2e-3
+
+
+def test_its_kernel_is_named():
+    with pytest.raises(ValueError, match="forget gates .*attn_implementation='flex_attention'"):
+        tiny_model("fox", attn_implementation="flex_attention")
