@@ -11,6 +11,8 @@ import textwrap
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the tests never touch the network; fail fast if anything tries
+if os.environ.get("PYTEST_XDIST_WORKER"):  # under `pytest -n N` each worker takes one core, its processes too
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest
 import torch
@@ -42,6 +44,13 @@ def readme_blocks(info: str) -> list[str]:
 TRANSFORMERS_SUITE = Path(
     os.environ.get("HF_TINYGPT_TRANSFORMERS_TESTS", REPOSITORY.parent / "shared" / "transformers-tests")
 )
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject.toml's addopts): a worker per core for the fast tier, whose tests are small and mostly
+    Python; none for a marked tier (`-m slow`, `engines`, `bench`), whose tests start processes of their own."""
+    fast_tier = all(f"not {tier}" in config.option.markexpr for tier in ("slow", "engines", "bench"))
+    return os.cpu_count() if fast_tier else 0
 
 
 def pytest_configure(config):

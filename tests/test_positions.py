@@ -13,6 +13,7 @@ from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalL
 from hf_tinygpt.model.gpt_neox_layout import gpt_neox_fields_of_tinygpt
 from hf_tinygpt.model.positions import (
     AlibiPositions,
+    ContextAwareBias,
     CopePositions,
     FireBias,
     ForgetGate,
@@ -101,8 +102,9 @@ def test_each_scheme_builds_its_own_module(scheme):
 def test_the_built_in_schemes_in_reading_order():
     """The names saved configs carry, each with its class, in the order the chapter reads."""
     classes = [LearnedPositions, SinusoidalPositions, RotaryPositions, XposPositions, PolarPositions, AlibiPositions]
-    classes += [T5Bias, KerpleBias, FireBias, CopePositions, ForgetGate, StickBreakingAttention, NoPositions]
-    names = ["learned", "sinusoidal", "rope", "xpos", "pope", "alibi", "t5", "kerple", "fire", "cope", "fox"]
+    classes += [T5Bias, KerpleBias, FireBias, CopePositions, ForgetGate, ContextAwareBias, StickBreakingAttention]
+    classes += [NoPositions]
+    names = ["learned", "sinusoidal", "rope", "xpos", "pope", "alibi", "t5", "kerple", "fire", "cope", "fox", "cable"]
     names += ["stick_breaking", "none"]
     assert [POSITION_SCHEME_CLASSES[name] for name in names] == classes
     assert list(POSITION_SCHEME_CLASSES)[: len(names)] == names

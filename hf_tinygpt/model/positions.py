@@ -5,15 +5,15 @@ Every scheme is a `PositionScheme` and acts in exactly one of four places, the o
     add_to_embeddings – rows added to the token embeddings              (learned, sinusoidal)
     rotary_cos_sin    – cos/sin that rotate (and scale) q and k         (rope, xpos)
     bias_attention    – an additive bias on the attention scores        (alibi, t5, kerple, fire)
-    attention         – the attention itself                            (pope, cope, fox, stick_breaking)
+    attention         – the attention itself                            (pope, cope, fox, cable, stick_breaking)
 and `rotary_in_layer` says which layers take the rotation (RoPE without it in every n-th layer, as Llama 4),
-`keys_carry` what a scheme's keys take into the cache beside their features (FoX's forget gates).
+`keys_carry` what a scheme's keys take into the cache beside their features (FoX's forget gates, CABLE's biases).
 
 Read in the order a reader meets them: learned rows (GPT-2), sinusoids (the Transformer), rotations (RoPE, xPos's
 decaying ones, PoPE's phases on magnitudes of the content), biases by distance (ALiBi's fixed lines, T5's learned
 buckets, KERPLE's kernels, FIRE's learned function), positions counted by the content (CoPE), biases the content
-sets (FoX's forget gates), attention that takes from the nearest keys first (stick-breaking) and nothing at all
-(NoPE).
+sets (FoX's forget gates, CABLE's learned ones), attention that takes from the nearest keys first
+(stick-breaking) and nothing at all (NoPE).
 
 Everything the package knows about a scheme is on its class: its name, its config fields (`config_fields`,
 `check_config`), how far it reaches (`reach`), where it acts and which pictures draw it, and whether an export can
@@ -24,6 +24,7 @@ files travel with saved weights (the model bundle), so they import torch, transf
 
 # The interface and the registry, then each scheme's file, registered in the order a reader meets them.
 from .positions_alibi import AlibiPositions, alibi_slopes
+from .positions_cable import ContextAwareBias
 from .positions_cope import CopePositions
 from .positions_fire import FireBias
 from .positions_fox import ForgetGate
@@ -57,6 +58,7 @@ READING_ORDER = (
     FireBias,
     CopePositions,
     ForgetGate,
+    ContextAwareBias,
     StickBreakingAttention,
     NoPositions,
 )

@@ -52,23 +52,27 @@ class ForgetGate(PositionScheme):
         check_kernel(config, self.ACTS)
         self.gates = nn.ModuleList(nn.Linear(config.n_embd, config.n_head) for _ in range(config.n_layer))
 
+    def log_gate(self, gate_input: torch.Tensor) -> torch.Tensor:
+        """log f_t from the gate's linear layer's output w·x_t + b."""
+        return nn.functional.logsigmoid(gate_input)
+
     def keys_carry(self, layer_idx):
         return functools.partial(self.with_forget_gates, layer_idx=layer_idx)
 
     def with_forget_gates(self, hidden_states: torch.Tensor, key: torch.Tensor, cache=None, layer_idx: int = 0):
         """`key` (B, H, T, head_dim) with log f_t of each token appended: (B, H, T, head_dim + 1)."""
-        log_forget = nn.functional.logsigmoid(self.gates[layer_idx](hidden_states).float())  # (B, T, n_head)
+        log_forget = self.log_gate(self.gates[layer_idx](hidden_states).float())  # (B, T, n_head)
         all_heads_here(key, self.num_heads, self.scheme, "learns a forget gate per head for")
         key = torch.cat((key, log_forget.transpose(1, 2)[..., None].to(key.dtype)), dim=-1)
         layers = getattr(cache, "layers", ())
         if layer_idx < len(layers) and getattr(layers[layer_idx], "is_initialized", False):
             if layers[layer_idx].keys.shape[-1] != key.shape[-1]:  # sized before its first use, from the config
                 raise ValueError(
-                    f"position_embedding_type='fox' carries each token's forget gate in its keys, head_dim + 1 = "
+                    f"position_embedding_type={self.scheme!r} carries each token's gate in its keys, head_dim + 1 = "
                     f"{key.shape[-1]} features, but this cache was made for keys of "
                     f"{layers[layer_idx].keys.shape[-1]}: let the cache size itself on first use, as generate() and "
                     "StaticCache do (transformers' exporters, which size keys and values alike from the config, "
-                    "cannot carry FoX)"
+                    "cannot carry it)"
                 )
         return key
 
