@@ -21,12 +21,13 @@ def as_its_authors_compute_it(h_attn, x, q, k, v):
     """Re-derived from axiomlab/Cable at 2d7410b4, `CausalSelfAttention.forward` in src/Cable.py: b = the running
     sum over tokens of −softplus(h_attn(x)), the bias b_i − b_j under a causal −inf, added to the scores, softmax,
     values. Their scores are q·k unscaled (q and k divided by √(C / n_embd) = 1); here q·k / √head_dim, as in the
-    model, so that the bias alone is compared."""
+    model (head_dim 8; its keys' last feature carries the bias, as FoX's does), so that the bias alone is
+    compared."""
     b = torch.cumsum(-nn.functional.softplus(h_attn(x)), dim=1).permute(0, 2, 1)  # (B, nh, T)
     length = x.shape[1]
     causal = torch.triu(torch.full((length, length), float("-inf")), diagonal=1)
     bias = (b.unsqueeze(3) - b.unsqueeze(2)) + causal
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]) + bias
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(8) + bias
     return (nn.functional.softmax(scores, dim=-1) @ v).transpose(1, 2)
 
 
@@ -36,7 +37,7 @@ def test_cable_attention_equals_its_authors_code():
     nn.init.normal_(scheme.gates[0].weight, std=0.3)
     nn.init.uniform_(scheme.gates[0].bias, -3.0, 3.0)
     x, (q, k, v) = torch.randn(2, 40, 32), (torch.randn(2, 4, 40, 8) for _ in range(3))
-    expected = as_its_authors_compute_it(scheme.gates[0], x, q, k, v)
+    expected = as_its_authors_compute_it(scheme.gates[0], x, q[..., :-1], k[..., :-1], v)
     assert (attend(scheme, x, q, k, v) - expected).abs().max() <= 1e-5
 
 

@@ -39,7 +39,7 @@ def test_fox_attention_equals_x_transformers_data_dependent_alibi():
     scheme, x, q, k, v = gated_inputs()
     reference = x_transformers.DataDependentAlibi(dim=32, heads=4)
     reference.to_forget_gates[0].load_state_dict(scheme.gates[0].state_dict())
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(8) + reference(x)
+    scores = (q[..., :-1] @ k[..., :-1].transpose(-1, -2)) / math.sqrt(8) + reference(x)  # the gate's feature off
     scores = scores.masked_fill(~torch.ones(40, 40, dtype=torch.bool).tril(), -torch.inf)
     expected = (scores.softmax(-1) @ v).transpose(1, 2)
     assert (attend(scheme, x, q, k, v) - expected).abs().max() <= 1e-5
@@ -62,7 +62,8 @@ def test_fox_attention_equals_fla_cores_naive_forgetting_attention():
     reference = naive_forgetting_attn()
     scheme, x, q, k, v = gated_inputs(seed=1)
     log_forget = nn.functional.logsigmoid(scheme.gates[1](x))  # (B, T, H), the log gates fla takes
-    expected = reference(*(t.transpose(1, 2) for t in (q, k, v)), log_forget)
+    read = q[..., :-1], k[..., :-1], v  # the features q·k reads: the last one of each key carries its gate
+    expected = reference(*(t.transpose(1, 2) for t in read), log_forget, scale=8**-0.5)
     assert (attend(scheme, x, q, k, v, layer_idx=1) - expected).abs().max() <= 1e-5
 
 
@@ -79,6 +80,18 @@ def test_a_constant_forget_gate_is_alibis_line():
     line = distance * nn.functional.logsigmoid(bias)[:, None, None]  # (H, q, k)
     decay = scheme.decay(keys[..., -1], causal)[0]
     assert torch.allclose(decay.masked_fill(~causal[0], 0), line.masked_fill(~causal[0], 0), atol=1e-6)
+
+
+def test_each_key_gives_its_last_feature_to_its_gate():
+    """Where this differs from the paper, so that caches keep transformers' shape: the key's last feature carries
+    log f_t into the cache, and q·k reads the other head_dim − 1 features (scaled by 1/√head_dim still)."""
+    scheme, x, q, k, v = gated_inputs()
+    keys = scheme.with_forget_gates(x, k)
+    assert keys.shape == k.shape and torch.equal(keys[..., :-1], k[..., :-1])
+    assert torch.allclose(keys[..., -1], nn.functional.logsigmoid(scheme.gates[0](x)).transpose(1, 2))
+    changed = q.clone(), k.clone()
+    changed[0][..., -1], changed[1][..., -1] = 100.0, -100.0
+    assert torch.equal(attend(scheme, x, q, k, v), attend(scheme, x, *changed, v))
 
 
 def test_gates_start_as_the_authors_do():

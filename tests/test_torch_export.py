@@ -23,13 +23,9 @@ def test_an_exported_program_decodes_transformers_greedy_tokens(variant):
     model.generation_config = GenerationConfig(
         use_cache=True, cache_implementation="static", max_length=length, cache_config=cache
     )
-    exporter = TorchExportableModuleForDecoderOnlyLM(model)
-    if model.transformer.positions.keys_carry(0) is not None:  # the exporter sizes keys as values, from the config
-        refused = (ValueError, torch._dynamo.exc.Unsupported)  # the ValueError, raised while dynamo traces
-        with pytest.raises(refused, match=f"{scheme}' carries .* exporters, .* cannot carry"):
-            exporter.export(input_ids=torch.tensor([[1]]), cache_position=torch.tensor([0]))
-        return
-    program = exporter.export(input_ids=torch.tensor([[1]]), cache_position=torch.tensor([0]))
+    program = TorchExportableModuleForDecoderOnlyLM(model).export(
+        input_ids=torch.tensor([[1]]), cache_position=torch.tensor([0])
+    )
     step = program.module()
     prompt = [5, 9, 3, 7]
     expected = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, pad_token_id=0)[0].tolist()

@@ -69,7 +69,7 @@ class TinyGPTAttention(nn.Module):
         if rotary is not None:
             query, key = apply_rotary(query, key, *rotary)
         if self.keys_carry is not None:
-            key = self.keys_carry(hidden_states, key, cache)  # (B, H, T, D + what they carry)
+            key = self.keys_carry(hidden_states, key)  # some of k's features carry the scheme's own
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)  # (B, H, past + T, D)
 

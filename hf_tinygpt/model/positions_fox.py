@@ -25,11 +25,13 @@ class ForgetGate(PositionScheme):
     comes from what the gates forget. Each layer has its own gates (an nn.Linear from n_embd to n_head, started as
     GPT-2's layers and the authors' are: weights N(0, 0.02), bias 0).
 
-    The gate's log travels with its key: `keys_carry` appends log f_t to each key as one more feature, so every
-    cache (dynamic, static, quantized) keeps it beside the key, and this scheme's attention (`attention`) takes it
-    off again and sums it over the keys. Sums are taken in float32 as running totals c_j = Σ_{l≤j} log f_l, the
-    bias being c_i − c_j, as the authors' naive reference computes it; with left padding the padding's gates shift
-    every c by the same amount, which the difference cancels.
+    The gate's log travels with its key, in the key's last feature: `keys_carry` writes log f_t there, so every
+    cache keeps it beside the key in transformers' own shape (B, n_head, T, head_dim), static caches, exporters and
+    transformers' cache checks included, and this scheme's attention (`attention`) reads it back. Where this
+    differs from the paper: q·k reads the other head_dim − 1 features (still scaled by 1/√head_dim), so each head
+    gives one feature of its keys to the gate (a test pins it). Sums are taken in float32 as running totals
+    c_j = Σ_{l≤j} log f_l, the bias being c_i − c_j, as the authors' naive reference computes it; with left padding
+    the padding's gates shift every c by the same amount, which the difference cancels.
     """
 
     name = "fox"
@@ -59,22 +61,11 @@ class ForgetGate(PositionScheme):
     def keys_carry(self, layer_idx):
         return functools.partial(self.with_forget_gates, layer_idx=layer_idx)
 
-    def with_forget_gates(self, hidden_states: torch.Tensor, key: torch.Tensor, cache=None, layer_idx: int = 0):
-        """`key` (B, H, T, head_dim) with log f_t of each token appended: (B, H, T, head_dim + 1)."""
+    def with_forget_gates(self, hidden_states: torch.Tensor, key: torch.Tensor, layer_idx: int = 0) -> torch.Tensor:
+        """`key` (B, H, T, head_dim) with its last feature replaced by log f_t of its token."""
         log_forget = self.log_gate(self.gates[layer_idx](hidden_states).float())  # (B, T, n_head)
         all_heads_here(key, self.num_heads, self.scheme, "learns a forget gate per head for")
-        key = torch.cat((key, log_forget.transpose(1, 2)[..., None].to(key.dtype)), dim=-1)
-        layers = getattr(cache, "layers", ())
-        if layer_idx < len(layers) and getattr(layers[layer_idx], "is_initialized", False):
-            if layers[layer_idx].keys.shape[-1] != key.shape[-1]:  # sized before its first use, from the config
-                raise ValueError(
-                    f"position_embedding_type={self.scheme!r} carries each token's gate in its keys, head_dim + 1 = "
-                    f"{key.shape[-1]} features, but this cache was made for keys of "
-                    f"{layers[layer_idx].keys.shape[-1]}: let the cache size itself on first use, as generate() and "
-                    "StaticCache do (transformers' exporters, which size keys and values alike from the config, "
-                    "cannot carry it)"
-                )
-        return key
+        return torch.cat((key[..., :-1], log_forget.transpose(1, 2)[..., None].to(key.dtype)), dim=-1)
 
     def decay(self, log_forget: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
         """(B, H, q, k) float32: Σ_{j<l≤i} log f_l for query i (at its own cache slot) and key j, from the gates'
@@ -89,6 +80,6 @@ class ForgetGate(PositionScheme):
     def attend(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         """Eager attention (transformers' attention-interface signature) with the forget gates' decay added."""
         seen = keys_each_query_sees(attention_mask, self.scheme, self.ACTS)
-        key, log_forget = key[..., :-1], key[..., -1]
+        query, key, log_forget = query[..., :-1], key[..., :-1], key[..., -1]  # the last feature is the gate's
         scores = (query @ key.transpose(-1, -2)) * scaling + self.decay(log_forget, seen)
         return softmax_attention(module, scores, seen, value, dropout)

@@ -77,9 +77,9 @@ class PositionScheme(nn.Module):
 
     def keys_carry(self, layer_idx: int) -> Callable | None:
         """For a scheme with its own attention that needs more of each token than its key and value (FoX's forget
-        gate): a function (the layer's input (B, T, C), the keys (B, H, T, D), the cache or None) → the keys with
-        what they carry into the cache appended as features, which `attention` takes off again. None: keys carry
-        their features only."""
+        gate): a function (the layer's input (B, T, C), the keys (B, H, T, D)) → the keys, with what they carry
+        into the cache written into their own features, so that the cache keeps transformers' shape; `attention`
+        reads it back. None: keys carry their features only."""
         return None
 
     def added_rows(self, n: int, n_embd: int) -> torch.Tensor:
