@@ -2,8 +2,8 @@
 
     ids ─► wte (·√d if scale_embeddings) ─► + position rows (learned | sinusoidal) ─► dropout
         ─► n_layer × [ x + attn(ln_1 x) ; x + mlp(ln_2 x) ]   (rope, xpos rotate q, k; alibi, t5, kerple, fire
-                                                              bias the scores; cope, pope, fox, stick_breaking
-                                                              attend in their own way)
+                                                              bias the scores; cope, pope, fox, cable,
+                                                              stick_breaking attend in their own way)
         ─► ln_f ─► lm_head (tied to wte)
 
 Module names mirror GPT-2 (`transformer.wte`, `.wpe`, `.h.N.{ln_1, attn, ln_2, mlp}`, `.ln_f`, `lm_head`), so a
