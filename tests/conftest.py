@@ -50,7 +50,8 @@ def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pyproject.toml's addopts): a worker per core for the fast tier, whose tests are small and mostly
     Python; none for a marked tier (`-m slow`, `engines`, `bench`), whose tests start processes of their own."""
     fast_tier = all(f"not {tier}" in config.option.markexpr for tier in ("slow", "engines", "bench"))
-    return os.cpu_count() if fast_tier else 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # ours to run on
+    return cores if fast_tier else 0
 
 
 def pytest_configure(config):
