@@ -7,7 +7,7 @@ Every scheme is a `PositionScheme` and acts in exactly one of four places, the o
     bias_attention    – an additive bias on the attention scores        (alibi, t5, kerple, fire)
     attention         – the attention itself                            (pope, cope, fox, cable, stick_breaking)
 and `rotary_in_layer` says which layers take the rotation (RoPE without it in every n-th layer, as Llama 4),
-`keys_carry` what a scheme's keys take into the cache beside their features (FoX's forget gates, CABLE's biases).
+`keys_carry` what a scheme's keys carry into the cache in a feature of their own (FoX's gates, CABLE's biases).
 
 Read in the order a reader meets them: learned rows (GPT-2), sinusoids (the Transformer), rotations (RoPE, xPos's
 decaying ones, PoPE's phases on magnitudes of the content), biases by distance (ALiBi's fixed lines, T5's learned
