@@ -17,6 +17,7 @@ from hf_tinygpt.model.positions import (
     CopePositions,
     FireBias,
     ForgetGate,
+    HouseholderPath,
     KerpleBias,
     LearnedPositions,
     NoPositions,
@@ -102,10 +103,10 @@ def test_each_scheme_builds_its_own_module(scheme):
 def test_the_built_in_schemes_in_reading_order():
     """The names saved configs carry, each with its class, in the order the chapter reads."""
     classes = [LearnedPositions, SinusoidalPositions, RotaryPositions, XposPositions, PolarPositions, AlibiPositions]
-    classes += [T5Bias, KerpleBias, FireBias, CopePositions, ForgetGate, ContextAwareBias, StickBreakingAttention]
-    classes += [NoPositions]
+    classes += [T5Bias, KerpleBias, FireBias, CopePositions, ForgetGate, ContextAwareBias, HouseholderPath]
+    classes += [StickBreakingAttention, NoPositions]
     names = ["learned", "sinusoidal", "rope", "xpos", "pope", "alibi", "t5", "kerple", "fire", "cope", "fox", "cable"]
-    names += ["stick_breaking", "none"]
+    names += ["path", "stick_breaking", "none"]
     assert [POSITION_SCHEME_CLASSES[name] for name in names] == classes
     assert list(POSITION_SCHEME_CLASSES)[: len(names)] == names
 

@@ -6,7 +6,9 @@ mixins, wired by `CausalLMModelTester` / `CausalLMModelTest`) is used as a depen
 test class; GPT-2 runs in the same session as the reference (`pytest -m slow tests/test_transformers_suite.py`).
 
 This file skips nothing itself. The suite skips, by its own checks, what does not apply here, the same way for
-GPT-2: GPU-only kernels (flash attention 2/3/4, CUDA, MPS, several accelerators, deepspeed, kernels), optional
+GPT-2 (a scheme whose attention rewrites its cache, PaTH, is declared stateful as transformers declares its recurrent
+models, so the suite's own check leaves out assisted decoding and packing there; tests/test_positions_path.py checks
+that transformers refuses the first by name): GPU-only kernels (flash attention 2/3/4, CUDA, MPS, several accelerators, deepspeed, kernels), optional
 packages not installed (timm, av, pytesseract, optimum-quanto), pipeline tests for tasks a causal LM does not have
 or whose tiny models live on the Hub (offline here), classification / QA heads (TinyGPT has none), RoPE tests on
 schemes without RoPE, MoE / composite / recurrent-layer / fp32-module tests, tests marked slow upstream
@@ -55,9 +57,10 @@ for requirement in ("parameterized", "timeout_decorator", "pytest_timeout", "htt
 
 os.environ["DISABLE_SAFETENSORS_CONVERSION"] = "true"  # as the suite's own conftest sets it: never ask the Hub
 
+from transformers import GenerationMixin  # noqa: E402
 from transformers.models.auto import modeling_auto  # noqa: E402
 
-from hf_tinygpt import TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel  # noqa: E402
+from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM, TinyGPTModel  # noqa: E402
 
 try:
     from tests.causal_lm_tester import CausalLMModelTest, CausalLMModelTester
@@ -107,6 +110,10 @@ def suite_for(scheme: str, name: str | None = None, **scheme_fields):
     """The suite's test class for one position scheme (with `scheme_fields` set in its config)."""
 
     class Tester(TinyGPTModelTester):
+        if POSITION_SCHEME_CLASSES[scheme].rewrites_cache:  # stateful, as transformers declares its recurrent models
+            base_model_class = type("TinyGPTModel", (TinyGPTModel,), {"_is_stateful": True})
+            causal_lm_class = type("TinyGPTForCausalLM", (TinyGPTForCausalLM, GenerationMixin), {"_is_stateful": True})
+
         def __init__(self, parent, **kwargs):
             super().__init__(parent, position_embedding_type=scheme, scheme_fields=scheme_fields, **kwargs)
 

@@ -3,7 +3,7 @@
     ids ─► wte (·√d if scale_embeddings) ─► + position rows (learned | sinusoidal) ─► dropout
         ─► n_layer × [ x + attn(ln_1 x) ; x + mlp(ln_2 x) ]   (rope, xpos rotate q, k; alibi, t5, kerple, fire
                                                               bias the scores; cope, pope, fox, cable,
-                                                              stick_breaking attend in their own way)
+                                                              path, stick_breaking attend in their own way)
         ─► ln_f ─► lm_head (tied to wte)
 
 Module names mirror GPT-2 (`transformer.wte`, `.wpe`, `.h.N.{ln_1, attn, ln_2, mlp}`, `.ln_f`, `lm_head`), so a
@@ -77,8 +77,9 @@ class TinyGPTAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        if self.attend is not None:
+        if self.attend is not None:  # the scheme's own attention, which may read the layer's input and cache
             attention_interface = self.attend
+            kwargs = {**kwargs, "hidden_states": hidden_states, "cache": cache}
         attn_output, attn_weights = attention_interface(
             self,
             query,

@@ -5,15 +5,16 @@ Every scheme is a `PositionScheme` and acts in exactly one of four places, the o
     add_to_embeddings – rows added to the token embeddings              (learned, sinusoidal)
     rotary_cos_sin    – cos/sin that rotate (and scale) q and k         (rope, xpos)
     bias_attention    – an additive bias on the attention scores        (alibi, t5, kerple, fire)
-    attention         – the attention itself                            (pope, cope, fox, cable, stick_breaking)
+    attention         – the attention itself                            (pope, cope, fox, cable, path,
+                                                                         stick_breaking)
 and `rotary_in_layer` says which layers take the rotation (RoPE without it in every n-th layer, as Llama 4),
 `keys_carry` what a scheme's keys carry into the cache in a feature of their own (FoX's gates, CABLE's biases).
 
 Read in the order a reader meets them: learned rows (GPT-2), sinusoids (the Transformer), rotations (RoPE, xPos's
 decaying ones, PoPE's phases on magnitudes of the content), biases by distance (ALiBi's fixed lines, T5's learned
 buckets, KERPLE's kernels, FIRE's learned function), positions counted by the content (CoPE), biases the content
-sets (FoX's forget gates, CABLE's learned ones), attention that takes from the nearest keys first
-(stick-breaking) and nothing at all (NoPE).
+sets (FoX's forget gates, CABLE's learned ones), keys transformed by every token after them (PaTH), attention that
+takes from the nearest keys first (stick-breaking) and nothing at all (NoPE).
 
 Everything the package knows about a scheme is on its class: its name, its config fields (`config_fields`,
 `check_config`), how far it reaches (`reach`), where it acts and which pictures draw it, and whether an export can
@@ -39,6 +40,7 @@ from .positions_interface import (
 from .positions_kerple import KerpleBias
 from .positions_learned import LearnedPositions
 from .positions_none import NoPositions
+from .positions_path import HouseholderPath
 from .positions_pope import PolarPositions
 from .positions_rope import RotaryPositions, apply_rotary, rotate_half
 from .positions_sinusoidal import SinusoidalPositions
@@ -59,6 +61,7 @@ READING_ORDER = (
     CopePositions,
     ForgetGate,
     ContextAwareBias,
+    HouseholderPath,
     StickBreakingAttention,
     NoPositions,
 )

@@ -29,6 +29,10 @@ class PositionScheme(nn.Module):
     no_gpt2_twin: str | None = None
     no_exact_twin: str | None = None
     exact_twin: str | None = "gpt2"  # transformers' model_type an export reproduces it in (rope: "gpt_neox")
+    no_onnx: str | None = None  # why torch.onnx.export stops on it (ending with the operator it names); None: it can
+    # True: its attention rewrites the keys a cache holds as tokens arrive (PaTH), so the cache cannot be cropped
+    # back (assisted decoding) and a cache that hands attention a copy cannot run it.
+    rewrites_cache = False
     # The module's name in the model: GPT-2's `wpe` (its weights are `transformer.wpe.weight` for learned rows),
     # LLaMA's `rotary_emb` for rope, where transformers' own RoPE tests look for it.
     module_name = "wpe"
@@ -72,7 +76,8 @@ class PositionScheme(nn.Module):
 
     def attention(self, layer_idx: int) -> Callable | None:
         """An attention function (transformers' attention-interface signature) for the layer `layer_idx` to use
-        instead of the kernel the config names; None keeps that kernel."""
+        instead of the kernel the config names; None keeps that kernel. Besides the kernels' arguments it is given
+        the layer's input (`hidden_states`) and the `cache` (None without one)."""
         return None
 
     def keys_carry(self, layer_idx: int) -> Callable | None:
