@@ -18,10 +18,14 @@ from hf_tinygpt.plots.positions import (
     plot_cope_positions,
     plot_cosine_similarity,
     plot_dimension_traces,
+    plot_gate_bias,
+    plot_path_transforms,
+    plot_pope_phases,
     plot_position_matrix,
     plot_positions,
     plot_rope_frequencies,
     plot_rope_similarity,
+    plot_stick_breaking_weights,
     plot_token_vs_position,
     plot_xpos_decay,
     token_vs_position,
@@ -150,6 +154,67 @@ def test_cope_positions_are_those_its_attention_counted_on_the_prompt(tmp_path):
         gates = (q @ k.transpose(-1, -2) / math.sqrt(8)).sigmoid()[0] * torch.ones(ids.shape[1], ids.shape[1]).tril()
     np.testing.assert_allclose(positions[0], gates.flip(-1).cumsum(-1).flip(-1).numpy(), atol=1e-5)
     assert "contextual_positions" not in vars(model.transformer.positions)  # the recording is undone
+
+
+# ---- pope, fox and cable, path, stick-breaking -----------------------------------------------------------------
+
+
+def test_pope_phases_are_its_frequencies_and_learned_phases(tmp_path):
+    model = tiny_model("pope")
+    model.transformer.wpe.phase_bias.data[0, 0] = torch.linspace(-1.0, 0.0, 8)
+    result = plot_pope_phases(model, tmp_path, max_positions=20)
+    np.testing.assert_allclose(result["theta"], 10000.0 ** -(np.arange(8) / 8), rtol=1e-6)
+    offsets = np.arange(20)[:, None]
+    np.testing.assert_allclose(
+        result["factor"], np.cos(offsets * result["theta"] + np.linspace(1.0, 0.0, 8)), atol=1e-5
+    )
+    assert is_png(tmp_path / "pope_phases.png")
+
+
+@pytest.mark.parametrize("scheme", ["fox", "cable"])
+def test_gate_bias_on_the_prompt_is_the_gates_summed_between_query_and_key(tmp_path, scheme):
+    """Gates that ignore the content (weights 0, bias b_h) give every token the same log gate g_h, so the picture's
+    bias is (i − j)·g_h: ALiBi's line, recorded from the model's own forward pass."""
+    model = tiny_model(scheme)
+    gate, bias = model.transformer.wpe.gates[0], torch.tensor([-1.0, 0.0, 2.0, 5.0])
+    gate.weight.data.zero_(), gate.bias.data.copy_(bias)
+    result = plot_gate_bias(model, tmp_path)
+    length = len(result["tokens"])
+    per_token = model.transformer.wpe.log_gate(bias).numpy()[:, None, None]
+    distance = np.arange(length)[:, None] - np.arange(length)[None, :]
+    causal = distance >= 0
+    np.testing.assert_allclose(result["bias"][0][:, causal], (distance * per_token)[:, causal], atol=1e-5)
+    assert result["bias"].shape == (2, 4, length, length) and is_png(tmp_path / "gate_bias.png")
+    assert "decay" not in vars(model.transformer.wpe)  # the recording is undone
+
+
+def test_stick_breaking_weights_on_the_prompt_break_the_stick_nearest_first(tmp_path):
+    """Every score equal (q and k from the projection's bias alone): key j, d = i − j ≥ 1 tokens back, takes
+    σ(s)·(1 − σ(s))^(d − 1) of query i's stick."""
+    model = tiny_model("stick_breaking")
+    attn = model.transformer.h[0].attn.c_attn
+    attn.weight.data.zero_(), attn.bias.data.zero_()
+    attn.bias.data[:64] = 0.5  # q = k = 0.5 in every feature: s = 8 · 0.25 / √8
+    result = plot_stick_breaking_weights(model, tmp_path)
+    share = 1 / (1 + math.exp(-2 / math.sqrt(8)))
+    last = result["weights"][0, :, -1]  # (heads, keys) of the last query
+    distances = np.arange(len(result["tokens"]) - 1, 0, -1)  # keys 0 .. T−2
+    np.testing.assert_allclose(
+        last[:, :-1], np.broadcast_to(share * (1 - share) ** (distances - 1), (4, len(distances))), atol=1e-5
+    )
+    assert is_png(tmp_path / "stick_breaking_weights.png")
+
+
+def test_path_transforms_change_nothing_where_no_token_transforms(tmp_path):
+    """β_t → 0 (strength biases of −30) makes every H_t the identity, so no score changes; with the model's own
+    strengths the change is q·(H ⋯ − I)k, read from its forward pass."""
+    model = tiny_model("path", initializer_range=0.3)
+    assert np.abs(plot_path_transforms(model, tmp_path)["change"]).max() > 1e-3
+    for strength in model.transformer.wpe.strengths:
+        strength.weight.data.zero_(), strength.bias.data.fill_(-30.0)
+    result = plot_path_transforms(model, tmp_path)
+    assert np.nanmax(np.abs(np.tril(result["change"]))) <= 1e-5 and is_png(tmp_path / "path_transforms.png")
+    assert "through_transforms" not in vars(model.transformer.wpe)
 
 
 # ---- alibi -------------------------------------------------------------------------------------------------------

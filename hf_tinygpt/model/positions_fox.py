@@ -45,6 +45,7 @@ class ForgetGate(PositionScheme):
         "none gates its keys with a forget gate. FoX TinyGPTs run as they are: transformers (eager or sdpa "
         "attention) or ONNX Runtime"
     )
+    pictures = ("gate_bias", "token_vs_position")
     needs_full_mask = True
     ACTS = "adds each token's forget gates to the attention scores in its own attention"
 

@@ -48,6 +48,7 @@ class HouseholderPath(PositionScheme):
         "none transforms its cached keys token by token. PaTH TinyGPTs run as they are: transformers (eager or sdpa "
         "attention, DynamicCache or StaticCache) or torch.export"
     )
+    pictures = ("path_transforms", "token_vs_position")
     no_onnx = "its attention solves a triangular system, which ONNX has no operator for: aten.linalg_solve_triangular"
     needs_full_mask = True
     rewrites_cache = True

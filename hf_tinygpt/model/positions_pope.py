@@ -41,6 +41,7 @@ class PolarPositions(PositionScheme):
         "none takes q and k to polar coordinates. PoPE TinyGPTs run as they are: transformers (eager or sdpa "
         "attention) or ONNX Runtime"
     )
+    pictures = ("pope_phases", "token_vs_position")
     needs_full_mask = True
     ACTS = "takes q and k to polar coordinates inside its own attention"
 

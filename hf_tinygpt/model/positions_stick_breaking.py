@@ -34,6 +34,7 @@ class StickBreakingAttention(PositionScheme):
         "none breaks a stick instead of taking a softmax. Stick-breaking TinyGPTs run as they are: transformers (eager "
         "or sdpa attention) or ONNX Runtime"
     )
+    pictures = ("stick_breaking_weights", "token_vs_position")
     needs_full_mask = True
     ACTS = "replaces the softmax with stick-breaking over the keys"
 

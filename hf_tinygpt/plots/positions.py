@@ -3,8 +3,10 @@
 Every number plotted comes from the model's position scheme (`transformer.positions`): learned rows are its
 `weight`, sinusoidal rows its `rows()`, what is added to the token embeddings its `add_to_embeddings()`, RoPE angles
 its `inv_freq` and cos/sin from `rotary_cos_sin()` + `apply_rotary()` (xPos's scales too), the biases of ALiBi, T5,
-KERPLE and FIRE its `bias()`, CoPE's positions its `contextual_positions()` in a forward pass. Nothing is re-derived
-here.
+KERPLE and FIRE its `bias()`, PoPE's phases its `inv_freq` and `phase_bias`; what a scheme computes on a prompt is
+recorded in a forward pass (`recorded_on_prompt`): CoPE's positions from its `contextual_positions()`, FoX's and
+CABLE's summed gates from `decay()`, PaTH's transformed scores from `through_transforms()`, stick-breaking's
+weights as the attention returns them. Nothing is re-derived here.
 
     model, label = load_for_plots("out/tinygpt")              # or a GPT-2 folder / Hub id, a config.json, "rope"
     arrays = plot_positions(model, "plots/", label=label)     # {picture name: {array name: numpy array}}
@@ -15,13 +17,18 @@ Which pictures apply (`PICTURES`):
     xpos                 xpos_decay, rope_similarity, token_vs_position
     alibi                alibi_bias, token_vs_position
     t5, kerple, fire     t5_bias / kerple_bias / fire_bias, token_vs_position
+    pope                 pope_phases, token_vs_position
     cope                 cope_positions (on the prompt), token_vs_position
+    fox, cable           gate_bias (on the prompt), token_vs_position
+    path                 path_transforms (on the prompt), token_vs_position
+    stick_breaking       stick_breaking_weights (on the prompt), token_vs_position
     none                 token_vs_position   (its title says that no position information enters at all)
 
 Figures are `matplotlib.figure.Figure` objects saved straight to files: no pyplot, no global state, no window, so
 this works headless and nothing leaks between calls (the same as the Agg backend, without switching backends).
 """
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -423,54 +430,173 @@ def _colour_cycle(n: int):
     return colormaps["viridis"](np.linspace(0, 0.9, n))
 
 
-# ---- cope: positions counted from the prompt's own scores -------------------------------------------------------
+# ---- on a prompt: what a scheme computed in the model's own forward pass ----------------------------------------
 
 
 @torch.no_grad()
-def cope_positions(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> dict:
-    """CoPE's contextual positions on `prompt`, as the model's forward pass computes them (its
-    `contextual_positions`, recorded in each layer): {"tokens", "positions": (n_layer, n_head, T, T)}, entry
-    [layer, head, i, j] the position of key j seen from query i (0 where the causal mask hides j)."""
+def recorded_on_prompt(model, method: str, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> tuple[list, list[str]]:
+    """Each call of the position scheme's `method` in a forward pass over `prompt`, in layer order, as
+    (arguments, result), and the prompt's tokens. The method is the model's own; the recording is undone after."""
     body = _body(model)
     ids, tokens, _ = prompt_tokens(model, prompt, tokenizer)
-    cope, recorded = body.positions, []
-    count = cope.contextual_positions
-    cope.contextual_positions = lambda scores: recorded.append(count(scores)) or recorded[-1]
+    scheme, recorded = body.positions, []
+    compute = getattr(scheme, method)
+    setattr(scheme, method, lambda *args: recorded.append((args, compute(*args))) or recorded[-1][1])
     try:
         model(torch.tensor([ids]))
     finally:
-        del cope.contextual_positions  # the class's method again
-    positions = torch.stack([layer[0] for layer in recorded])  # a hidden key's gate is σ(masked score) = 0
-    return {"tokens": tokens, "positions": _numpy(positions)}
+        delattr(scheme, method)  # the class's method again
+    return recorded, tokens
 
 
-@torch.no_grad()
-def plot_cope_positions(model, out_dir, *, label=None, svg=False, prompt=DEFAULT_PROMPT, tokenizer=None) -> dict:
-    """`cope_positions`: `cope_positions()` for head 0 of the first and last layers (query × key), and the position
-    of every key seen from the last query, per head of the first layer. Returns `cope_positions()`'s dict."""
-    _requires(model, "cope_positions")
-    result = cope_positions(model, prompt, tokenizer)
-    positions, names = result["positions"], [f"{i}: {text!r}" for i, text in enumerate(result["tokens"])]
-    layers = sorted({0, len(positions) - 1})
+def _plot_on_prompt(model, out_dir, name, values, tokens, *, what, title, label, svg, cmap="viridis"):
+    """`values` (n_layer, n_head, T, T) on the prompt's tokens: head 0 of the first and last layers (query × key),
+    and every head's value on each key seen from the last query, first layer. Keys after a query are left blank."""
+    hidden = ~np.tril(np.ones(values.shape[-2:], dtype=bool))
+    values = np.where(hidden, np.nan, values)
+    names = [f"{i}: {text!r}" for i, text in enumerate(tokens)]
+    layers = sorted({0, len(values) - 1})
     fig = Figure(figsize=(6 * (len(layers) + 1), 6), layout="constrained")
     axes = fig.subplots(1, len(layers) + 1, squeeze=False)[0]
     for ax, layer in zip(axes, layers, strict=False):
-        image = ax.imshow(positions[layer, 0], cmap="viridis", vmin=0)
-        fig.colorbar(image, ax=ax, label="contextual position", shrink=0.8)
+        image = ax.imshow(values[layer, 0], cmap=cmap)
+        fig.colorbar(image, ax=ax, label=what, shrink=0.8)
         ax.set(title=f"layer {layer}, head 0", xlabel="key", ylabel="query", xticks=range(len(names)))
         ax.set_xticklabels(names, fontsize=7, rotation=90)
         ax.set_yticks(range(len(names)), names, fontsize=7)
     last = axes[-1]
-    colours = _colour_cycle(positions.shape[1])
-    for head, row in enumerate(positions[0, :, -1]):
+    colours = _colour_cycle(values.shape[1])
+    for head, row in enumerate(values[0, :, -1]):
         last.plot(np.arange(len(names)), row, "o-", ms=3, color=colours[head], label=f"head {head}")
-    last.set(xlabel="key", ylabel="contextual position", title="seen from the last query, layer 0")
+    last.set(xlabel="key", ylabel=what, title="seen from the last query, layer 0")
     last.set_xticks(range(len(names)), names, fontsize=7, rotation=90)
     last.legend(fontsize=8)
+    _title(fig, title, model, label)
+    _save(fig, out_dir, name, svg)
+
+
+def cope_positions(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> dict:
+    """CoPE's contextual positions on `prompt`, as the model's forward pass computes them (its
+    `contextual_positions`, recorded in each layer): {"tokens", "positions": (n_layer, n_head, T, T)}, entry
+    [layer, head, i, j] the position of key j seen from query i (0 where the causal mask hides j)."""
+    recorded, tokens = recorded_on_prompt(model, "contextual_positions", prompt, tokenizer)
+    # a hidden key's gate is σ(masked score) = 0
+    return {"tokens": tokens, "positions": _numpy(torch.stack([result[0] for _, result in recorded]))}
+
+
+def plot_cope_positions(model, out_dir, *, label=None, svg=False, prompt=DEFAULT_PROMPT, tokenizer=None) -> dict:
+    """`cope_positions`: `cope_positions()` on the prompt. Returns its dict."""
+    _requires(model, "cope_positions")
+    result = cope_positions(model, prompt, tokenizer)
     most = model.config.cope_max_positions
-    _title(fig, f"CoPE: positions counted by gates σ(q·k) over {prompt!r} (at most {most - 1})", model, label)
-    _save(fig, out_dir, "cope_positions", svg)
+    title = f"CoPE: positions counted by gates σ(q·k) over {prompt!r} (at most {most - 1})"
+    what = "contextual position"
+    _plot_on_prompt(
+        model,
+        out_dir,
+        "cope_positions",
+        result["positions"],
+        result["tokens"],
+        what=what,
+        title=title,
+        label=label,
+        svg=svg,
+    )
     return result
+
+
+def plot_gate_bias(model, out_dir, *, label=None, svg=False, prompt=DEFAULT_PROMPT, tokenizer=None) -> dict:
+    """`gate_bias` (fox, cable): what the gates of the tokens between query i and key j add to their score on the
+    prompt, Σ_{j<l≤i} log f_l (CABLE's β_l), recorded from the scheme's `decay`. Returns {"tokens", "bias":
+    (n_layer, n_head, T, T)}."""
+    _requires(model, "gate_bias")
+    recorded, tokens = recorded_on_prompt(model, "decay", prompt, tokenizer)
+    bias = _numpy(torch.stack([result[0] for _, result in recorded]))
+    title = f"the gates' sum over the tokens between query and key, on {prompt!r}"
+    _plot_on_prompt(
+        model, out_dir, "gate_bias", bias, tokens, what="bias added to the score", title=title, label=label, svg=svg
+    )
+    return {"tokens": tokens, "bias": bias}
+
+
+@torch.no_grad()
+def plot_stick_breaking_weights(
+    model, out_dir, *, label=None, svg=False, prompt=DEFAULT_PROMPT, tokenizer=None
+) -> dict:
+    """`stick_breaking_weights`: the share of the stick each key takes on the prompt, nearest first, as the model's
+    attention returns them (`output_attentions`); what a query leaves goes to its own value. Returns {"tokens",
+    "weights": (n_layer, n_head, T, T)}."""
+    _requires(model, "stick_breaking_weights")
+    ids, tokens, _ = prompt_tokens(model, prompt, tokenizer)
+    weights = _numpy(torch.cat(model(torch.tensor([ids]), output_attentions=True).attentions))
+    title = f"stick-breaking: each key's share, taken nearest first, on {prompt!r}"
+    _plot_on_prompt(
+        model,
+        out_dir,
+        "stick_breaking_weights",
+        weights,
+        tokens,
+        what="attention weight",
+        title=title,
+        label=label,
+        svg=svg,
+    )
+    return {"tokens": tokens, "weights": weights}
+
+
+def plot_path_transforms(model, out_dir, *, label=None, svg=False, prompt=DEFAULT_PROMPT, tokenizer=None) -> dict:
+    """`path_transforms`: what the tokens between query i and key j change in their score on the prompt,
+    q_iᵀ(H_i ⋯ H_{j+1} − I)k_j / √head_dim, from the scheme's `through_transforms`. Returns {"tokens", "change":
+    (n_layer, n_head, T, T)}."""
+    _requires(model, "path_transforms")
+    recorded, tokens = recorded_on_prompt(model, "through_transforms", prompt, tokenizer)
+    scaling = model.config.head_size**-0.5
+    change = [(scores - query @ key.transpose(-1, -2))[0] * scaling for (query, key, *_), (scores, _) in recorded]
+    change = _numpy(torch.stack(change))
+    title = f"PaTH: what the transforms between query and key change in their score, on {prompt!r}"
+    _plot_on_prompt(
+        model,
+        out_dir,
+        "path_transforms",
+        change,
+        tokens,
+        what="change in the score",
+        title=title,
+        label=label,
+        svg=svg,
+        cmap="RdBu_r",
+    )
+    return {"tokens": tokens, "change": change}
+
+
+@torch.no_grad()
+def plot_pope_phases(model, out_dir, *, label=None, svg=False, max_positions=None) -> dict[str, np.ndarray]:
+    """`pope_phases`: θ_d, the phase each feature of q and k turns by per position (one frequency per feature), from
+    the model's `positions.inv_freq`, and cos(o·θ_d − δ_0d), the factor by which feature d's product of magnitudes
+    enters head 0's score at offset o (δ its learned phase). Returns {"theta": (head_dim,), "factor": (n, head_dim)}."""
+    _requires(model, "pope_phases")
+    positions = _body(model).positions
+    n = _positions(model, max_positions)
+    theta = positions.inv_freq.float()
+    factor = _numpy(torch.cos(torch.arange(n).float()[:, None] * theta - positions.phase_bias[0, 0].float()))
+    theta = _numpy(theta)
+    fig = Figure(figsize=(12, 5), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    left.semilogy(np.arange(len(theta)), theta, "o-", ms=3)
+    left.set(xlabel="feature d of each head", ylabel="θ_d (radians per position)", title="phase frequency")
+    _heatmap(fig, right, factor, limit=1.0, label="cos(o·θ_d − δ_0d)")
+    right.set(xlabel="feature d", ylabel="offset o = i − j", title="head 0: each feature's factor by offset")
+    _title(fig, "PoPE: phases by position, magnitudes by content", model, label)
+    _save(fig, out_dir, "pope_phases", svg)
+    return {"theta": theta, "factor": factor}
+
+
+ON_A_PROMPT = {  # the pictures of what a scheme computed on the prompt
+    "cope_positions": plot_cope_positions,
+    "gate_bias": plot_gate_bias,
+    "stick_breaking_weights": plot_stick_breaking_weights,
+    "path_transforms": plot_path_transforms,
+}
 
 
 # ---- every scheme: token vs position ---------------------------------------------------------------------------
@@ -670,7 +796,11 @@ def plot_positions(
         "rope_similarity": lambda: plot_rope_similarity(model, out_dir, max_positions=max_positions, **common),
         "xpos_decay": lambda: plot_xpos_decay(model, out_dir, max_positions=max_positions, **common),
         f"{_scheme(model)}_bias": lambda: plot_attention_bias(model, out_dir, max_positions=max_positions, **common),
-        "cope_positions": lambda: plot_cope_positions(model, out_dir, prompt=prompt, tokenizer=tokenizer, **common),
+        "pope_phases": lambda: plot_pope_phases(model, out_dir, max_positions=max_positions, **common),
+        **{
+            name: functools.partial(plot, model, out_dir, prompt=prompt, tokenizer=tokenizer, **common)
+            for name, plot in ON_A_PROMPT.items()
+        },
         "token_vs_position": lambda: plot_token_vs_position(
             model, out_dir, prompt=prompt, tokenizer=tokenizer, **common
         ),
@@ -690,6 +820,10 @@ __all__ = [
     "plot_attention_bias",
     "plot_cope_positions",
     "plot_cosine_similarity",
+    "plot_gate_bias",
+    "plot_path_transforms",
+    "plot_pope_phases",
+    "plot_stick_breaking_weights",
     "plot_dimension_traces",
     "plot_position_matrix",
     "plot_positions",
@@ -698,6 +832,7 @@ __all__ = [
     "plot_token_vs_position",
     "plot_xpos_decay",
     "prompt_tokens",
+    "recorded_on_prompt",
     "rope_similarity",
     "token_vs_position",
     "trace_dimensions",
