@@ -205,11 +205,28 @@ def test_stick_breaking_weights_on_the_prompt_break_the_stick_nearest_first(tmp_
     assert is_png(tmp_path / "stick_breaking_weights.png")
 
 
-def test_path_transforms_change_nothing_where_no_token_transforms(tmp_path):
-    """β_t → 0 (strength biases of −30) makes every H_t the identity, so no score changes; with the model's own
-    strengths the change is q·(H ⋯ − I)k, read from its forward pass."""
+def test_path_transforms_are_each_score_read_through_the_tokens_between(tmp_path):
+    """Layer 0's change in the score of query i on key j is q_i·(H_i ⋯ H_{j+1} − I)k_j / √head_dim, the transforms
+    applied one by one here; β_t → 0 (strength biases of −30) makes every H_t the identity, so nothing changes."""
     model = tiny_model("path", initializer_range=0.3)
-    assert np.abs(plot_path_transforms(model, tmp_path)["change"]).max() > 1e-3
+    result = plot_path_transforms(model, tmp_path)
+    ids = torch.from_numpy(token_vs_position(model)["ids"])[None]
+    with torch.no_grad():
+        x = model.transformer.h[0].ln_1(model.transformer.wte(ids))
+        q, k, _ = model.transformer.h[0].attn.c_attn(x).split(32, dim=-1)
+        q, k = (t.view(1, -1, 4, 8).transpose(1, 2)[0] for t in (q, k))
+        w, beta = (t[0] for t in model.transformer.wpe.transforms(x, 0))
+    length = ids.shape[1]
+    expected = np.zeros((4, length, length))
+    for j in range(length):
+        read = k[:, j]
+        for i in range(j, length):
+            if i > j:  # token i's transform acts on what the tokens before it left
+                read = read - beta[:, i, None] * (read * w[:, i]).sum(-1, keepdim=True) * w[:, i]
+            expected[:, i, j] = ((q[:, i] * (read - k[:, j])).sum(-1) / math.sqrt(8)).numpy()
+    causal = np.tril(np.ones((length, length), dtype=bool))
+    np.testing.assert_allclose(result["change"][0][:, causal], expected[:, causal], atol=1e-5)
+    assert np.abs(expected).max() > 1e-2
     for strength in model.transformer.wpe.strengths:
         strength.weight.data.zero_(), strength.bias.data.fill_(-30.0)
     result = plot_path_transforms(model, tmp_path)

@@ -443,7 +443,7 @@ def recorded_on_prompt(model, method: str, prompt: str = DEFAULT_PROMPT, tokeniz
     compute = getattr(scheme, method)
     setattr(scheme, method, lambda *args: recorded.append((args, compute(*args))) or recorded[-1][1])
     try:
-        model(torch.tensor([ids]))
+        model(torch.tensor([ids]), use_cache=False)  # a cache would be rewritten in place by PaTH, its keys too
     finally:
         delattr(scheme, method)  # the class's method again
     return recorded, tokens
