@@ -12,6 +12,8 @@ no rows beyond n_positions = L: those cells are "not applicable", not a crash.
 
     python -m scripts.extrapolation_study --out runs/extrapolation     # the study of scripts/README.md
     python -m scripts.extrapolation_study --out /tmp/x --quick         # a smoke run on a tiny model
+    python -m scripts.extrapolation_study --out runs/extrapolation --schemes fox \
+        --with-rows model_cards/figures/length_extrapolation_runs.csv    # one more scheme beside the committed ones
 
 Each (scheme, seed) trains into OUT/runs/SCHEME-seedN and its scores go to OUT/scores/SCHEME-seedN.json, so a study
 stopped part way continues where it stopped when run again with the same command: finished runs and scores are
@@ -128,14 +130,15 @@ def write_atomically(path: Path, text: str):
     os.replace(staging, path)
 
 
-def study(base: TrainingSettings, out: str | Path, schemes=STUDIED, seeds=(0, 1, 2)) -> dict:
+def study(base: TrainingSettings, out: str | Path, schemes=STUDIED, seeds=(0, 1, 2), earlier_rows=()) -> dict:
     """Train every (scheme, seed) with `base` settings (only the scheme and the seed differ), score each model at
     every context both ways on the held-out tokens training validates on (`base.validation_tokens`: the first that
     many, or all), and summarise over seeds. Writes OUT/results.csv, OUT/summary.csv, OUT/results.json and
-    OUT/perplexity_vs_context.png; returns {"rows", "summary", "seconds"}. Reuses what an earlier call finished."""
+    OUT/perplexity_vs_context.png; returns {"rows", "summary", "seconds"}. Reuses what an earlier call finished.
+    `earlier_rows` (`read_rows`) of schemes not studied in this call join the tables and the plot, in reading order."""
     out = Path(out)
     validation = tokenize_files([Path(p) for p in base.validation], gpt2_tokenizer())[: base.validation_tokens]
-    rows, seconds = [], {}
+    rows, seconds = [row for row in earlier_rows if row["scheme"].split("+")[0] not in schemes], {}
     for scheme in schemes:
         for seed in seeds:
             name, tick = run_name(scheme, seed), time.perf_counter()
@@ -159,6 +162,7 @@ def study(base: TrainingSettings, out: str | Path, schemes=STUDIED, seeds=(0, 1,
                                 "perplexity": value,
                             }
                         )
+    rows.sort(key=lambda row: STUDIED.index(row["scheme"].split("+")[0]))  # stable: seeds and contexts keep order
     summary = summarise(rows)
     for scheme in schemes:
         write_zoo_model(out, scheme, seeds, rows, base.block_size)
@@ -242,6 +246,17 @@ def summarise(rows: list[dict]) -> list[dict]:
             }
         )
     return summary
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """The per-seed rows of an earlier study's results.csv (or the committed length_extrapolation_runs.csv), as
+    `study` builds them: perplexities to the 3 decimals the file keeps, "n/a" read back as None."""
+    with open(path, newline="") as file:
+        read = list(csv.DictReader(file))
+    if not read or "perplexity" not in read[0]:
+        raise ValueError(f"{path} is not a study's results.csv: it has no rows with a perplexity column")
+    numbers = {"seed": int, "train_context": int, "context": int, "stride": int, "perplexity": float}
+    return [{k: None if v == "n/a" else numbers.get(k, str)(v) for k, v in row.items()} for row in read]
 
 
 def csv_text(rows: list[dict]) -> str:
@@ -342,6 +357,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of each scheme (default 0 1 2)")
     parser.add_argument(
+        "--with-rows",
+        metavar="CSV",
+        help="an earlier study's per-seed rows (its results.csv, or model_cards/figures/length_extrapolation_runs.csv): "
+        "the schemes this call does not train join its tables and plot",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="a tiny model trained a few steps on one text, validated and scored on four windows of the longest "
@@ -384,7 +405,8 @@ def main(argv=None) -> int:
         command="python -m scripts.extrapolation_study " + " ".join(sys.argv[1:]),
     )
     started = time.perf_counter()
-    results = study(settings, args.out, schemes=args.schemes, seeds=args.seeds)
+    earlier = read_rows(args.with_rows) if args.with_rows else ()
+    results = study(settings, args.out, schemes=args.schemes, seeds=args.seeds, earlier_rows=earlier)
     for protocol in PROTOCOLS:
         print(f"{protocol}:\n{markdown_table(results['summary'], protocol)}\n")
     print(f"total {(time.perf_counter() - started) / 60:.1f} min; results in {args.out}")

@@ -85,6 +85,28 @@ def test_quick_study_scores_every_scheme_both_ways_and_continues_where_it_stoppe
     with open(out / "results.csv") as f:
         assert list(csv.DictReader(f)) == rows  # the run resumed from its checkpoint scores as it did uninterrupted
 
+    # One scheme studied beside an earlier study's rows: those of the other schemes join its tables as they were, in
+    # the same order, and its own are its new run's.
+    beside = tmp_path / "beside"
+    alone = run_module(
+        "extrapolation_study",
+        "--quick",
+        "--data",
+        data,
+        "--out",
+        beside,
+        "--schemes",
+        "alibi",
+        "--with-rows",
+        out / "results.csv",
+    )
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert sorted(path.name for path in (beside / "runs").iterdir()) == ["alibi-seed0"]
+    with open(beside / "results.csv") as f:
+        joined = list(csv.DictReader(f))
+    assert [row for row in joined if row["scheme"] != "alibi"] == [row for row in rows if row["scheme"] != "alibi"]
+    assert [row["scheme"] for row in joined] == [row["scheme"] for row in rows]
+
 
 def perplexity_as_transformers_guide_computes_it(model, tokens: torch.Tensor, context: int, stride: int) -> float:
     """transformers' guide "Perplexity of fixed-length models" (docs/source/en/perplexity.md), its loop re-derived:
