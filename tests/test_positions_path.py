@@ -2,6 +2,7 @@
 rewritten cache allows and refuses. (The generic checks, cached decoding, padding, saving, exports and the rest, run
 on it from the registry.)"""
 
+import copy
 import importlib.util
 
 import pytest
@@ -107,10 +108,23 @@ def test_a_cache_that_hands_out_copies_is_refused_by_name():
         model(torch.randint(0, 64, (1, 5)), cache=sliding, use_cache=True)
 
 
-def test_assisted_decoding_is_refused_since_a_crop_cannot_undo_the_transforms():
-    model = tiny_model("path").eval()
-    with pytest.raises(ValueError, match="cache that can be cropped"):
-        model.generate(torch.randint(0, 64, (1, 5)), assistant_model=model, max_new_tokens=4, do_sample=False)
+def test_a_crop_is_refused_since_it_cannot_undo_the_transforms():
+    """transformers ≥ 5.25 refuses assisted decoding by the layers' `is_croppable`; before, it crops without
+    asking (once the model rejects a guess), and the layer's own `crop` refuses. A crop that removes nothing is no
+    crop."""
+    model = tiny_model("path")
+    assistant = copy.deepcopy(model)  # its final norm negated: it guesses the model's least likely token
+    assistant.transformer.ln_f.weight.data.neg_(), assistant.transformer.ln_f.bias.data.neg_()
+    with pytest.raises(ValueError, match="cache that can be cropped|cache cannot be cropped back"):
+        model.generate(torch.randint(0, 64, (1, 5)), assistant_model=assistant, max_new_tokens=8, do_sample=False)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(torch.randint(0, 64, (1, 5)), cache=cache, use_cache=True)
+    cache.crop(0)
+    copied = copy.deepcopy(cache)
+    with pytest.raises(ValueError, match="'path' keeps each cached key as the tokens after it transformed it"):
+        copied.crop(-2)
+    assert copied.get_seq_length() == cache.get_seq_length() == 5
 
 
 def test_training_with_the_cache_on_reaches_every_parameter():

@@ -1,6 +1,8 @@
 """The `path` scheme: every token transforms the keys before it, so a key is read through all that came after it
 (PaTH attention). One file of the positions chapter (positions.py); part of the model bundle."""
 
+import types
+
 import torch
 from torch import nn
 
@@ -121,4 +123,16 @@ class HouseholderPath(PositionScheme):
                 "of them. Use a DynamicCache (generate's default) or a StaticCache"
             )
         layer.is_croppable = False  # a crop cannot undo what the later tokens did to the keys it keeps
+        layer.crop = types.MethodType(crop_refused, layer)  # for transformers before 5.25, which crops without asking
         key.copy_(keys_now)
+
+
+def crop_refused(layer, tokens: int):
+    """A rewritten cache layer's `crop`: a ValueError for any crop that would remove tokens (`tokens` < 0 to remove,
+    as transformers ≥ 5.24 asks; before, > 0 the length to keep)."""
+    length = layer.get_seq_length()
+    if (length + tokens if tokens <= 0 else min(tokens, length)) < length:
+        raise ValueError(
+            "position_embedding_type='path' keeps each cached key as the tokens after it transformed it, so its cache "
+            "cannot be cropped back (assisted or speculative decoding, `Cache.crop`): generate without an assistant"
+        )
