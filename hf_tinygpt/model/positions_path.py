@@ -33,8 +33,8 @@ class HouseholderPath(PositionScheme):
     transforms the keys already cached, in place, as the authors' decoding does, so cached keys need no directions of
     their own and keep transformers' shape. Hence three limits, each named where it is met: the cache must hand this
     attention its own tensors (DynamicCache and StaticCache do; others are refused), a cache once read cannot be
-    cropped back (its layers say `is_croppable = False`, so transformers refuses assisted decoding), and
-    key j's transforms run in the key's dtype between steps.
+    cropped back (its layers say `is_croppable = False`, so transformers refuses assisted decoding, and refuse a crop
+    that removes tokens), and in bf16 the cached keys are rounded to bf16 after every chunk's transforms.
 
     Where this differs from flash-linear-attention's layer: no short convolution over the directions (it would need
     the last two tokens' inputs in the cache; here w_t depends on token t alone, a test pins it), and no forget gate
