@@ -56,8 +56,8 @@ def position_pictures(
     model, label: str, out_dir, prompt: str, *, token_vs_position: bool = False, **options
 ) -> list[Path]:
     """The PNGs `plot-positions` draws of the model's scheme, written into `out_dir`: all but token_vs_position, or
-    that one alone (the prompt feeds it and CoPE's picture). `options` go to `plot_positions` (n_dims, seed,
-    max_positions)."""
+    that one alone (the prompt feeds it, and the pictures of what a scheme computes on it: CoPE's, FoX's, CABLE's,
+    PaTH's, stick-breaking's). `options` go to `plot_positions` (n_dims, seed, max_positions)."""
     everything = model.config.position_scheme().pictures
     names = [name for name in everything if (name == "token_vs_position") == token_vs_position] or everything
     plot_positions(model, out_dir, prompt=prompt, label=label, names=names, **options)
