@@ -342,6 +342,37 @@ def test_p_rope_rotates_q_and_k_like_gemma_4(kept):
         gpt_neox_fields_of_tinygpt(config)
 
 
+def modded_nanogpt_rotary(x: torch.Tensor) -> torch.Tensor:
+    """modded-nanogpt's half-truncated RoPE, re-derived from `Rotary` in KellerJordan/modded-nanogpt's
+    records/123124_Target350M/train_gpt.py at 55393e85: head_dim/4 frequencies (1/1024)^linspace(0, 1), then as many
+    zeros; dims i and i + head_dim/2 turn by −p·θ_i. x is (B, T, H, D), as theirs."""
+    dim, length = x.shape[-1], x.shape[1]
+    inv_freq = (1 / 1024) ** torch.linspace(0, 1, steps=dim // 4, dtype=torch.float32)
+    inv_freq = torch.cat([inv_freq, inv_freq.new_zeros(dim // 4)])
+    theta = torch.einsum("i,j -> ij", torch.arange(length, dtype=torch.float32), inv_freq)
+    cos, sin = theta.cos()[None, :, None, :], theta.sin()[None, :, None, :]
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos + x2 * sin, x1 * (-sin) + x2 * cos), 3)
+
+
+def test_modded_nanogpts_half_truncated_rope_is_p_rope_with_half_kept():
+    """The speedrun's RoPE is the p-RoPE option with half the pairs kept and rope_theta = 1024^(D / (2(D/4 − 1)))
+    (so that the kept frequencies are theirs), turning the other way: theirs(x) = S·ours(S·x), S negating each
+    head's second half. S is a fixed sign on q's and k's rows, so the two models are the same family."""
+    if "proportional" not in RotaryPositions.ROPE_TYPES:
+        pytest.skip("this transformers has no proportional RoPE (Gemma 4's)")
+    head_dim = 16
+    theta = 1024.0 ** (head_dim / (2 * (head_dim / 4 - 1)))
+    rope_parameters = {"rope_type": "proportional", "rope_theta": theta, "partial_rotary_factor": 0.5}
+    ours = RotaryPositions(tiny_config("rope", n_embd=64, n_head=4, rope_parameters=rope_parameters))
+    q, k = torch.randn(2, 4, 96, head_dim), torch.randn(2, 4, 96, head_dim)
+    flip = torch.cat([torch.ones(head_dim // 2), -torch.ones(head_dim // 2)])  # S
+    got_q, got_k = apply_rotary(q * flip, k * flip, *ours(q, torch.arange(96).expand(2, 96)))
+    for x, got in ((q, got_q), (k, got_k)):
+        theirs = modded_nanogpt_rotary(x.transpose(1, 2)).transpose(1, 2)
+        assert (got * flip - theirs).abs().max() <= 1e-5
+
+
 def test_rope_dot_product_depends_only_on_the_offset():
     rotary = RotaryPositions(tiny_config("rope", n_embd=64, n_head=4))
     q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
