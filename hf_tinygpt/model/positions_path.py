@@ -122,8 +122,9 @@ class HouseholderPath(PositionScheme):
                 f"which {type(cache).__name__} ({type(layer).__name__}) does not let it do: it hands attention a copy "
                 "of them. Use a DynamicCache (generate's default) or a StaticCache"
             )
-        layer.is_croppable = False  # a crop cannot undo what the later tokens did to the keys it keeps
-        layer.crop = types.MethodType(crop_refused, layer)  # for transformers before 5.25, which crops without asking
+        if not torch.compiler.is_compiling():  # compiled and exported decoders never crop (nor can trace this)
+            layer.is_croppable = False  # a crop cannot undo what the later tokens did to the keys it keeps
+            layer.crop = types.MethodType(crop_refused, layer)  # for transformers before 5.25: it crops unasked
         key.copy_(keys_now)
 
 
