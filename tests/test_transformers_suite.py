@@ -6,14 +6,15 @@ mixins, wired by `CausalLMModelTester` / `CausalLMModelTest`) is used as a depen
 test class; GPT-2 runs in the same session as the reference (`pytest -m slow tests/test_transformers_suite.py`).
 
 This file skips nothing itself. The suite skips, by its own checks, what does not apply here, the same way for
-GPT-2 (a scheme whose attention rewrites its cache, PaTH, is declared stateful as transformers declares its recurrent
-models, so the suite's own check leaves out assisted decoding and packing there; tests/test_positions_path.py checks
-that transformers refuses the first by name): GPU-only kernels (flash attention 2/3/4, CUDA, MPS, several accelerators, deepspeed, kernels), optional
+GPT-2: GPU-only kernels (flash attention 2/3/4, CUDA, MPS, several accelerators, deepspeed, kernels), optional
 packages not installed (timm, av, pytesseract, optimum-quanto), pipeline tests for tasks a causal LM does not have
 or whose tiny models live on the Hub (offline here), classification / QA heads (TinyGPT has none), RoPE tests on
 schemes without RoPE, MoE / composite / recurrent-layer / fp32-module tests, tests marked slow upstream
 (`RUN_SLOW`), and the multi-process FSDP / tensor-parallel runs, which its offline copy cannot start
-(tests/distributed_testing_utils.py there): TinyGPT's are in tests/test_distributed.py.
+(tests/distributed_testing_utils.py there): TinyGPT's are in tests/test_distributed.py. A scheme whose attention
+rewrites its cache (PaTH) is declared stateful, as transformers declares its recurrent models, so the suite's own
+check leaves out assisted decoding and packing for it; tests/test_positions_path.py checks that such a cache refuses
+a crop.
 """
 
 import atexit
