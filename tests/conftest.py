@@ -89,6 +89,21 @@ def tiny_model(scheme="learned", seed=0, **overrides) -> TinyGPTForCausalLM:
     return TinyGPTForCausalLM(tiny_config(scheme, **overrides)).eval()
 
 
+def fla_naive_reference(ops_file: str, function: str):
+    """`function` from fla-core's plain PyTorch reference file fla/ops/OPS_FILE (fla-core 0.6.0, the [dev] extra),
+    loaded from its file: the fla package itself imports Triton kernels. Skips when fla-core is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("fla")
+    if spec is None:
+        pytest.skip("fla-core (the [dev] extra) is not installed")
+    path = spec.submodule_search_locations[0] + "/ops/" + ops_file
+    module_spec = importlib.util.spec_from_file_location("fla_" + ops_file.replace("/", "_")[:-3], path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return getattr(module, function)
+
+
 def random_gpt2(seed=0, **overrides) -> GPT2LMHeadModel:
     """transformers' own GPT-2 with random weights: the reference every parity test compares against."""
     fields = dict(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)

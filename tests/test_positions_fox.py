@@ -2,12 +2,11 @@
 x-transformers' data-dependent ALiBi and fla-core's naive forgetting attention. (The generic checks, cached decoding,
 padding, saving, exports and the rest, run on it from the registry.)"""
 
-import importlib.util
 import math
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
+from conftest import fla_naive_reference, tiny_config, tiny_model
 from torch import nn
 
 from hf_tinygpt.model.positions import ForgetGate
@@ -47,15 +46,8 @@ def test_fox_attention_equals_x_transformers_data_dependent_alibi():
 
 def naive_forgetting_attn():
     """fla-core 0.6.0's `naive_forgetting_attn` (fla/ops/forgetting_attn/naive.py), the plain PyTorch reference of
-    the Forgetting Transformer's kernels, loaded from its file: the fla package itself imports Triton kernels."""
-    spec = importlib.util.find_spec("fla")
-    if spec is None:
-        pytest.skip("fla-core (the [dev] extra) is not installed")
-    path = spec.submodule_search_locations[0] + "/ops/forgetting_attn/naive.py"
-    module_spec = importlib.util.spec_from_file_location("fla_naive_forgetting_attn", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.naive_forgetting_attn
+    the Forgetting Transformer's kernels."""
+    return fla_naive_reference("forgetting_attn/naive.py", "naive_forgetting_attn")
 
 
 def test_fox_attention_equals_fla_cores_naive_forgetting_attention():

@@ -3,11 +3,10 @@ rewritten cache allows and refuses. (The generic checks, cached decoding, paddin
 on it from the registry.)"""
 
 import copy
-import importlib.util
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
+from conftest import fla_naive_reference, tiny_config, tiny_model
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicSlidingWindowLayer, StaticCache
 
@@ -35,15 +34,8 @@ def path_inputs(seed=0, length=70):
 
 def naive_path_attn():
     """fla-core 0.6.0's `naive_path_attn` (fla/ops/path_attn/naive.py), the plain PyTorch reference of PaTH's
-    kernels, loaded from its file: the fla package itself imports Triton kernels."""
-    spec = importlib.util.find_spec("fla")
-    if spec is None:
-        pytest.skip("fla-core (the [dev] extra) is not installed")
-    path = spec.submodule_search_locations[0] + "/ops/path_attn/naive.py"
-    module_spec = importlib.util.spec_from_file_location("fla_naive_path_attn", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.naive_path_attn
+    kernels."""
+    return fla_naive_reference("path_attn/naive.py", "naive_path_attn")
 
 
 @pytest.mark.parametrize("layer_idx", [0, 1])
