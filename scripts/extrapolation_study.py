@@ -6,9 +6,9 @@ several seeds each, trained at context L, then scored on held-out text at contex
     sliding  a window of C tokens moving `stride(C, L)` tokens at a time, each token scored once with at least
              C − stride tokens before it (`sliding_perplexity`): extrapolation itself
 
-Every scheme of the package is trained, and RoPE with Llama 4's NoPE layers too (`TRAINED_VARIANTS`); the RoPE model
-is scored again with each scaling transformers offers at evaluation (`ROPE_AT_EVALUATION`). Learned positions have
-no rows beyond n_positions = L: those cells are "not applicable", not a crash.
+Every scheme of the package is trained, and RoPE with Llama 4's NoPE layers and FoX with RoPE too (`TRAINED_VARIANTS`);
+the RoPE model is scored again with each scaling transformers offers at evaluation (`ROPE_AT_EVALUATION`). Learned
+positions have no rows beyond n_positions = L: those cells are "not applicable", not a crash.
 
     python -m scripts.extrapolation_study --out runs/extrapolation     # the study of scripts/README.md
     python -m scripts.extrapolation_study --out /tmp/x --quick         # a smoke run on a tiny model
@@ -76,10 +76,17 @@ def rope_at_evaluation(variant: str, context: int, block_size: int) -> dict | No
 ROPE_AT_EVALUATION = ("rope+linear", "rope+dynamic-ntk", "rope+yarn")
 
 # A scheme with one of its options set, trained and scored as a scheme of its own: RoPE with Llama 4's NoPE layers
-# (every fourth layer does not rotate; of the study's four layers, the last).
-TRAINED_VARIANTS = {"rope-nope-layers": {"position_embedding_type": "rope", "no_rope_layer_interval": 4}}
+# (every fourth layer does not rotate; of the study's four layers, the last), and FoX with RoPE at RoPE's base.
+TRAINED_VARIANTS = {
+    "rope-nope-layers": {"position_embedding_type": "rope", "no_rope_layer_interval": 4},
+    "fox-rope": {"position_embedding_type": "fox", "fox_rope_theta": 10000.0},
+}
 SCHEMES = tuple(POSITION_SCHEME_CLASSES)
-STUDIED = (*SCHEMES[:3], *TRAINED_VARIANTS, *SCHEMES[3:])  # each variant beside its scheme
+STUDIED = tuple(  # each variant after its scheme
+    name
+    for scheme in SCHEMES
+    for name in (scheme, *(v for v, c in TRAINED_VARIANTS.items() if c["position_embedding_type"] == scheme))
+)
 
 
 def run_name(scheme: str, seed: int) -> str:

@@ -220,11 +220,12 @@ def scheme(request):
     return request.param
 
 
-# Every scheme, RoPE with NoPE layers (Llama 4's interleaving) and p-RoPE (Gemma 4's proportional RoPE, where this
-# transformers has it): (scheme, config fields) by test id.
+# Every scheme, RoPE with NoPE layers (Llama 4's interleaving), FoX with RoPE and p-RoPE (Gemma 4's proportional RoPE,
+# where this transformers has it): (scheme, config fields) by test id.
 P_ROPE = {"rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
 SCHEME_VARIANTS = {scheme: (scheme, {}) for scheme in POSITION_SCHEME_CLASSES} | {
-    "rope-nope-layers": ("rope", {"no_rope_layer_interval": 2})
+    "rope-nope-layers": ("rope", {"no_rope_layer_interval": 2}),
+    "fox-rope": ("fox", {"fox_rope_theta": 10000.0}),
 }
 if "proportional" in ROPE_INIT_FUNCTIONS:
     SCHEME_VARIANTS["p-rope"] = ("rope", {"rope_parameters": P_ROPE})

@@ -27,12 +27,16 @@ def test_quick_study_scores_every_scheme_both_ways_and_continues_where_it_stoppe
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
     rope_scaled = ["rope+linear", "rope+dynamic-ntk", "rope+yarn"]  # the RoPE model, scaled at evaluation
-    # RoPE with NoPE layers is trained beside it (every fourth layer does not rotate: none of the quick run's one).
+    # RoPE with NoPE layers is trained beside it (every fourth layer does not rotate: none of the quick run's one),
+    # and FoX with RoPE beside FoX.
     schemes = list(POSITION_SCHEME_CLASSES)
-    variants = [*schemes[:3], *rope_scaled, "rope-nope-layers", *schemes[3:]]
+    fox = schemes.index("fox") + 1
+    variants = [*schemes[:3], *rope_scaled, "rope-nope-layers", *schemes[3:fox], "fox-rope", *schemes[fox:]]
     assert list(dict.fromkeys(row["scheme"] for row in rows)) == variants
     nope_layers = json.loads((out / "runs" / "rope-nope-layers-seed0" / "model" / "config.json").read_text())
     assert (nope_layers["position_embedding_type"], nope_layers["no_rope_layer_interval"]) == ("rope", 4)
+    fox_rope = json.loads((out / "runs" / "fox-rope-seed0" / "model" / "config.json").read_text())
+    assert (fox_rope["position_embedding_type"], fox_rope["fox_rope_theta"]) == ("fox", 10000.0)
     assert {row["protocol"] for row in rows} == {"chunks", "sliding"} and {row["seed"] for row in rows} == {"0"}
     assert sorted({int(row["context"]) for row in rows}) == [8, 16, 32, 64, 128, 256]  # L/2 .. 16L for L = 16
     for row in rows:

@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
-from conftest import fla_naive_reference, tiny_config, tiny_model
+from conftest import VOCAB, fla_naive_reference, tiny_config, tiny_model
 from torch import nn
+from transformers import DynamicCache, StaticCache
 
-from hf_tinygpt.model.positions import ForgetGate
+from hf_tinygpt.model.positions import ForgetGate, apply_rotary
 
 
 def attend(scheme, x, q, k, v, layer_idx=0):
@@ -84,6 +85,63 @@ def test_each_key_gives_its_last_feature_to_its_gate():
     changed = q.clone(), k.clone()
     changed[0][..., -1], changed[1][..., -1] = 100.0, -100.0
     assert torch.equal(attend(scheme, x, q, k, v), attend(scheme, x, *changed, v))
+
+
+def test_with_rope_it_equals_x_transformers_rotary_and_data_dependent_alibi():
+    """FoX with RoPE, as its authors compare it: q and k rotated, then the forget gates' bias. Against
+    x-transformers 2.31.10's `RotaryEmbedding` and `apply_rotary_pos_emb` (x_transformers/x_transformers.py), which
+    pair features (2i, 2i + 1) where rotate_half pairs (i, i + R/2): the reference reads the same features
+    reordered, which leaves every q·k as it is. head_dim 8: R = 6 features turn, the 7th passes, the 8th is the gate's."""
+    x_transformers = pytest.importorskip("x_transformers.x_transformers", reason="the [dev] extra's x-transformers")
+    torch.manual_seed(2)
+    scheme = ForgetGate(tiny_config("fox", fox_rope_theta=500.0))
+    x, positions = torch.randn(2, 40, 32), torch.arange(40)
+    q, k, v = (torch.randn(2, 4, 40, 8) for _ in range(3))
+    turned_q, turned_k = apply_rotary(q, k, *scheme.rotary_cos_sin(x, positions[None]))
+    output = attend(scheme, x, turned_q, turned_k, v)
+
+    paired = torch.stack((torch.arange(3), torch.arange(3) + 3), dim=-1).flatten().tolist() + [6]  # 0,3,1,4,2,5,6
+    freqs, _ = x_transformers.RotaryEmbedding(dim=6, base=500.0)(positions)
+    rq, rk = (x_transformers.apply_rotary_pos_emb(t[..., paired], freqs) for t in (q, k))
+    alibi = x_transformers.DataDependentAlibi(dim=32, heads=4)
+    alibi.to_forget_gates[0].load_state_dict(scheme.gates[0].state_dict())
+    scores = (rq @ rk.transpose(-1, -2)) / math.sqrt(8) + alibi(x)
+    scores = scores.masked_fill(~torch.ones(40, 40, dtype=torch.bool).tril(), -torch.inf)
+    expected = (scores.softmax(-1) @ v).transpose(1, 2)
+    assert (output - expected).abs().max() <= 1e-5
+    unturned = attend(scheme, x, q, k, v)
+    assert (unturned - expected).abs().max() > 1e-2  # the rotation is not a no-op here
+
+
+@pytest.mark.parametrize("cache", [DynamicCache, StaticCache])
+def test_with_rope_it_decodes_and_pads_as_one_forward(cache):
+    """The generic checks, for the option: chunks through either cache equal one forward, and a left-padded batch
+    gives each prompt's tokens alone (positions counted from each row's first real token)."""
+    model = tiny_model("fox", fox_rope_theta=100.0, initializer_range=0.2)
+    ids = torch.randint(0, VOCAB, (2, 20))
+    with torch.no_grad():
+        full = model(ids).logits
+        kept = cache(config=model.config, max_cache_len=24) if cache is StaticCache else cache(config=model.config)
+        steps = [model(ids[:, :7], cache=kept).logits]
+        steps += [model(ids[:, t : t + 1], cache=kept).logits for t in range(7, 20)]
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+    prompts, kwargs = [[5, 17, 33, 2, 9], [12, 7]], dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    batch = model.generate(
+        torch.tensor([prompts[0], [0, 0, 0, *prompts[1]]]),
+        attention_mask=torch.tensor([[1] * 5, [0, 0, 0, 1, 1]]),
+        **kwargs,
+    )
+    for row, prompt in enumerate(prompts):
+        assert batch[row, 5:].tolist() == model.generate(torch.tensor([prompt]), **kwargs)[0, len(prompt) :].tolist()
+
+
+def test_its_rope_field_is_checked():
+    with pytest.raises(ValueError, match="fox_rope_theta must be null or a finite number > 0, got 0"):
+        tiny_model("fox", fox_rope_theta=0)
+    with pytest.raises(ValueError, match=r"head_dim \(2\) must be at least 3"):
+        tiny_model("fox", fox_rope_theta=1e4, n_embd=8, n_head=4)
+    with pytest.raises(ValueError, match="fox_rope_theta only applies to position_embedding_type='fox', not 'cable'"):
+        tiny_model("cable", fox_rope_theta=1e4)
 
 
 def test_gates_start_as_the_authors_do():

@@ -33,6 +33,11 @@ class ContextAwareBias(ForgetGate):
         "sdpa attention) or ONNX Runtime"
     )
     ACTS = "adds each token's learned biases to the attention scores in its own attention"
+    config_fields = {}  # not FoX's `fox_rope_theta`: the authors' CABLE has no other position signal
+
+    @classmethod
+    def rope_theta_of(cls, config) -> None:
+        return None
 
     def log_gate(self, gate_input: torch.Tensor) -> torch.Tensor:
         """β_t = −softplus(w·x_t + b), which FoX's attention sums as it sums log f_t."""

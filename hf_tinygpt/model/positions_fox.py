@@ -6,6 +6,7 @@ import functools
 import torch
 from torch import nn
 
+from .checks import is_positive_number, require
 from .positions_interface import (
     PositionScheme,
     all_heads_here,
@@ -21,9 +22,14 @@ class ForgetGate(PositionScheme):
     sets a forget gate per head from what it holds, f_t = σ(w·x_t + b) with x_t the attention layer's input, and
     query i discounts key j by the gates of the tokens after it:
         s_ij = q_i·k_j / √head_dim + Σ_{j<l≤i} log f_l,
-    a data-dependent ALiBi (a constant f gives ALiBi's line, with slope −log f). No other position signal: order
-    comes from what the gates forget. Each layer has its own gates (an nn.Linear from n_embd to n_head, started as
-    GPT-2's layers and the authors' are: weights N(0, 0.02), bias 0).
+    a data-dependent ALiBi (a constant f gives ALiBi's line, with slope −log f). By default no other position signal:
+    order comes from what the gates forget, as in the paper's FoX. Each layer has its own gates (an nn.Linear from
+    n_embd to n_head, started as GPT-2's layers and the authors' are: weights N(0, 0.02), bias 0).
+
+    Its field: `fox_rope_theta`, null (the default: no rotation) or RoPE's base θ: q and k are then rotated too, as
+    in the paper's comparison of FoX with and without RoPE, by p·θ^(−2i/R) on the first R features of each head,
+    R the largest even count of the head_dim − 1 features q·k reads (head_dim − 2 for an even head_dim, whose
+    other feature passes through unturned, as in RoPE's partial rotation).
 
     The gate's log travels with its key, in the key's last feature: `keys_carry` writes log f_t there, so every
     cache keeps it beside the key in transformers' own shape (B, n_head, T, head_dim), static caches, exporters and
@@ -47,13 +53,46 @@ class ForgetGate(PositionScheme):
     )
     pictures = ("gate_bias", "token_vs_position")
     needs_full_mask = True
+    config_fields = {"fox_rope_theta": None}
     ACTS = "adds each token's forget gates to the attention scores in its own attention"
+
+    @classmethod
+    def rope_theta_of(cls, config) -> float | None:
+        """RoPE's base θ for q and k; None: they are not rotated."""
+        return config.fox_rope_theta
+
+    @classmethod
+    def check_config(cls, config):
+        if cls.rope_theta_of(config) is None:
+            return
+        require(config, "fox_rope_theta", is_positive_number(config.fox_rope_theta), "null or a finite number > 0")
+        if config.head_size < 3:
+            raise ValueError(
+                f"fox_rope_theta rotates pairs of the head_dim − 1 features q·k reads: head_dim ({config.head_size}) "
+                "must be at least 3 (see n_embd, n_head)"
+            )
 
     def __init__(self, config):
         super().__init__()
         self.scheme, self.num_heads = config.position_embedding_type, config.n_head
         check_kernel(config, self.ACTS)
         self.gates = nn.ModuleList(nn.Linear(config.n_embd, config.n_head) for _ in range(config.n_layer))
+        self.rope_theta = self.rope_theta_of(config)
+        self.rotary_dim = (config.head_size - 1) // 2 * 2
+        self.register_fixed_buffers()
+
+    def fixed_buffers(self):
+        if self.rope_theta is None:
+            return {}
+        pairs = torch.arange(0, self.rotary_dim, 2, dtype=torch.float) / self.rotary_dim
+        return {"inv_freq": 1.0 / self.rope_theta**pairs}
+
+    def rotary_cos_sin(self, hidden_states, position_ids):
+        if self.rope_theta is None:
+            return None
+        freqs = position_ids[..., None].float() * self.inv_freq  # (B, T, R / 2)
+        angles = torch.cat((freqs, freqs), dim=-1)  # rotate_half pairs feature i with feature i + R / 2
+        return angles.cos().to(hidden_states.dtype), angles.sin().to(hidden_states.dtype)
 
     def log_gate(self, gate_input: torch.Tensor) -> torch.Tensor:
         """log f_t from the gate's linear layer's output w·x_t + b."""
