@@ -37,4 +37,4 @@ class LogDistanceBias(AttentionBias):
         init.constant_(self.steepness, self.initial_steepness)
 
     def bias_of_distance(self, distance, query_positions):
-        return (-self.steepness[:, None, None] * torch.log1p(distance))[None]
+        return -self.steepness[:, None, None] * torch.log1p(distance)

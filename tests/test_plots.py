@@ -254,7 +254,7 @@ def test_a_bias_pictures_curves_are_what_attention_adds_for_the_last_query(tmp_p
     result = plot_attention_bias(model, tmp_path, max_positions=20)
     assert result["bias"].shape == (4, 20) and is_png(tmp_path / f"{scheme}_bias.png")
     causal = torch.ones(20, 20, dtype=torch.bool).tril()[None, None]
-    added = model.transformer.wpe.bias_attention(causal, torch.arange(20)[None], 0, torch.float32)[0, :, -1]
+    added = model.transformer.wpe.bias_attention(causal, torch.arange(20)[None], torch.float32)[0, :, -1]
     assert torch.equal(torch.from_numpy(result["bias"]), added.flip(-1))
     assert np.ptp(result["bias"], axis=1).min() > 0  # every head's curve changes with distance
 

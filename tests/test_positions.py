@@ -466,9 +466,7 @@ def test_t5_attention_layer_equals_t5s_own():
         t5.relative_attention_bias.load_state_dict(positions.relative_attention_bias.state_dict())
         x = torch.randn(2, 13, model.config.n_embd)
         causal = torch.ones(13, 13, dtype=torch.bool).tril()[None, None]
-        ours, _ = attention(
-            x, positions.bias_attention(causal.expand(2, 1, 13, 13), torch.arange(13)[None], 0, x.dtype)
-        )
+        ours, _ = attention(x, positions.bias_attention(causal.expand(2, 1, 13, 13), torch.arange(13)[None], x.dtype))
         additive = torch.zeros(1, 1, 13, 13).masked_fill(~causal, torch.finfo(torch.float32).min)
         expected, _, _ = t5(x, mask=additive)
     assert (ours - expected).abs().max() <= 1e-5

@@ -12,6 +12,11 @@ from transformers.utils.deprecation import deprecate_kwarg
 CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
+# From 5.24 a model updates continuous batching's paged cache itself (`cache.update(..., kwargs=kwargs)`, as
+# LlamaAttention does); before, transformers' paged kernels did, which the schemes' own attentions never call.
+MODELS_UPDATE_THE_PAGED_CACHE = CACHE_FIELD == "cache"
+
+
 def renamed_cache_argument(forward):
     if CACHE_FIELD == "cache":
         return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)

@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import transformers
 from torch import nn
 from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers import initialization as init
@@ -32,7 +33,7 @@ from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .compat import CACHE_FIELD, renamed_cache_argument
+from .compat import CACHE_FIELD, MODELS_UPDATE_THE_PAGED_CACHE, renamed_cache_argument
 from .configuration_tinygpt import TinyGPTConfig
 from .int8 import settle_quantized_weights
 from .positions import POSITION_SCHEME_CLASSES, PositionScheme, apply_rotary, checked_lookup
@@ -71,7 +72,7 @@ class TinyGPTAttention(nn.Module):
         if self.keys_carry is not None:
             key = self.keys_carry(hidden_states, key)  # some of k's features carry the scheme's own
         if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)  # (B, H, past + T, D)
+            key, value = cache.update(key, value, self.layer_idx, kwargs=kwargs)  # (B, H, past + T, D)
 
         # vLLM finds a layer's attention by reading this one assignment in the source: it stays a plain lookup.
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -224,10 +225,9 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
 
-        past_length = cache.get_seq_length() if cache is not None else 0
-        query_length = inputs_embeds.shape[1]
-        if position_ids is None:
-            position_ids = (torch.arange(query_length, device=inputs_embeds.device) + past_length).unsqueeze(0)
+        if position_ids is None:  # continuous batching's paged cache gives them: it has no one length
+            past_length = cache.get_seq_length() if cache is not None else 0
+            position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_length)[None]
 
         hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)  # (B, T, C)
         if token_type_ids is not None:  # GPT-2 embeds segment ids with the token embedding matrix
@@ -239,7 +239,7 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         attention_mask = create_causal_mask(
             self.config, inputs_embeds, attention_mask, cache, position_ids, allow_is_causal_skip=not full_mask
         )
-        attention_mask = self.positions.bias_attention(attention_mask, position_ids, past_length, inputs_embeds.dtype)
+        attention_mask = self.positions.bias_attention(attention_mask, position_ids, inputs_embeds.dtype)
         rotary = self.positions.rotary_cos_sin(hidden_states, position_ids)
 
         for i, block in enumerate(self.h):
@@ -282,6 +282,23 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             )
         settle_quantized_weights(loaded[0] if isinstance(loaded, tuple) else loaded)
         return loaded
+
+    def init_continuous_batching(self, *args, **kwargs):
+        """transformers' continuous batching (`generate_batch`, `generate(cache_implementation="paged")`, its server),
+        refused at the start before transformers 5.24, and for a scheme whose attention rewrites the keys its cache
+        holds: the paged cache hands attention a copy of them."""
+        if not MODELS_UPDATE_THE_PAGED_CACHE:
+            raise ValueError(
+                f"continuous batching of a TinyGPT needs transformers >= 5.24, where a model updates the paged cache "
+                f"itself; this is transformers {transformers.__version__}: upgrade it, or generate with generate()"
+            )
+        if self.transformer.positions.rewrites_cache:
+            raise ValueError(
+                f"position_embedding_type={self.config.position_embedding_type!r} rewrites the keys its cache holds "
+                "as tokens arrive, and continuous batching's paged cache hands attention a copy of them: generate "
+                "with generate() and a DynamicCache or StaticCache instead"
+            )
+        return super().init_continuous_batching(*args, **kwargs)
 
     @renamed_cache_argument
     @can_return_tuple

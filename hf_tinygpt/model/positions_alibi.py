@@ -45,4 +45,4 @@ class AlibiPositions(AttentionBias):
         return {"slopes": alibi_slopes(self.num_heads)}
 
     def bias_of_distance(self, distance, query_positions):
-        return (-self.slopes.to(distance.device)[:, None, None] * distance)[None]
+        return -self.slopes.to(distance.device)[:, None, None] * distance

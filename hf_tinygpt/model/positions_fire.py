@@ -60,5 +60,5 @@ class FireBias(AttentionBias):
 
         threshold = torch.abs(self.L_multiplier * self.init_L)
         normalizer = psi(torch.maximum(query_positions.float(), threshold))[:, :, None]  # (B, q, 1)
-        interpolated = psi(distance)[None] / (normalizer + self.eps)  # (B, q, k), in [0, 1]
+        interpolated = psi(distance[:, 0]) / (normalizer + self.eps)  # (B, q, k), in [0, 1]
         return self.mlp(interpolated[..., None].to(self.mlp[0].weight.dtype)).permute(0, 3, 1, 2)

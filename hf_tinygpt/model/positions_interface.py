@@ -67,7 +67,7 @@ class PositionScheme(nn.Module):
     def rotary_cos_sin(self, hidden_states: torch.Tensor, position_ids: torch.Tensor):
         return None
 
-    def bias_attention(self, attention_mask, position_ids: torch.Tensor, past_length: int, dtype: torch.dtype):
+    def bias_attention(self, attention_mask, position_ids: torch.Tensor, dtype: torch.dtype):
         return attention_mask
 
     def rotary_in_layer(self, rotary, layer_idx: int):
@@ -197,8 +197,10 @@ class AttentionBias(PositionScheme):
     """The schemes that add a per-head bias b_h(i, j) to the score of query i on key j: a function of the distance
     i − j (for FIRE, of the query's position i too). One module serves every layer, as T5 shares its bias.
 
-    Distances are counted in cache slots: with left padding the real tokens are contiguous, so slot distances equal
-    token distances, and padding slots are masked anyway. A query's own position comes from `position_ids`, counted
+    Distances are counted in cache slots, from the query's own slot, the last key the mask lets it see: with left
+    padding the real tokens are contiguous, so slot distances equal token distances, and padding slots are masked
+    anyway; in a static cache, and in continuous batching's paged cache, whose batches lay each sequence's keys side
+    by side, the mask says where each query stands too. A query's own position comes from `position_ids`, counted
     from its row's first real token. Keys after the query, which the causal mask hides, get distance 0, so no bias
     function sees a negative distance (and no gradient turns NaN through a masked score).
     """
@@ -219,24 +221,26 @@ class AttentionBias(PositionScheme):
         check_kernel(config, self.ACTS)
 
     def bias_of_distance(self, distance: torch.Tensor, query_positions: torch.Tensor) -> torch.Tensor:
-        """The scheme: (1 or B, n_head, q, k) from `distance` (q, k) float32 ≥ 0 and `query_positions` (B, q)."""
+        """The scheme: (B, n_head, q, k) from `distance` (B, 1, q, k) float32 ≥ 0 and `query_positions` (B, q)."""
         raise NotImplementedError
+
+    def bias_at(self, query_slots: torch.Tensor, key_length: int, query_positions: torch.Tensor) -> torch.Tensor:
+        """(B, n_head, q, key_length) float32 for queries at cache slots `query_slots` (B, 1, q) and positions
+        `query_positions` (B, q), against the keys at slots 0 .. key_length − 1."""
+        key_slots = torch.arange(key_length, device=query_slots.device)
+        distance = (query_slots[..., None] - key_slots).clamp(min=0).float()
+        return self.bias_of_distance(distance, query_positions).float()
 
     def bias(self, query_length: int, key_length: int, past_length: int, position_ids=None, device=None):
         """(1 or B, n_head, query_length, key_length) float32: queries sit at slots past_length, past_length+1, ...
         and, unless `position_ids` says otherwise, at those positions."""
-        query_slots = torch.arange(query_length, device=device) + past_length
-        key_slots = torch.arange(key_length, device=device)
-        distance = (query_slots[:, None] - key_slots[None, :]).clamp(min=0).float()
-        return self.bias_of_distance(distance, query_slots[None] if position_ids is None else position_ids).float()
+        query_slots = (torch.arange(query_length, device=device) + past_length)[None, None]
+        return self.bias_at(query_slots, key_length, query_slots[0] if position_ids is None else position_ids)
 
-    def bias_attention(self, attention_mask, position_ids, past_length, dtype):
+    def bias_attention(self, attention_mask, position_ids, dtype):
         # `attention_mask` is 4D (B, 1, q, kv): boolean (sdpa: True = attend) or additive float (eager: 0 = attend).
-        if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:  # a kernel switched after load
-            raise ValueError(needs_a_full_mask(self.scheme, self.ACTS, "a kernel that takes no additive mask"))
-        allowed = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
-        query_length, key_length = position_ids.shape[-1], attention_mask.shape[-1]
-        bias = self.bias(query_length, key_length, past_length, position_ids, attention_mask.device)
+        allowed = keys_each_query_sees(attention_mask, self.scheme, self.ACTS)
+        bias = self.bias_at(own_slots(allowed), attention_mask.shape[-1], position_ids)
         return torch.where(allowed, bias.to(dtype), torch.finfo(dtype).min)
 
 

@@ -59,5 +59,5 @@ class KerpleBias(AttentionBias):
     def bias_of_distance(self, distance, query_positions):
         r1 = at_least(self.r1, 0.01)[:, None, None]
         if self.kernel == "log":
-            return (-r1 * torch.log1p(at_least(self.r2, 0.01)[:, None, None] * distance))[None]
-        return (-r1 * distance.pow(at_least(self.r2, 0.01, 2.0)[:, None, None]))[None]
+            return -r1 * torch.log1p(at_least(self.r2, 0.01)[:, None, None] * distance)
+        return -r1 * distance.pow(at_least(self.r2, 0.01, 2.0)[:, None, None])

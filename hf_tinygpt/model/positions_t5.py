@@ -67,4 +67,4 @@ class T5Bias(AttentionBias):
 
     def bias_of_distance(self, distance, query_positions):
         buckets = t5_buckets(distance, self.num_buckets, self.max_distance)
-        return self.relative_attention_bias(buckets).permute(2, 0, 1)[None]  # (q, k, H) -> (1, H, q, k)
+        return self.relative_attention_bias(buckets[:, 0]).permute(0, 3, 1, 2)  # (B, q, k, H) -> (B, H, q, k)

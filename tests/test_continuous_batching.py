@@ -1,0 +1,85 @@
+"""transformers' continuous batching (`generate_batch`, the paged cache behind `transformers serve`): every scheme's
+greedy tokens equal `generate`'s, prompt by prompt, or it is refused at the start by name."""
+
+import pytest
+import torch
+import transformers
+from conftest import SCHEME_VARIANTS, tiny_model
+from transformers import ContinuousBatchingConfig, GenerationConfig
+
+from hf_tinygpt import POSITION_SCHEME_CLASSES
+from hf_tinygpt.model.compat import MODELS_UPDATE_THE_PAGED_CACHE
+
+RUNS_HERE = pytest.mark.skipif(not MODELS_UPDATE_THE_PAGED_CACHE, reason="continuous batching from transformers 5.24")
+
+PROMPTS = [[5, 17, 33, 2, 9, 41, 8], [12, 7], [100, 3, 55, 6], [9, 9, 9, 9, 9, 1, 2, 3, 4, 5, 6]]
+GREEDY = dict(max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+# A small paged cache: sized by default from the machine's free memory, allocating it would take most of a test.
+SMALL = dict(num_blocks=16, page_size=32, max_batch_tokens=64)
+
+
+def batched(model, prompts=PROMPTS) -> list[list[int]]:
+    """Each prompt's new tokens from one `generate_batch` call, in the prompts' order."""
+    config = GenerationConfig(**GREEDY)
+    outputs = model.generate_batch(prompts, config, ContinuousBatchingConfig(**SMALL), warmup=False)
+    return [outputs[f"req_{i}"].generated_tokens for i in range(len(prompts))]
+
+
+def one_by_one(model, prompts=PROMPTS) -> list[list[int]]:
+    alone = [torch.tensor([p]) for p in prompts]  # all real tokens: none is taken for padding
+    return [model.generate(p, attention_mask=torch.ones_like(p), **GREEDY)[0, p.shape[1] :].tolist() for p in alone]
+
+
+# Each kind of scheme in the fast tier (rows, rotations, a bias, a scheme with its own attention); all in the slow one.
+FAST = ("learned", "rope", "alibi", "fox")
+RUNS = [
+    pytest.param(variant, marks=() if variant in FAST else pytest.mark.slow)
+    for variant, (scheme, _) in SCHEME_VARIANTS.items()
+    if not POSITION_SCHEME_CLASSES[scheme].rewrites_cache
+]
+
+
+@RUNS_HERE
+@pytest.mark.parametrize("variant", RUNS)
+def test_generate_batch_gives_each_prompts_greedy_tokens(variant):
+    """Prompts of four lengths share the paged cache's batches, side by side: positions come from what continuous
+    batching passes, and each query's keys from the mask it builds (the bias schemes count distances from there)."""
+    scheme, fields = SCHEME_VARIANTS[variant]
+    model = tiny_model(scheme, initializer_range=0.2, **fields)
+    assert batched(model) == one_by_one(model)
+
+
+@RUNS_HERE
+@pytest.mark.parametrize("scheme", ["alibi", "fox"])
+def test_eager_attention_runs_as_transformers_paged_eager(scheme):
+    """An eager model runs as transformers' "paged|eager" under continuous batching, and is eager again after."""
+    model = tiny_model(scheme, initializer_range=0.2, attn_implementation="eager")
+    assert batched(model) == one_by_one(model)
+    assert model.config._attn_implementation == "eager"
+
+
+@RUNS_HERE
+@pytest.mark.slow  # generate sizes the paged cache from the machine's free memory: most of a minute
+def test_generate_with_the_paged_cache_is_continuous_batching():
+    model = tiny_model("rope", initializer_range=0.2)
+    prompts = [PROMPTS[0], PROMPTS[3][:7]]  # one length: generate takes a tensor
+    routed = model.generate(torch.tensor(prompts), cache_implementation="paged", **GREEDY)
+    assert [row[7:] for row in routed[0].tolist()] == one_by_one(model, prompts)
+
+
+@RUNS_HERE
+@pytest.mark.parametrize("scheme", [s for s, c in POSITION_SCHEME_CLASSES.items() if c.rewrites_cache])
+def test_a_scheme_that_rewrites_its_cache_is_refused_at_the_start(scheme):
+    model = tiny_model(scheme)
+    with pytest.raises(ValueError, match=f"'{scheme}' rewrites the keys its cache holds .* generate\\(\\)"):
+        model.generate_batch(PROMPTS, GenerationConfig(**GREEDY), ContinuousBatchingConfig(**SMALL), warmup=False)
+
+
+@pytest.mark.skipif(MODELS_UPDATE_THE_PAGED_CACHE, reason="transformers >= 5.24 runs it")
+def test_before_transformers_5_24_it_is_refused_at_the_start():
+    """Before 5.24 transformers' paged kernels updated the paged cache themselves, which no scheme's own attention
+    calls: refused by name, whatever the scheme."""
+    with pytest.raises(
+        ValueError, match=f"needs transformers >= 5.24.*this is transformers {transformers.__version__}"
+    ):
+        tiny_model("learned").init_continuous_batching(GenerationConfig(**GREEDY))
