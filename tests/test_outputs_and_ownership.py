@@ -392,6 +392,7 @@ NOT_PATHS = {
     "dataset_split",
     "text_column",
     "report_to",
+    "serve_options",
     "repo_id",
     "commit_message",
     "collection",

@@ -273,6 +273,25 @@ def add_explore_arguments(parser: argparse.ArgumentParser):
     add_hub_arguments(parser)
 
 
+def add_serve_arguments(parser: argparse.ArgumentParser):
+    parser.add_argument(
+        "model", type=input_path, help="a tinygpt (or any transformers) model folder or Hub id to serve"
+    )
+    parser.add_argument(
+        "serve_options",
+        nargs=argparse.REMAINDER,
+        metavar="...",
+        help="transformers serve's own options, as `transformers serve --help` lists them: --host (default "
+        "localhost), --port (8000), --continuous-batching, --cb-num-blocks, ...",
+    )
+
+
+def run_serve(args) -> int:
+    from ..generate.serving import serve
+
+    return serve(args.model, args.serve_options)
+
+
 def run_explore(args) -> int:
     from ..folders.reading import refuse_what_is_not_a_file
 
@@ -751,6 +770,7 @@ EXAMPLES = {
     "plot-positions": "hf-tinygpt plot-positions rope --out plots/rope",
     "explore": "hf-tinygpt explore hf_tinygpt/default_model runs/alibi/model --long-text held_out.txt\n"
     "  hf-tinygpt explore me/tinygpt-rope me/tinygpt-alibi --space-out explorer-space",
+    "serve": "hf-tinygpt serve runs/rope/model --continuous-batching --port 8000",
     "verify-gpt2": "hf-tinygpt verify-gpt2 path/to/gpt2-folder",
     "convert": "hf-tinygpt convert path/to/gpt2-folder --out tinygpt-model --verify\n"
     "  hf-tinygpt convert nanogpt/ckpt.pt --out tinygpt-model --tokenizer gpt2 --trim-vocab 50257\n"
@@ -790,6 +810,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the position explorer: a local web app over models side by side ([explore] extra)",
         add_explore_arguments,
         run_explore,
+    )
+    verb(
+        "serve",
+        "an OpenAI-compatible HTTP server on this machine: transformers serve ([serve] extra)",
+        add_serve_arguments,
+        run_serve,
     )
     verb(
         "verify-gpt2",

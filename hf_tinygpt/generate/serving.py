@@ -1,0 +1,75 @@
+"""`hf-tinygpt serve`: transformers' own OpenAI-compatible server (`transformers serve`: /v1/completions,
+/v1/chat/completions, streaming, continuous batching with `--continuous-batching`) for TinyGPT folders and Hub ids.
+
+transformers' server loads a model by looking its config's `architectures[0]` up on the transformers module, which
+holds transformers' own classes only, so it cannot load a TinyGPT, installed or remote code. Here its loader is
+transformers' with that one step done through the class this package registers; everything else (options, HTTP,
+generation, the paged cache) is transformers' own.
+"""
+
+import typer
+
+from ..folders.reading import read_config_dict
+from ..model.configuration_tinygpt import TinyGPTConfig
+from ..model.modeling_tinygpt import TinyGPTForCausalLM
+
+try:
+    from transformers.cli.serve import Serve
+    from transformers.cli.serving.model_manager import ModelLoader
+    from transformers.cli.serving.utils import parse_model_id
+except ImportError as error:  # transformers before the server's model manager (5.25)
+    raise ImportError(
+        f"hf-tinygpt serve runs transformers' server as transformers 5.25 ships it ({error}): "
+        'pip install "transformers[serving]>=5.25"'
+    ) from error
+
+
+class TinyGPTModelLoader(ModelLoader):
+    """transformers serve's loader, which also loads TinyGPTs: with this package's class, never a folder's code (a
+    folder whose config asks for code of its own is refused, as everywhere in this package). The server pickles it
+    into the model's process by reference, so that process imports this package first."""
+
+    def _load_model(self, model_id, tqdm_class=None, progress_callback=None):
+        repo, revision, gguf_file = parse_model_id(model_id)
+        config = {} if gguf_file else read_config_dict(repo, **({"revision": revision} if revision else {}))
+        if config.get("model_type") != TinyGPTConfig.model_type:
+            return super()._load_model(model_id, tqdm_class, progress_callback)
+        quantization = self.get_quantization_config()
+        return TinyGPTForCausalLM.from_pretrained(
+            repo,
+            revision=revision,
+            attn_implementation=self.attn_implementation,
+            dtype=self.dtype,
+            device_map=self.device,
+            tqdm_class=tqdm_class,
+            **({"quantization_config": quantization} if quantization is not None else {}),
+        )
+
+
+class TinyGPTServe(Serve):
+    """transformers' `Serve` (its options are its `__init__`'s, which ends by serving), with the loader above."""
+
+    def run(self, *args, **kwargs):
+        self.loader.__class__ = TinyGPTModelLoader  # built by Serve.__init__ with the same settings: only loads differ
+        super().run(*args, **kwargs)
+
+    def run_api_servers(self, count):
+        self.loader.__class__ = TinyGPTModelLoader
+        super().run_api_servers(count)
+
+
+def serve(model: str, options: list[str]) -> int:
+    """Serve `model` (a folder or Hub id, `repo@revision` too) as `transformers serve MODEL OPTIONS` does, until
+    stopped; its exit code. Its config is read first, so that a wrong model is one error before the server starts."""
+    repo, revision, gguf_file = parse_model_id(model)
+    if not gguf_file:
+        read_config_dict(repo, **({"revision": revision} if revision else {}))
+    app = typer.Typer(add_completion=False)
+    app.command(help="transformers' OpenAI-compatible server (transformers serve), for TinyGPT models too")(
+        TinyGPTServe
+    )
+    try:
+        app(args=[model, *options], prog_name="hf-tinygpt serve")
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 1
+    return 0
