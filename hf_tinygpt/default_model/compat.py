@@ -1,0 +1,31 @@
+"""What differs between the transformers versions TinyGPT supports (5.16 to 5.24), in one place.
+
+transformers 5.24 renamed the cache argument and output field from `past_key_values` to `cache`. The forwards take
+both names; `renamed_cache_argument` gives the old one transformers' own deprecation warning where the new one
+exists (as on its in-tree models), and outputs fill `CACHE_FIELD`, whichever field this version's classes have.
+Before 5.24, `generate` passes the old name, so it is plainly accepted. Part of the model bundle.
+"""
+
+from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.utils.deprecation import deprecate_kwarg
+
+CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+# From 5.24 a model updates continuous batching's paged cache itself (`cache.update(..., kwargs=kwargs)`, as
+# LlamaAttention does); before, transformers' paged kernels did, which the schemes' own attentions never call.
+MODELS_UPDATE_THE_PAGED_CACHE = CACHE_FIELD == "cache"
+
+
+def renamed_cache_argument(forward):
+    if CACHE_FIELD == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+    return forward
+
+
+try:  # 5.24 resolves a revision to its commit once per load, and every later read reuses that commit
+    from transformers.utils.hub import resolve_revision
+except ImportError:
+
+    def resolve_revision(path_or_repo_id, revision=None, **hub_kwargs):
+        return revision

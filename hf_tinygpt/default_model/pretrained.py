@@ -1,0 +1,90 @@
+"""What TinyGPT's `from_pretrained` and `save_pretrained` add to transformers' own: GPT-2 checkpoints read with
+transformers' GPT2LMHeadModel and mapped onto TinyGPT, and saved folders that every client can load.
+
+Part of the model bundle saved beside the weights: it imports transformers and its siblings only.
+"""
+
+import contextlib
+import copy
+
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedConfig
+
+from .compat import resolve_revision
+from .configuration_tinygpt import TinyGPTConfig
+from .gpt2_layout import HEAD, LEGACY_BUFFERS, gpt2_state_dict_to_tinygpt
+
+# What `from_pretrained` passes on to the Hub when it reads config.json and GPT-2's weights.
+HUB_KWARGS = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder")
+# `from_pretrained`'s own arguments that are config attributes too: they go to transformers, not into the config.
+LOADING_KWARGS = ("dtype", "torch_dtype", "quantization_config", "attn_implementation")
+
+
+def read_config(pretrained_model_name_or_path, kwargs: dict) -> tuple[TinyGPTConfig, dict | None, dict]:
+    """Read config.json once: (the TinyGPTConfig with the config fields in `kwargs` applied, GPT-2's config dict for a
+    GPT-2 checkpoint or None, the kwargs left for loading the weights). A dict is config.json as the caller read it
+    (`from_pretrained(src, config=config_dict)`): nothing is read again, and the weights come from the revision in
+    `kwargs`, which should be the one the caller read it from."""
+    if isinstance(pretrained_model_name_or_path, dict):
+        config_dict = copy.deepcopy(pretrained_model_name_or_path)  # the caller's dict stays as it was
+    else:
+        hub = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+        revision_args = {key: hub[key] for key in ("token", "local_files_only", "cache_dir") if key in hub}
+        hub["revision"] = resolve_revision(pretrained_model_name_or_path, hub.get("revision"), **revision_args)
+        kwargs = {**kwargs, "revision": hub["revision"]}  # the weights come from the commit the config came from
+        config_dict, _ = PreTrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub)
+    loading = {key: kwargs[key] for key in LOADING_KWARGS if key in kwargs}
+    others = {key: value for key, value in kwargs.items() if key not in loading}
+    config, unused = TinyGPTConfig.from_dict(config_dict, return_unused_kwargs=True, **others)  # GPT-2's translates
+    return config, config_dict if config_dict.get("model_type") == "gpt2" else None, {**unused, **loading}
+
+
+def from_gpt2_checkpoint(load_tinygpt, pretrained_model_name_or_path, gpt2_config: dict, *model_args, **kwargs):
+    """Read a GPT-2 checkpoint with transformers' GPT2LMHeadModel (any layout it reads: safetensors or pickles,
+    sharded, local or on the Hub), map its tensors onto TinyGPT (`gpt2_layout`: transposed views, no copy) and give
+    them to `load_tinygpt` (transformers' `from_pretrained` for TinyGPT). The loading info, if asked for, is GPT-2's
+    in TinyGPT's names."""
+    wants_info = kwargs.pop("output_loading_info", False)
+    hub = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
+    gpt2, info = GPT2LMHeadModel.from_pretrained(
+        pretrained_model_name_or_path,
+        config=GPT2Config.from_dict(gpt2_config),
+        output_loading_info=True,
+        ignore_mismatched_sizes=kwargs.get("ignore_mismatched_sizes", False),
+        **hub,
+    )
+    info["unexpected_keys"] = [key for key in info["unexpected_keys"] if not key.endswith(LEGACY_BUFFERS)]
+    state_dict = gpt2_state_dict_to_tinygpt(gpt2.state_dict())
+    del gpt2
+    if kwargs["config"].tie_word_embeddings:  # the head is wte: a TinyGPT checkpoint does not hold it either
+        state_dict.pop(HEAD, None)
+    if kwargs.get("quantization_config") is not None:  # quantized from GPT-2's transposed views, kernels want rows
+        state_dict = {key: tensor.contiguous() for key, tensor in state_dict.items()}
+    model, ours = load_tinygpt(None, *model_args, state_dict=state_dict, output_loading_info=True, **kwargs)
+    info = {key: [*info[key], *ours[key]] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    return (model, info) if wants_info else model
+
+
+def _without_tied_head(module, state_dict, prefix, metadata):
+    state_dict.pop(prefix + HEAD, None)
+
+
+@contextlib.contextmanager
+def saving_as_tinygpt(model):
+    """While `model.save_pretrained` runs:
+
+    - when the classes are registered for the Auto API (importing hf_tinygpt does it), `config.auto_map` names both
+      model classes, whichever one is saved: a client may build the body from a saved LM's config (vLLM's
+      Transformers backend calls `AutoModel.from_config`);
+    - a tied head is left out of the weights, as transformers leaves it out of plain weights: a quantized one it
+      would write again under its own name, and then fail to load the folder back.
+    """
+    if type(model)._auto_class is not None:
+        module = type(model).__module__.rsplit(".", 1)[-1]  # the file's name, as the copy beside the weights imports
+        classes = {"AutoModel": f"{module}.TinyGPTModel", "AutoModelForCausalLM": f"{module}.TinyGPTForCausalLM"}
+        model.config.auto_map = {**(getattr(model.config, "auto_map", None) or {}), **classes}
+    hook = model._register_state_dict_hook(_without_tied_head) if model.config.tie_word_embeddings else None
+    try:
+        yield
+    finally:
+        if hook is not None:
+            hook.remove()
