@@ -54,8 +54,27 @@ def test_generate_batch_gives_each_prompts_greedy_tokens(variant):
 def test_eager_attention_runs_as_transformers_paged_eager(scheme):
     """An eager model runs as transformers' "paged|eager" under continuous batching, and is eager again after."""
     model = tiny_model(scheme, initializer_range=0.2, attn_implementation="eager")
-    assert batched(model) == one_by_one(model)
-    assert model.config._attn_implementation == "eager"
+    kernels = []
+    hook = model.transformer.h[0].attn.register_forward_pre_hook(
+        lambda *_: kernels.append(model.config._attn_implementation)
+    )
+    tokens = batched(model)
+    hook.remove()
+    assert tokens == one_by_one(model)
+    assert set(kernels) == {"paged|eager"} and model.config._attn_implementation == "eager"
+
+
+@RUNS_HERE
+@pytest.mark.parametrize("scheme", ["alibi", "fox", "learned"])
+def test_a_scheme_that_needs_the_full_mask_is_kept_off_flash_kernels(scheme):
+    """Continuous batching switches a half-precision model to a flash kernel where one is installed (none is here):
+    a scheme that biases or reads the mask is kept off them, whatever settings it was given; the others are not."""
+    model = tiny_model(scheme)
+    given = ContinuousBatchingConfig(**SMALL)
+    manager = model.init_continuous_batching(GenerationConfig(**GREEDY), given)
+    needs_mask = POSITION_SCHEME_CLASSES[scheme].needs_full_mask
+    assert manager.continuous_batching_config.auto_switch_to_flash is not needs_mask
+    assert manager.continuous_batching_config.num_blocks == 16 and given.auto_switch_to_flash
 
 
 @RUNS_HERE

@@ -5,7 +5,6 @@ are, on the Hub too."""
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 
@@ -59,16 +58,12 @@ def test_its_code_is_the_model_code_of_this_package():
 
 
 @pytest.mark.slow  # a fresh interpreter
-@pytest.mark.parametrize("copy", ["cp -r", "shutil.copytree"])
-def test_copied_as_it_is_it_loads_where_hf_tinygpt_is_not_installed(tmp_path, copy):
-    """The folder copied (a plain `cp -r`, or as `hf upload` reads it) and loaded in an interpreter where hf_tinygpt
-    cannot be imported, with `trust_remote_code=True`: its own code gives the Auto classes' and pipeline's greedy
-    tokens, the installed package's."""
+def test_copied_as_it_is_it_loads_where_hf_tinygpt_is_not_installed(tmp_path):
+    """The folder copied with a plain `cp -r` and loaded in an interpreter where hf_tinygpt cannot be imported, with
+    `trust_remote_code=True`: its own code gives the Auto classes' and pipeline's greedy tokens, the installed
+    package's."""
     copied = tmp_path / "tinygpt-shakespeare"
-    if copy == "cp -r":
-        subprocess.run(["cp", "-r", str(DEFAULT_MODEL_DIR), str(copied)], check=True)
-    else:
-        shutil.copytree(DEFAULT_MODEL_DIR, copied)
+    subprocess.run(["cp", "-r", str(DEFAULT_MODEL_DIR), str(copied)], check=True)
     run = subprocess.run(
         [sys.executable, "-c", REMOTE_CODE_SCRIPT, "ROMEO:", str(copied)], capture_output=True, text=True, cwd=tmp_path
     )

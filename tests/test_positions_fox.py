@@ -115,8 +115,8 @@ def test_with_rope_it_equals_x_transformers_rotary_and_data_dependent_alibi():
 
 @pytest.mark.parametrize("cache", [DynamicCache, StaticCache])
 def test_with_rope_it_decodes_and_pads_as_one_forward(cache):
-    """The generic checks, for the option: chunks through either cache equal one forward, and a left-padded batch
-    gives each prompt's tokens alone (positions counted from each row's first real token)."""
+    """The generic checks, for the option: chunks through either cache equal one forward (the positions the cache
+    counts are the rotations'), and a left-padded batch gives each prompt's tokens alone."""
     model = tiny_model("fox", fox_rope_theta=100.0, initializer_range=0.2)
     ids = torch.randint(0, VOCAB, (2, 20))
     with torch.no_grad():

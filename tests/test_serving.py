@@ -150,3 +150,13 @@ def test_the_readme_serve_blocks_answer_generates_text(tmp_path):
         out = shipped.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False)
         expected.append(tokenizer.decode(out[0, ids.shape[1] :]))
     assert run.stdout == "".join(f"{text}\n" for text in expected)
+
+
+def test_its_options_are_transformers_serves(tmp_path, capsys, monkeypatch):
+    from hf_tinygpt.cli.commands import main
+
+    monkeypatch.setenv("COLUMNS", "200")  # the help's table cuts its names to the terminal's width
+    text_model("rope").save_pretrained(tmp_path)
+    assert main(["serve", str(tmp_path), "--help"]) == 0
+    shown = capsys.readouterr().out
+    assert "--continuous-batching" in shown and "--cb-num-blocks" in shown and "hf-tinygpt serve" in shown

@@ -275,7 +275,9 @@ def add_explore_arguments(parser: argparse.ArgumentParser):
 
 def add_serve_arguments(parser: argparse.ArgumentParser):
     parser.add_argument(
-        "model", type=input_path, help="a tinygpt (or any transformers) model folder or Hub id to serve"
+        "model",
+        type=input_path,
+        help="a tinygpt model folder or Hub id to serve (or one of transformers' own architectures)",
     )
     parser.add_argument(
         "serve_options",

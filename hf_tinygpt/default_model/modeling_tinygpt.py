@@ -15,13 +15,14 @@ This file is the model only; its siblings, copied with it next to saved weights,
 weights, tensor parallelism, transformers versions (`compat`).
 """
 
+import dataclasses
 import math
 from collections.abc import Callable
 
 import torch
 import transformers
 from torch import nn
-from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
+from transformers import ContinuousBatchingConfig, GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
@@ -283,10 +284,11 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         settle_quantized_weights(loaded[0] if isinstance(loaded, tuple) else loaded)
         return loaded
 
-    def init_continuous_batching(self, *args, **kwargs):
+    def init_continuous_batching(self, generation_config=None, continuous_batching_config=None, workload_hints=None):
         """transformers' continuous batching (`generate_batch`, `generate(cache_implementation="paged")`, its server),
         refused at the start before transformers 5.24, and for a scheme whose attention rewrites the keys its cache
-        holds: the paged cache hands attention a copy of them."""
+        holds: the paged cache hands attention a copy of them. A scheme that needs the full mask is kept off the
+        flash kernels continuous batching would switch a half-precision model to: they take no mask."""
         if not MODELS_UPDATE_THE_PAGED_CACHE:
             raise ValueError(
                 f"continuous batching of a TinyGPT needs transformers >= 5.24, where a model updates the paged cache "
@@ -298,7 +300,11 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
                 "as tokens arrive, and continuous batching's paged cache hands attention a copy of them: generate "
                 "with generate() and a DynamicCache or StaticCache instead"
             )
-        return super().init_continuous_batching(*args, **kwargs)
+        if self.transformer.positions.needs_full_mask:
+            given = continuous_batching_config or getattr(generation_config, "continuous_batching_config", None)
+            settings = given if isinstance(given, ContinuousBatchingConfig) else ContinuousBatchingConfig()
+            continuous_batching_config = dataclasses.replace(settings, auto_switch_to_flash=False)
+        return super().init_continuous_batching(generation_config, continuous_batching_config, workload_hints)
 
     @renamed_cache_argument
     @can_return_tuple

@@ -229,7 +229,13 @@ class AttentionBias(PositionScheme):
         `query_positions` (B, q), against the keys at slots 0 .. key_length − 1."""
         key_slots = torch.arange(key_length, device=query_slots.device)
         distance = (query_slots[..., None] - key_slots).clamp(min=0).float()
-        return self.bias_of_distance(distance, query_positions).float()
+        bias = self.bias_of_distance(distance, query_positions)
+        if bias.dim() != 4:
+            raise ValueError(
+                f"{type(self).__name__}.bias_of_distance returned shape {tuple(bias.shape)}: it takes distances "
+                "(B, 1, q, k) and returns (B, n_head, q, k)"
+            )
+        return bias.float()
 
     def bias(self, query_length: int, key_length: int, past_length: int, position_ids=None, device=None):
         """(1 or B, n_head, query_length, key_length) float32: queries sit at slots past_length, past_length+1, ...

@@ -7,6 +7,8 @@ transformers' with that one step done through the class this package registers; 
 generation, the paged cache) is transformers' own.
 """
 
+import sys
+
 import typer
 
 from ..folders.reading import read_config_dict
@@ -70,6 +72,8 @@ def serve(model: str, options: list[str]) -> int:
     )
     try:
         app(args=[model, *options], prog_name="hf-tinygpt serve")
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 1
+    except SystemExit as stop:  # how typer ends: None or 0 when it served, an exit code or a message when not
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
     return 0

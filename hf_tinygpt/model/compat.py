@@ -6,6 +6,7 @@ exists (as on its in-tree models), and outputs fill `CACHE_FIELD`, whichever fie
 Before 5.24, `generate` passes the old name, so it is plainly accepted. Part of the model bundle.
 """
 
+import transformers
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils.deprecation import deprecate_kwarg
 
@@ -14,7 +15,7 @@ CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__
 
 # From 5.24 a model updates continuous batching's paged cache itself (`cache.update(..., kwargs=kwargs)`, as
 # LlamaAttention does); before, transformers' paged kernels did, which the schemes' own attentions never call.
-MODELS_UPDATE_THE_PAGED_CACHE = CACHE_FIELD == "cache"
+MODELS_UPDATE_THE_PAGED_CACHE = tuple(int(part) for part in transformers.__version__.split(".")[:2]) >= (5, 24)
 
 
 def renamed_cache_argument(forward):
