@@ -1,5 +1,6 @@
 """transformers' continuous batching (`generate_batch`, the paged cache behind `transformers serve`): every scheme's
-greedy tokens equal `generate`'s, prompt by prompt, or it is refused at the start by name."""
+greedy tokens equal `generate`'s, prompt by prompt, and their log-probabilities within 1e-5, or it is refused at the
+start by name."""
 
 import pytest
 import torch
@@ -18,16 +19,32 @@ GREEDY = dict(max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id
 SMALL = dict(num_blocks=16, page_size=32, max_batch_tokens=64)
 
 
-def batched(model, prompts=PROMPTS) -> list[list[int]]:
-    """Each prompt's new tokens from one `generate_batch` call, in the prompts' order."""
-    config = GenerationConfig(**GREEDY)
-    outputs = model.generate_batch(prompts, config, ContinuousBatchingConfig(**SMALL), warmup=False)
-    return [outputs[f"req_{i}"].generated_tokens for i in range(len(prompts))]
+def batched(model, prompts=PROMPTS) -> list[tuple[list[int], torch.Tensor]]:
+    """Each prompt's new tokens and their log-probabilities, from one `generate_batch` call, in the prompts' order."""
+    settings = ContinuousBatchingConfig(**SMALL, return_logprobs=True)
+    outputs = model.generate_batch(prompts, GenerationConfig(**GREEDY), settings, warmup=False)
+    answers = [outputs[f"req_{i}"] for i in range(len(prompts))]
+    return [(answer.generated_tokens, torch.tensor(answer.logprobs)) for answer in answers]
 
 
-def one_by_one(model, prompts=PROMPTS) -> list[list[int]]:
-    alone = [torch.tensor([p]) for p in prompts]  # all real tokens: none is taken for padding
-    return [model.generate(p, attention_mask=torch.ones_like(p), **GREEDY)[0, p.shape[1] :].tolist() for p in alone]
+def one_by_one(model, prompts=PROMPTS) -> list[tuple[list[int], torch.Tensor]]:
+    """The same from `generate`, each prompt alone (all its tokens real: none is taken for padding)."""
+    answers = []
+    for prompt in map(torch.tensor, prompts):
+        ids = prompt[None]
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), output_scores=True, return_dict_in_generate=True, **GREEDY
+        )
+        tokens = out.sequences[0, ids.shape[1] :]
+        logprobs = torch.stack([scores[0].log_softmax(-1)[t] for scores, t in zip(out.scores, tokens, strict=True)])
+        answers.append((tokens.tolist(), logprobs))
+    return answers
+
+
+def assert_the_same(got, expected):
+    for (tokens, logprobs), (expected_tokens, expected_logprobs) in zip(got, expected, strict=True):
+        assert tokens == expected_tokens
+        assert (logprobs - expected_logprobs).abs().max() <= 1e-5
 
 
 # Each kind of scheme in the fast tier (rows, rotations, a bias, a scheme with its own attention); all in the slow one.
@@ -46,7 +63,7 @@ def test_generate_batch_gives_each_prompts_greedy_tokens(variant):
     batching passes, and each query's keys from the mask it builds (the bias schemes count distances from there)."""
     scheme, fields = SCHEME_VARIANTS[variant]
     model = tiny_model(scheme, initializer_range=0.2, **fields)
-    assert batched(model) == one_by_one(model)
+    assert_the_same(batched(model), one_by_one(model))
 
 
 @RUNS_HERE
@@ -58,9 +75,9 @@ def test_eager_attention_runs_as_transformers_paged_eager(scheme):
     hook = model.transformer.h[0].attn.register_forward_pre_hook(
         lambda *_: kernels.append(model.config._attn_implementation)
     )
-    tokens = batched(model)
+    answers = batched(model)
     hook.remove()
-    assert tokens == one_by_one(model)
+    assert_the_same(answers, one_by_one(model))
     assert set(kernels) == {"paged|eager"} and model.config._attn_implementation == "eager"
 
 
@@ -83,7 +100,7 @@ def test_generate_with_the_paged_cache_is_continuous_batching():
     model = tiny_model("rope", initializer_range=0.2)
     prompts = [PROMPTS[0], PROMPTS[3][:7]]  # one length: generate takes a tensor
     routed = model.generate(torch.tensor(prompts), cache_implementation="paged", **GREEDY)
-    assert [row[7:] for row in routed[0].tolist()] == one_by_one(model, prompts)
+    assert [row[7:] for row in routed[0].tolist()] == [tokens for tokens, _ in one_by_one(model, prompts)]
 
 
 @RUNS_HERE
