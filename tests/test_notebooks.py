@@ -1,0 +1,45 @@
+"""The learner's notebooks (scripts/notebooks): committed with the outputs of their own code, and that code runs
+top to bottom with a real kernel."""
+
+import pytest
+from conftest import REPOSITORY
+
+nbformat = pytest.importorskip("nbformat", reason="the [dev] extra's nbformat")
+from scripts.notebooks.execute import code_digest, execute  # noqa: E402
+
+NOTEBOOKS = sorted((REPOSITORY / "scripts" / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert [path.name for path in NOTEBOOKS] == ["where_a_token_stands.ipynb"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_each_committed_notebook_holds_the_outputs_of_its_own_code(path):
+    """Its code is what was executed (a cell edited without running the notebook again fails here: `python -m
+    scripts.notebooks.execute`), every code cell ran, in order, and none failed."""
+    notebook = nbformat.read(path, as_version=4)
+    assert notebook.metadata["hf_tinygpt"]["executed_code"] == code_digest(notebook), "run the notebook again"
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in cells] == list(range(1, len(cells) + 1))
+    assert not [output for cell in cells for output in cell.outputs if output.output_type == "error"]
+    assert any(output.output_type == "display_data" for cell in cells for output in cell.outputs)  # its pictures
+
+
+@pytest.mark.slow  # a kernel
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_each_notebook_runs_top_to_bottom(path, tmp_path):
+    """With a real kernel, as `python -m scripts.notebooks.execute` runs it; the pictures it shows are those committed
+    (one per display, in the same cells)."""
+    execute(path, tmp_path / path.name)
+    ran, committed = (nbformat.read(p, as_version=4) for p in (tmp_path / path.name, path))
+
+    def pictures(notebook):
+        return [
+            sum(output.output_type == "display_data" for output in cell.outputs)
+            for cell in notebook.cells
+            if cell.cell_type == "code"
+        ]
+
+    assert pictures(ran) == pictures(committed)
+    assert not [o for cell in ran.cells if cell.cell_type == "code" for o in cell.outputs if o.output_type == "error"]
