@@ -15,6 +15,7 @@ from .positions_interface import (
     own_slots,
     softmax_attention,
 )
+from .positions_rope import rope_frequencies, rotation_angles
 
 
 class ForgetGate(PositionScheme):
@@ -84,14 +85,12 @@ class ForgetGate(PositionScheme):
     def fixed_buffers(self):
         if self.rope_theta is None:
             return {}
-        pairs = torch.arange(0, self.rotary_dim, 2, dtype=torch.float) / self.rotary_dim
-        return {"inv_freq": 1.0 / self.rope_theta**pairs}
+        return {"inv_freq": rope_frequencies(self.rope_theta, self.rotary_dim)}
 
     def rotary_cos_sin(self, hidden_states, position_ids):
         if self.rope_theta is None:
             return None
-        freqs = position_ids[..., None].float() * self.inv_freq  # (B, T, R / 2)
-        angles = torch.cat((freqs, freqs), dim=-1)  # rotate_half pairs feature i with feature i + R / 2
+        angles = rotation_angles(position_ids, self.inv_freq)  # (B, T, R)
         return angles.cos().to(hidden_states.dtype), angles.sin().to(hidden_states.dtype)
 
     def log_gate(self, gate_input: torch.Tensor) -> torch.Tensor:

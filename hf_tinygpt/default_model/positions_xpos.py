@@ -7,6 +7,7 @@ import torch
 
 from .checks import is_positive_number, require
 from .positions_interface import PositionScheme
+from .positions_rope import rope_frequencies, rotation_angles
 
 
 class XposPositions(PositionScheme):
@@ -45,7 +46,7 @@ class XposPositions(PositionScheme):
 
     def fixed_buffers(self):
         pairs = torch.arange(0, self.dim, 2, dtype=torch.float) / self.dim
-        return {"inv_freq": 1.0 / self.base**pairs, "zeta": (pairs + 0.4) / 1.4}
+        return {"inv_freq": rope_frequencies(self.base, self.dim), "zeta": (pairs + 0.4) / 1.4}
 
     def last_position(self, dtype: torch.dtype) -> int:
         """The last position whose key scale ζ_0^(-p/γ) stays 2^8 below `dtype`'s largest value (room for the key)."""
@@ -62,7 +63,7 @@ class XposPositions(PositionScheme):
                     "decay) when training"
                 )
         positions = position_ids[..., None].float()
-        angles = torch.cat((positions * self.inv_freq,) * 2, dim=-1)  # (B, T, head_dim), rotate_half's pairing
+        angles = rotation_angles(position_ids, self.inv_freq)  # (B, T, head_dim)
         scale = torch.cat((self.zeta ** (positions / self.scale_base),) * 2, dim=-1)
         cos, sin = angles.cos(), angles.sin()
         return tuple(t.to(hidden_states.dtype) for t in (cos * scale, sin * scale, cos / scale, sin / scale))

@@ -14,6 +14,17 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def rope_frequencies(theta: float, dim: int) -> torch.Tensor:
+    """RoPE's default θ_i = theta^(-2i/dim), one for each of the dim / 2 pairs that turn."""
+    return 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)
+
+
+def rotation_angles(position_ids: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """(B, T, 2 × pairs) float32: p·θ_i of each pair, written twice, as rotate_half pairs feature i with i + R / 2."""
+    freqs = position_ids[..., None].float() * inv_freq
+    return torch.cat((freqs, freqs), dim=-1)
+
+
 def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, key_cos=None, key_sin=None):
     """Rotate the first `cos.shape[-1]` dims of each head of q and k (B, H, T, head_dim); the rest pass through.
     Keys take `key_cos`/`key_sin` where given (xPos scales queries and keys oppositely), else `cos`/`sin`."""
@@ -127,9 +138,7 @@ class RotaryPositions(PositionScheme):
         """(θ_i for each rotated pair, attention scaling). Default: θ_i = theta^(-2i/rotary_dim)."""
         if self.rope_type != "default":
             return ROPE_INIT_FUNCTIONS[self.rope_type](self.config)
-        dim = self.rotary_dim
-        theta = self.config.rope_parameters["rope_theta"]
-        return 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim), 1.0
+        return rope_frequencies(self.config.rope_parameters["rope_theta"], self.rotary_dim), 1.0
 
     def fixed_buffers(self):
         inv_freq, self.attention_scaling = self.frequencies()
@@ -138,8 +147,7 @@ class RotaryPositions(PositionScheme):
     @torch.no_grad()
     @dynamic_rope_update
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
-        freqs = position_ids[..., None].float() * self.inv_freq.to(x.device)  # (B, T, rotary_dim / 2)
-        angles = torch.cat((freqs, freqs), dim=-1)  # rotate_half pairs dim i with dim i + rotary_dim / 2
+        angles = rotation_angles(position_ids, self.inv_freq.to(x.device))
         return (angles.cos() * self.attention_scaling).to(x.dtype), (angles.sin() * self.attention_scaling).to(x.dtype)
 
     def rotary_cos_sin(self, hidden_states, position_ids):
