@@ -11,6 +11,7 @@ import hashlib
 import os
 import platform
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -53,8 +54,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="write the executed copies to a temporary folder")
     args = parser.parse_args(argv)
-    import tempfile
-
     with tempfile.TemporaryDirectory() as scratch:
         for path in sorted(NOTEBOOKS.glob("*.ipynb")):
             out = Path(scratch) / path.name if args.check else path
