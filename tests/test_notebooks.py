@@ -11,7 +11,25 @@ NOTEBOOKS = sorted((REPOSITORY / "scripts" / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
-    assert [path.name for path in NOTEBOOKS] == ["where_a_token_stands.ipynb"]
+    assert [path.name for path in NOTEBOOKS] == ["three_schemes_past_their_length.ipynb", "where_a_token_stands.ipynb"]
+
+
+def test_the_explorers_page_names_each_notebook_by_its_title(tmp_path):
+    """The explorer's header points a learner to the notebooks: each by its file and its own first heading."""
+    pytest.importorskip("gradio", reason="the [explore] extra")
+    from conftest import text_model
+
+    from hf_tinygpt.explore.app import NOTEBOOKS as NAMED
+    from hf_tinygpt.explore.app import build_app
+
+    assert sorted(NAMED) == [path.name for path in NOTEBOOKS]
+    for path in NOTEBOOKS:
+        first = nbformat.read(path, as_version=4).cells[0]
+        assert first.cell_type == "markdown" and first.source.splitlines()[0] == f"# {NAMED[path.name]}"
+    demo = build_app([("tiny", text_model("rope", seed=0))])
+    header = next(block.value for block in demo.blocks.values() if type(block).__name__ == "Markdown")
+    for name, title in NAMED.items():
+        assert f"*{title}* (`{name}`)" in header
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)

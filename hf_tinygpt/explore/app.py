@@ -64,6 +64,13 @@ except ImportError as error:
 
 logger = logging.getLogger(__name__)
 
+# The learner's notebooks (scripts/notebooks of the hf_tinygpt repository, by file name and title): the story these
+# tabs draw, told step by step with the same functions.
+NOTEBOOKS = {
+    "where_a_token_stands.ipynb": "Where a token stands",
+    "three_schemes_past_their_length.ipynb": "Train three schemes and watch them past their length",
+}
+
 
 def answered_in_one_sentence(function):
     """`function` as an endpoint: a ValueError is shown as its message, any other failure as one sentence that
@@ -250,6 +257,10 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         gr.Markdown(
             "# How these GPTs put tokens in order\n"
             + ", ".join(f"**{label}** ({model.config.position_embedding_type})" for label, model in models)
+            + "\n\nNew to position schemes? Two notebooks in `scripts/notebooks` of the hf_tinygpt repository tell "
+            + "what these tabs draw, step by step: "
+            + " and ".join(f"*{title}* (`{name}`)" for name, title in NOTEBOOKS.items())
+            + "."
         )
         prompt = gr.Textbox(
             DEFAULT_PROMPT, label="prompt (repeat a word to see its two positions)", max_length=MAX_PROMPT_CHARACTERS

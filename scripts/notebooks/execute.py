@@ -1,6 +1,7 @@
 """Run the learner's notebooks top to bottom with a real kernel and keep their outputs, as the web shows them:
 
     python -m scripts.notebooks.execute                       # every notebook of scripts/notebooks, in place
+    python -m scripts.notebooks.execute NAME.ipynb            # that one only
     python -m scripts.notebooks.execute --check               # run them into a temporary folder, fail on an error
 
 Each executed notebook records the SHA-256 of the code it ran (`metadata.hf_tinygpt.executed_code`) and the machine
@@ -41,8 +42,13 @@ def machine() -> str:
 def execute(path: Path, out: Path) -> None:
     """Run the notebook at `path` (from its own folder) and write it, with its outputs, to `out`."""
     notebook = nbformat.read(path, as_version=4)
+    # Streams kept as a reader sees them: a progress bar's carriage returns leave its last state, not every redraw.
     NotebookClient(
-        notebook, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        notebook,
+        timeout=TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        coalesce_streams=True,
     ).execute()
     notebook.metadata["hf_tinygpt"] = {"executed_code": code_digest(notebook), "executed_on": machine()}
     staging = out.with_name(f".{out.name}.partial")
@@ -52,10 +58,15 @@ def execute(path: Path, out: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", metavar="NAME", help="notebooks of scripts/notebooks (default: all)")
     parser.add_argument("--check", action="store_true", help="write the executed copies to a temporary folder")
     args = parser.parse_args(argv)
+    every = sorted(NOTEBOOKS.glob("*.ipynb"))
+    unknown = sorted(set(args.names) - {path.name for path in every})
+    if unknown:
+        parser.error(f"no notebook {', '.join(unknown)} in {NOTEBOOKS}; there are {', '.join(p.name for p in every)}")
     with tempfile.TemporaryDirectory() as scratch:
-        for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        for path in [p for p in every if p.name in args.names] if args.names else every:
             out = Path(scratch) / path.name if args.check else path
             execute(path, out)
             print(f"executed {path.name}")
