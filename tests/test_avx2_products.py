@@ -18,7 +18,7 @@ from hf_tinygpt.generate.avx2_products import (
     Bf16ProductsLinear,
     avx2_products_available,
 )
-from hf_tinygpt.model.int8 import Int8Linear
+from hf_tinygpt.generate.int8 import Int8Linear, use_int8_kernels
 
 if not avx2_products_available():
     pytest.skip("avx2_products: this CPU lacks AVX2 and FMA, or the op could not be built", allow_module_level=True)
@@ -161,6 +161,7 @@ def test_a_compiled_int8_step_multiplies_with_the_op_where_it_is_wanted(monkeypa
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     tiny_model("rope", n_embd=64).save_pretrained(tmp_path)
     int8 = TinyGPTForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, quantization_config=int8_weight_only())
+    use_int8_kernels(int8)  # as `generate --int8` loads it: the eager model multiplies in int8 too
     linears = [module for module in int8.modules() if isinstance(module, nn.Linear)]
     decoder = CompiledDecoder(int8.eval(), max_length=16, autotune=False)
     assert decoder.avx2_products and all(type(module) is Int8Linear for module in linears)  # the model's own

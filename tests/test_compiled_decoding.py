@@ -151,14 +151,17 @@ def test_int8_decoders_of_two_models_of_one_shape_each_decode_with_their_own_wei
     template packs the weights into the step: through that cache the second model's decoder multiplied the first
     model's int8 weights (the decoders compile without it)."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    from hf_tinygpt.generate.int8 import use_int8_kernels
     from hf_tinygpt.generate.text import int8_weight_only
 
     prompt = torch.tensor([[1, 17, 42, 5]])
     for seed in (1, 2):
         tiny_model("rope", seed=seed, n_embd=64).save_pretrained(tmp_path / str(seed))
-        model = TinyGPTForCausalLM.from_pretrained(
-            tmp_path / str(seed), dtype=torch.bfloat16, quantization_config=int8_weight_only()
-        ).eval()
+        model = use_int8_kernels(
+            TinyGPTForCausalLM.from_pretrained(
+                tmp_path / str(seed), dtype=torch.bfloat16, quantization_config=int8_weight_only()
+            ).eval()
+        )
         decoder = CompiledDecoder(model, max_length=24)  # autotuned: the int8 template packs the weights
         compiled = decoder.generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
         with torch.no_grad():
@@ -181,7 +184,7 @@ def test_an_int8_step_multiplies_with_inductors_int8_template_alone_at_any_batch
         CompiledDecoder(bf16, batch_size=8, max_length=16).inductor_settings["max_autotune_gemm_backends"] == "CPP,ATEN"
     )
     int8 = TinyGPTForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, quantization_config=int8_weight_only())
-    decoder = CompiledDecoder(int8.eval(), batch_size=8, max_length=16)
+    decoder = CompiledDecoder(int8.eval(), batch_size=8, max_length=16)  # it multiplies its own copy in int8
     assert decoder.inductor_settings["max_autotune_gemm_backends"] == "CPP"
 
     def aten_int8_calls(new_tokens):  # the prompt's eager forward calls ATen's int8 kernel too
@@ -198,14 +201,15 @@ def test_an_int8_step_above_four_rows_multiplies_with_bf16_dot_products_once_per
     `int8_dot_products` instead (where the CPU has AVX-512 BF16), once per weight and step, in its private copy of
     the model, and decodes as the eager model does."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    from hf_tinygpt.generate.int8 import Int8Linear, use_int8_kernels
     from hf_tinygpt.generate.int8_dot_products import int8_dot_products_available
     from hf_tinygpt.generate.text import int8_weight_only
-    from hf_tinygpt.model.int8 import Int8Linear
 
     if not int8_dot_products_available():
         pytest.skip("int8_dot_products: this CPU lacks AVX-512 BF16, or the op could not be built")
     tiny_model("rope", n_embd=64).save_pretrained(tmp_path)
     int8 = TinyGPTForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, quantization_config=int8_weight_only())
+    use_int8_kernels(int8)  # as `generate --int8` loads it: the eager model multiplies in int8 too
     linears = [module for module in int8.modules() if isinstance(module, torch.nn.Linear)]
     assert not CompiledDecoder(int8.eval(), batch_size=4, max_length=16, autotune=False).int8_dot_products
     decoder = CompiledDecoder(int8, batch_size=8, max_length=16, autotune=False)

@@ -18,8 +18,16 @@ from transformers import AutoModelForCausalLM, pipeline
 import hf_tinygpt
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.cli.commands import main
+from hf_tinygpt.generate.int8 import (
+    INT8_KERNEL_MAX_ROWS,
+    INT8_KERNEL_ROWS_PER_CALL,
+    Int8Embedding,
+    Int8Linear,
+    int8_rows,
+    use_int8_kernels,
+)
 from hf_tinygpt.generate.text import int8_weight_only, load_for_generation
-from hf_tinygpt.model.int8 import INT8_KERNEL_MAX_ROWS, INT8_KERNEL_ROWS_PER_CALL, Int8Embedding, Int8Linear, int8_rows
+from hf_tinygpt.model import BUNDLE
 
 torchao = pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
 from torchao.quantization import Int8WeightOnlyConfig, quantize_  # noqa: E402
@@ -28,9 +36,12 @@ IDS = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(1
 
 
 def load_int8(folder, **kwargs):
-    return TinyGPTForCausalLM.from_pretrained(
-        folder, dtype=torch.bfloat16, quantization_config=int8_weight_only(), **kwargs
-    ).eval()
+    """As `hf-tinygpt generate --int8` loads a model: quantized by `from_pretrained`, multiplied in int8."""
+    return use_int8_kernels(
+        TinyGPTForCausalLM.from_pretrained(
+            folder, dtype=torch.bfloat16, quantization_config=int8_weight_only(), **kwargs
+        ).eval()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +116,28 @@ def test_an_int8_weight_the_kernel_cannot_take_falls_back_to_torchaos_product():
     assert torch.equal(linear(x), nn.Linear.forward(linear, x))
 
 
+def test_from_pretrained_quantizes_and_the_decoding_code_chooses_the_kernels(folder):
+    """The model bundle holds no decoding speed: `from_pretrained` quantizes every projection and the tied table once
+    and leaves torch's modules; `use_int8_kernels` (what `generate --int8` and `CompiledDecoder` apply) switches
+    them to int8 products, within bf16 rounding of torchao's own."""
+    assert "int8.py" not in BUNDLE
+    model = TinyGPTForCausalLM.from_pretrained(
+        folder, dtype=torch.bfloat16, quantization_config=int8_weight_only()
+    ).eval()
+    projections = [module for module in model.modules() if isinstance(module, nn.Linear)]
+    assert len(projections) == 2 * 4 + 1 and all(int8_rows(module.weight) for module in projections)
+    assert all(type(module) is nn.Linear for module in projections) and type(model.transformer.wte) is nn.Embedding
+    assert model.lm_head.weight is model.transformer.wte.weight
+    with torch.no_grad():
+        torchaos = model(IDS).logits.float()
+        assert use_int8_kernels(model) is model
+        assert (
+            all(type(module) is Int8Linear for module in projections) and type(model.transformer.wte) is Int8Embedding
+        )
+        ours = model(IDS).logits.float()
+    assert (ours - torchaos).abs().max() <= 2**-6 * torchaos.abs().max()
+
+
 def test_loading_with_int8_quantizes_every_projection_and_the_tied_table_once(folder):
     model = load_int8(folder)
     projections = [module for module in model.modules() if isinstance(module, nn.Linear)]
@@ -136,7 +169,9 @@ def test_an_int8_model_saves_and_loads_back_exactly(folder, tmp_path):
     with safe_open(tmp_path / "int8" / "model.safetensors", "pt") as saved:
         assert not [key for key in saved.keys() if key.startswith("lm_head")]  # the tied table is written once
         assert saved.get_tensor("transformer.wte._weight_qdata").dtype == torch.int8
+    assert not (tmp_path / "int8" / "int8.py").exists()  # the bundle: the model, not its decoding speed
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "int8").eval()  # no quantization_config: it is saved
+    use_int8_kernels(reloaded)
     assert reloaded.lm_head.weight is reloaded.transformer.wte.weight
     assert all(int8_rows(m.weight) for m in reloaded.modules() if isinstance(m, nn.Linear))
     with torch.no_grad():

@@ -18,8 +18,8 @@ from torch import nn
 
 import hf_tinygpt.generate.cpu_ops as cpu_ops
 import hf_tinygpt.generate.int8_dot_products as dot_products
+from hf_tinygpt.generate.int8 import INT8_KERNEL_MAX_ROWS, Int8Linear
 from hf_tinygpt.generate.int8_dot_products import Int8DotProductsLinear, int8_dot_products_available
-from hf_tinygpt.model.int8 import INT8_KERNEL_MAX_ROWS, Int8Linear
 
 if not int8_dot_products_available():
     pytest.skip("int8_dot_products: this CPU lacks AVX-512 BF16, or the op could not be built", allow_module_level=True)

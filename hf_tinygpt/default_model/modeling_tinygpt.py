@@ -11,8 +11,8 @@ GPT-2 checkpoint maps onto it by transposing GPT-2's Conv1D weights into `nn.Lin
 Shapes: B batch, T tokens, C = n_embd, H heads of D = C / H dimensions.
 
 This file is the model only; its siblings, copied with it next to saved weights, hold the rest: the position schemes
-(`positions`, a chapter of their own), the config, the GPT-2 mapping, loading and saving (`pretrained`), int8
-weights, tensor parallelism, transformers versions (`compat`).
+(`positions`, a chapter of their own), the config, the GPT-2 mapping, loading and saving (`pretrained`), tensor
+parallelism, transformers versions (`compat`). Decoding speed (int8 kernels, compiled steps) lives in `generate/`.
 """
 
 import dataclasses
@@ -36,9 +36,8 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .compat import CACHE_FIELD, MODELS_UPDATE_THE_PAGED_CACHE, renamed_cache_argument
 from .configuration_tinygpt import TinyGPTConfig
-from .int8 import settle_quantized_weights
 from .positions import POSITION_SCHEME_CLASSES, PositionScheme, apply_rotary, checked_lookup
-from .pretrained import from_gpt2_checkpoint, read_config, saving_as_tinygpt
+from .pretrained import from_gpt2_checkpoint, quantize_tied_table, read_config, saving_as_tinygpt
 from .tensor_parallel import check_sharded_heads
 
 # ---- Blocks: attention, MLP, pre-LN block ---------------------------------------------------------------------
@@ -281,7 +280,7 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             loaded = from_gpt2_checkpoint(
                 load, pretrained_model_name_or_path, gpt2_config, *model_args, config=config, **kwargs
             )
-        settle_quantized_weights(loaded[0] if isinstance(loaded, tuple) else loaded)
+        quantize_tied_table(loaded[0] if isinstance(loaded, tuple) else loaded)
         return loaded
 
     def init_continuous_batching(self, generation_config=None, continuous_batching_config=None, workload_hints=None):

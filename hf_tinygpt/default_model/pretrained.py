@@ -6,7 +6,9 @@ Part of the model bundle saved beside the weights: it imports transformers and i
 
 import contextlib
 import copy
+import importlib
 
+from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedConfig
 
 from .compat import resolve_revision
@@ -88,3 +90,17 @@ def saving_as_tinygpt(model):
     finally:
         if hook is not None:
             hook.remove()
+
+
+def quantize_tied_table(model):
+    """After `from_pretrained` with torchao's `TorchAoConfig(..., include_input_output_embeddings=True)`: the tied
+    token table quantized once, for the lookup and the head alike, as the config asks (transformers leaves a tied
+    table as it is), so that `save_pretrained` writes it once. Nothing happens without such a config."""
+    settings = getattr(getattr(model, "hf_quantizer", None), "quantization_config", None)
+    if not getattr(settings, "include_input_output_embeddings", False):  # not torchao's, or not the embeddings
+        return
+    head, table = model.get_output_embeddings(), model.get_input_embeddings()
+    if model.config.tie_word_embeddings and head is not None and type(head.weight) is nn.Parameter:  # not yet
+        # Imported by name only here: a saved folder's copy of this file must load where torchao is not installed.
+        importlib.import_module("torchao.quantization").quantize_(head, settings.get_apply_tensor_subclass())
+        table.weight = head.weight

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.int8 import Int8Linear
 from .cpu_ops import built
+from .int8 import Int8Linear
 
 SOURCE = Path(__file__).with_suffix(".cpp")
 MAX_ROWS = 4  # the kernels'; more int8 rows go where Int8Linear sends them

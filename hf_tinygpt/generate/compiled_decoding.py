@@ -44,10 +44,10 @@ import torch
 from transformers import CompileConfig, StaticCache
 
 from ..model.compat import CACHE_FIELD
-from ..model.int8 import INT8_KERNEL_ROWS_PER_CALL, Int8Linear
 from ..model.positions import positions_reach
 from .avx2_products import MAX_ROWS as AVX2_MAX_ROWS
 from .avx2_products import use_avx2_products
+from .int8 import INT8_KERNEL_ROWS_PER_CALL, Int8Linear, use_int8_kernels
 from .int8_dot_products import use_int8_dot_products
 
 # The last two keep autotuning from printing every candidate kernel's timing to stderr; older torch lacks them.
@@ -142,7 +142,7 @@ def weights_fingerprint(model) -> tuple:
 
 def int8_products_only(model) -> bool:
     """Whether every linear layer of `model` multiplies int8 weights in int8 (`Int8Linear`), as TinyGPT's do when
-    loaded with `int8_weight_only()`."""
+    loaded with `int8_weight_only()` and given `use_int8_kernels`."""
     linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
     return bool(linears) and all(isinstance(module, Int8Linear) for module in linears)
 
@@ -184,7 +184,7 @@ class CompiledDecoder:
                 f"max_length={self.max_length} exceeds n_positions={reach}, the "
                 "last position this model's positions reach."
             )
-        self.model = private_copy(model).eval()
+        self.model = use_int8_kernels(private_copy(model).eval())  # int8 weights multiplied in int8, if any
         self.model.set_attn_implementation("eager")
         # Above 4 rows, int8 products go to AVX-512 BF16 dot products where the CPU has them (int8_dot_products.py).
         self.int8_dot_products = batch_size > INT8_KERNEL_ROWS_PER_CALL and use_int8_dot_products(self.model)
@@ -200,7 +200,7 @@ class CompiledDecoder:
         self.compile_config._compile_all_devices = True
         self._one_at_a_time = threading.Lock()
         self.weights = weights_fingerprint(model)
-        template_only = batch_size == 1 or int8_products_only(model)
+        template_only = batch_size == 1 or int8_products_only(self.model)
         autotuning = GEMV_AUTOTUNE_SETTINGS if template_only else AUTOTUNE_SETTINGS
         settings = INDUCTOR_SETTINGS | (autotuning if autotune else {})
         self.inductor_settings = settings  # what the step was compiled under

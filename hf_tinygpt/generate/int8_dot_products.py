@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from ..model.int8 import INT8_KERNEL_ROWS_PER_CALL, Int8Linear
 from .cpu_ops import built
+from .int8 import INT8_KERNEL_ROWS_PER_CALL, Int8Linear
 
 SOURCE = Path(__file__).with_suffix(".cpp")
 

@@ -12,6 +12,7 @@ from ..folders.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer, load_tokenizer
 from ..folders.errors import needs_extra
 from ..folders.reading import check_finite, has_tokenizer, load_strictly, read_config_dict, reading_checkpoint
 from ..model.positions import positions_reach
+from .int8 import use_int8_kernels
 
 
 def int8_weight_only():
@@ -28,7 +29,7 @@ def int8_weight_only():
 def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_kwargs):
     """(model, tokenizer) for a tinygpt or GPT-2 folder or Hub id; None means the shipped default model. A model
     without tokenizer files (the default one) gets the bundled GPT-2 tokenizer. `int8`: quantized as it loads
-    (`int8_weight_only`), with bfloat16 activations."""
+    (`int8_weight_only`), with bfloat16 activations, multiplied in int8 on a CPU (`use_int8_kernels`)."""
     source = str(model or DEFAULT_MODEL_DIR)
     model_type = read_config_dict(source, **hub_kwargs).get("model_type")
     if model_type not in CONFIG_MAPPING:  # tinygpt is registered there when hf_tinygpt is imported
@@ -39,6 +40,8 @@ def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_k
     quantized = {"dtype": torch.bfloat16, "quantization_config": int8_weight_only()} if int8 else {}
     with reading_checkpoint(source):
         loaded = load_strictly(source, AutoModelForCausalLM, **quantized, **hub_kwargs).eval()
+    if int8:
+        use_int8_kernels(loaded)
     tokenizer = None
     if has_tokenizer(source, **hub_kwargs):
         tokenizer = load_tokenizer(source, vocab_size=loaded.config.vocab_size, **hub_kwargs)

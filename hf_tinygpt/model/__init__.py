@@ -12,7 +12,6 @@ BUNDLE = (
     "modeling_tinygpt.py",
     "compat.py",
     "gpt2_layout.py",
-    "int8.py",
     "pretrained.py",
     "tensor_parallel.py",
     *sorted(path.name for path in Path(__file__).parent.glob("positions*.py")),

@@ -34,6 +34,7 @@ from hf_tinygpt.generate.compiled_decoding import (
     INDUCTOR_SETTINGS,
     CompiledDecoder,
 )
+from hf_tinygpt.generate.int8 import use_int8_kernels
 from hf_tinygpt.generate.text import int8_weight_only
 from scripts.bench.llama_cpp_timer import LlamaCppTimer
 from scripts.bench.measure import (
@@ -219,9 +220,12 @@ def load_peers(folder: str, dtype: str, autotune: bool = True) -> tuple[ModelPee
     options = load_options(dtype)
     loads = [("hf", GPT2LMHeadModel, options), ("tinygpt", TinyGPTForCausalLM, options)]
     loads += [(INT8_PEER, TinyGPTForCausalLM, load_options("bfloat16"))] if dtype == "int8" else []
-    return tuple(
-        model_peer(name, cls.from_pretrained(folder, **kwargs).eval(), autotune) for name, cls, kwargs in loads
-    )
+
+    def loaded(cls, kwargs):  # TinyGPT's int8 weights multiplied in int8, as `hf-tinygpt generate --int8` does
+        model = cls.from_pretrained(folder, **kwargs).eval()
+        return use_int8_kernels(model) if cls is TinyGPTForCausalLM else model
+
+    return tuple(model_peer(name, loaded(cls, kwargs), autotune) for name, cls, kwargs in loads)
 
 
 def llama_cpp_peers(timer: LlamaCppTimer | None, dtype: str) -> tuple[LlamaCppPeer, ...]:

@@ -1,16 +1,14 @@
-"""int8 weights on a CPU, multiplied in int8.
+"""int8 weights on a CPU, multiplied in int8: what the code that decodes applies to a model, not the model itself.
 
 transformers' `TorchAoConfig(Int8WeightOnlyConfig())` stores each projection (and, with
 `include_input_output_embeddings`, the tied token table) as a torchao Int8Tensor: int8 rows, one scale per row.
 torchao's own product converts the whole weight to the activations' dtype on every call, so a decoding step would
-read more bytes than in bf16. After loading, `settle_quantized_weights` switches those modules to the classes
-below, which multiply in int8 (torch's `_weight_int8pack_mm`, the kernel inductor picks for the same pattern) and
-look up only the token rows they need. scripts/README.md ("Speed") has the measurements.
-
-Part of the model bundle saved beside the weights: it imports torch only, and torchao only once it is in use.
+read more bytes than in bf16. `use_int8_kernels` switches those modules to the classes below, which multiply in int8
+(torch's `_weight_int8pack_mm`, the kernel inductor picks for the same pattern) and look up only the token rows they
+need; `hf-tinygpt generate --int8` (`load_for_generation`) and `CompiledDecoder` apply it. scripts/README.md
+("Speed") has the measurements.
 """
 
-import importlib
 import sys
 
 import torch
@@ -35,7 +33,7 @@ def int8_rows(weight: torch.Tensor) -> bool:
         return False
     per_row = list(weight.block_size) == [1, weight.shape[1]]  # torchao's own int8 product ignores zero_point too
     weight_only = weight.act_quant_kwargs is None and weight.act_pre_scale is None
-    # A traced step cannot read pointers: it compiles from weights `settle_quantized_weights` aligned.
+    # A traced step cannot read pointers: it compiles from weights `use_int8_kernels` aligned.
     aligned = torch.compiler.is_compiling() or weight.qdata.data_ptr() % INT8_ROW_ALIGNMENT == 0
     rows_fit = weight.qdata.is_contiguous() and weight.shape[1] % INT8_ROW_ALIGNMENT == 0
     return per_row and weight_only and rows_fit and aligned
@@ -76,26 +74,15 @@ class Int8Embedding(nn.Embedding):
 INT8_CLASSES = {nn.Linear: Int8Linear, nn.Embedding: Int8Embedding}
 
 
-def settle_quantized_weights(model: nn.Module):
-    """After `from_pretrained` with a TorchAoConfig; nothing happens without one.
-
-    - With `include_input_output_embeddings=True`, the tied token table is quantized once, for the lookup and the
-      head alike (transformers leaves a tied table as it is), and `save_pretrained` writes it once.
-    - int8 rows read from a checkpoint are copied where they do not start on `INT8_ROW_ALIGNMENT` bytes.
-    - Modules holding int8 rows become `Int8Linear` / `Int8Embedding` (same parameters, another forward).
-    """
-    settings = getattr(getattr(model, "hf_quantizer", None), "quantization_config", None)
-    if not hasattr(settings, "include_input_output_embeddings"):  # not torchao's
-        return
-    head, table = model.get_output_embeddings(), model.get_input_embeddings()
-    tied = model.config.tie_word_embeddings and head is not None
-    if settings.include_input_output_embeddings and tied and type(head.weight) is nn.Parameter:  # not quantized yet
-        # Imported by name only here: a saved folder's copy of this file must load where torchao is not installed.
-        importlib.import_module("torchao.quantization").quantize_(head, settings.get_apply_tensor_subclass())
-        table.weight = head.weight
+def use_int8_kernels(model: nn.Module) -> nn.Module:
+    """`model` with every module holding int8 rows (torchao's per-row int8 weight-only tensors) switched, in place, to
+    `Int8Linear` / `Int8Embedding`: the same parameters, another forward. Rows that do not start on
+    `INT8_ROW_ALIGNMENT` bytes (as a checkpoint may load them) are copied first. A model without int8 weights is left
+    as it was."""
     for module in model.modules():
         rows = getattr(getattr(module, "weight", None), "qdata", None)
         if isinstance(rows, torch.Tensor) and rows.data_ptr() % INT8_ROW_ALIGNMENT:
             module.weight.qdata = rows.clone()  # torch's allocator aligns to 64 bytes
         if type(module) in INT8_CLASSES and int8_rows(module.weight):
             module.__class__ = INT8_CLASSES[type(module)]
+    return model
