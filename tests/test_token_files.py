@@ -374,17 +374,49 @@ def test_a_saved_dataset_is_tokenized_through_map_row_by_row(datasets, tokenizer
         }
     ).save_to_disk(saved)
     written = sorted(p.relative_to(saved) for p in saved.rglob("*"))
-    made = dataset_tokens(str(saved), None, "train", "text", tokenizer, "gpt2", tmp_path / "cache")
+    made = dataset_tokens(
+        str(saved),
+        config=None,
+        split="train",
+        text_column="text",
+        tokenizer=tokenizer,
+        tokenizer_name="gpt2",
+        cache=tmp_path / "cache",
+    )
     assert made.tokens.tolist() == expected_ids(tokenizer, ROWS)
     assert made.info["eos"] == "after each row" and made.info["documents"] == len(ROWS)
     assert made.info["dataset"]["fingerprint"] and made.info["dataset"]["split"] == "train"
     assert sorted(p.relative_to(saved) for p in saved.rglob("*")) == written  # nothing written beside the data
-    test = dataset_tokens(str(saved), None, "test", "text", tokenizer, "gpt2", tmp_path / "cache")
+    test = dataset_tokens(
+        str(saved),
+        config=None,
+        split="test",
+        text_column="text",
+        tokenizer=tokenizer,
+        tokenizer_name="gpt2",
+        cache=tmp_path / "cache",
+    )
     assert test.tokens.tolist() == expected_ids(tokenizer, ["held out"])
-    again = dataset_tokens(str(saved), None, "train", "text", tokenizer, "gpt2", tmp_path / "cache")
+    again = dataset_tokens(
+        str(saved),
+        config=None,
+        split="train",
+        text_column="text",
+        tokenizer=tokenizer,
+        tokenizer_name="gpt2",
+        cache=tmp_path / "cache",
+    )
     assert again.folder == made.folder  # reused
     with pytest.raises(ValueError, match=r"no split 'validation' \(`TrainingSettings.dataset_split`\); its splits"):
-        dataset_tokens(str(saved), None, "validation", "text", tokenizer, "gpt2", tmp_path / "cache")
+        dataset_tokens(
+            str(saved),
+            config=None,
+            split="validation",
+            text_column="text",
+            tokenizer=tokenizer,
+            tokenizer_name="gpt2",
+            cache=tmp_path / "cache",
+        )
 
 
 @pytest.mark.parametrize("file, content", [("rows.jsonl", "json"), ("rows.txt", "text")])
@@ -396,7 +428,15 @@ def test_load_dataset_sources_are_tokenized_like_saved_ones(file, content, datas
         (folder / file).write_text("".join(json.dumps({"text": row, "id": i}) + "\n" for i, row in enumerate(rows)))
     else:
         (folder / file).write_text("\n".join(rows) + "\n")
-    made = dataset_tokens(str(folder), None, "train", "text", tokenizer, "gpt2", tmp_path / "cache")
+    made = dataset_tokens(
+        str(folder),
+        config=None,
+        split="train",
+        text_column="text",
+        tokenizer=tokenizer,
+        tokenizer_name="gpt2",
+        cache=tmp_path / "cache",
+    )
     assert made.tokens.tolist() == expected_ids(tokenizer, rows)
 
 

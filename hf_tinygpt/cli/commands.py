@@ -898,12 +898,12 @@ def run_command(argv=None) -> int:
 
     package, python_shows = os.path.dirname(os.path.abspath(__file__)) + os.sep, warnings.showwarning
 
-    def show(message, category, filename, lineno, file=None, line=None):
+    def show(message, category, filename, lineno, *where):  # `warnings.showwarning`'s, then its file and line
         """The library's own warnings as one line in flags, like its errors; any other as Python shows it."""
         if os.path.abspath(filename).startswith(package):
             print(f"hf-tinygpt {args.verb}: warning: {in_flags(str(message), args.flags)}", file=sys.stderr)
         else:
-            python_shows(message, category, filename, lineno, file, line)
+            python_shows(message, category, filename, lineno, *where)
 
     try:
         with warnings.catch_warnings():

@@ -361,7 +361,7 @@ def push_to_hub(
                 on_staged(files)
             upload = dict(private=private, revision=revision, create_pr=create_pr, timeout=timeout, token=token)
             message = commit_message or f"Upload tinygpt model ({len(files)} files) with hf_tinygpt"
-            return _commit_files(api, staged, files, repo_id, message, sent, **upload)
+            return _commit_files(api, staged, files, repo_id, message=message, sent=sent, **upload)
     except KeyboardInterrupt as interrupt:
         raise PushInterrupted(interrupted_push(sent, repo_id, f"{api.endpoint}/{repo_id}", revision)) from interrupt
 
@@ -371,9 +371,9 @@ def _commit_files(
     folder: Path,
     files: dict[str, int],
     repo_id: str,
+    *,
     message: str,
     sent: list,
-    *,
     private: bool,
     revision: str | None,
     create_pr: bool,
@@ -464,7 +464,7 @@ def push_space(
     message = commit_message or f"Upload the hf-tinygpt explorer ({len(files)} files)"
     try:
         return _commit_files(
-            api, folder, files, repo_id, message, sent, repo_type="space", space_sdk="gradio", **upload
+            api, folder, files, repo_id, message=message, sent=sent, repo_type="space", space_sdk="gradio", **upload
         )
     except KeyboardInterrupt as interrupt:
         url = f"{api.endpoint}/spaces/{repo_id}"

@@ -123,12 +123,12 @@ def training_data(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str]:
     if settings.dataset:
         data = dataset_tokens(
             settings.dataset,
-            settings.dataset_config,
-            settings.dataset_split,
-            settings.text_column,
-            tokenizer,
-            tokenizer_from,
-            cache,
+            config=settings.dataset_config,
+            split=settings.dataset_split,
+            text_column=settings.text_column,
+            tokenizer=tokenizer,
+            tokenizer_name=tokenizer_from,
+            cache=cache,
         )
         return data, f"the {settings.dataset_split} split of {settings.dataset} (column `{settings.text_column}`)"
     if data := _token_folder(settings.train, "train", tokenizer, tokenizer_from):

@@ -247,8 +247,8 @@ class RunFolder:
                 self.out / FINAL,
                 settings,
                 data,
-                _card_training(settings, data, summary, hardware),
-                progress.history,
+                training=_card_training(settings, data, summary, hardware),
+                history=progress.history,
             )
             write_recorded_file(self.out, SUMMARY, (json.dumps(summary, indent=2) + "\n").encode())
         return summary
@@ -381,7 +381,7 @@ def _card_training(settings: TrainingSettings, data: RunData, summary: dict, har
 
 
 def write_final_model(
-    model, folder: Path, settings: TrainingSettings, data: RunData, training: dict, history: list[dict]
+    model, folder: Path, settings: TrainingSettings, data: RunData, *, training: dict, history: list[dict]
 ) -> float | None:
     """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, the loss history and its
     curve, and a card (showing the curve) whose validation perplexity is measured on the weights exactly as written."""

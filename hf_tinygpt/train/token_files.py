@@ -334,7 +334,7 @@ def load_text_dataset(dataset: str, config: str | None, split: str, text_column:
 
 
 def dataset_tokens(
-    dataset: str, config: str | None, split: str, text_column: str, tokenizer, tokenizer_name, cache: Path
+    dataset: str, *, config: str | None, split: str, text_column: str, tokenizer, tokenizer_name, cache: Path
 ) -> TokenFile:
     """A dataset's text column as a token file, each row followed by the end-of-text token: tokenized through
     `Dataset.map` (batched), then written out; reused while the dataset's fingerprint and files stay the same."""
