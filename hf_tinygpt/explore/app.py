@@ -132,49 +132,55 @@ def launch(demo: "gr.Blocks", *, server_name: str | None = None, server_port: in
     )
 
 
-def build_app(models: list[tuple[str, object]], *, long_text: str | None = None) -> "gr.Blocks":
-    """The explorer's Blocks over `models` ([(label, model)], e.g. from `load_models`); serve it with `launch`."""
-    tokenizer = gpt2_tokenizer()
-    labels = [label for label, _ in models]
-    pictures_dir = private_folder() / "pictures"
-    lock = threading.Lock()  # one model call at a time: the models are shared by every browser tab
-    layers = max(model.config.n_layer for _, model in models)  # a model without that layer or head says so
-    heads = max(model.config.n_head for _, model in models)
-    most_positions = min(max(model.config.n_positions for _, model in models), MAX_PLOTTED_POSITIONS)
-    most_plotted = min(4 * most_positions, MAX_PLOTTED_POSITIONS)  # how a scheme looks past its trained positions
-    trained_at = [training_context(model) for _, model in models]  # read from each card once, not per request
+class Explorer:
+    """What each tab answers, over `models` ([(label, model)]) shared by every browser tab: one model call at a
+    time, every request checked against the limits (`limits.py`) before any work."""
 
-    def per_model(values: list):
+    def __init__(self, models: list[tuple[str, object]]):
+        self.models = models
+        self.labels = [label for label, _ in models]
+        self.tokenizer = gpt2_tokenizer()
+        self.pictures_dir = private_folder() / "pictures"
+        self.lock = threading.Lock()
+        self.layers = max(model.config.n_layer for _, model in models)  # a model without that layer or head says so
+        self.heads = max(model.config.n_head for _, model in models)
+        self.most_positions = min(max(model.config.n_positions for _, model in models), MAX_PLOTTED_POSITIONS)
+        # How a scheme looks past its trained positions.
+        self.most_plotted = min(4 * self.most_positions, MAX_PLOTTED_POSITIONS)
+        self.trained_at = [training_context(model) for _, model in models]  # read from each card once
+
+    def per_model(self, values: list):
         """One value per model, as Gradio takes them: a list for several outputs, the value itself for one."""
         return values if len(values) > 1 else values[0]
 
-    def checked_prompt(prompt, new_tokens: int = 0) -> str:
+    def checked_prompt(self, prompt, new_tokens: int = 0) -> str:
         """The prompt, or a ValueError: too long, or past where a model's positions reach."""
         prompt = checked_text(prompt, "prompt", MAX_PROMPT_CHARACTERS)
-        count = len(tokenizer(prompt)["input_ids"])
+        count = len(self.tokenizer(prompt)["input_ids"])
         if count == 0:
             raise ValueError("the prompt is empty: type a few words")
         if count > MAX_PROMPT_TOKENS:
             raise ValueError(f"the prompt is {count:,} tokens long; the explorer takes at most {MAX_PROMPT_TOKENS}")
-        for label, model in models:
+        for label, model in self.models:
             if (reach := positions_reach(model.config)) is not None and count + new_tokens > reach:
                 asked = f"{count} tokens" + (f" and {new_tokens} new ones" if new_tokens else "")
                 raise ValueError(f"the prompt's {asked} run past the {reach} positions {label} reaches: ask for fewer")
         return prompt
 
-    def pictures(prompt, token_vs_position, n_dims=8, positions=most_positions, seed=0):
-        checked_prompt(prompt)
+    def pictures(self, prompt, token_vs_position, n_dims=8, positions=None, seed=0):
+        self.checked_prompt(prompt)
         n_dims = whole_number(n_dims, "number of dimensions traced", 1, MAX_DIMENSIONS)
-        positions = whole_number(positions, "number of positions plotted", 2, most_plotted)
+        positions = self.most_positions if positions is None else positions
+        positions = whole_number(positions, "number of positions plotted", 2, self.most_plotted)
         seed = whole_number(seed, "seed", 0, MAX_SEED)
         shown = []
-        with lock:
-            for index, (label, model) in enumerate(models):
+        with self.lock:
+            for index, (label, model) in enumerate(self.models):
                 count = min(positions, positions_reach(model.config) or positions)  # no rows past a table's end
                 made = position_pictures(
                     model,
                     label,
-                    pictures_dir / str(index),
+                    self.pictures_dir / str(index),
                     prompt,
                     token_vs_position=token_vs_position,
                     n_dims=n_dims,
@@ -184,46 +190,46 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
                 shown.append([(str(path), f"{label}: {path.stem}") for path in made])
         return shown
 
-    def token_images(prompt):
-        return per_model([shown[0][0] for shown in pictures(prompt, token_vs_position=True)])
+    def token_images(self, prompt):
+        return self.per_model([shown[0][0] for shown in self.pictures(prompt, token_vs_position=True)])
 
-    def scheme_galleries(prompt, n_dims, positions, seed):
-        return per_model(pictures(prompt, False, n_dims, positions, seed))
+    def scheme_galleries(self, prompt, n_dims, positions, seed):
+        return self.per_model(self.pictures(prompt, False, n_dims, positions, seed))
 
-    def attention(prompt, layer, head):
-        checked_prompt(prompt)
-        layer = whole_number(layer, "layer", 0, layers - 1)
-        head = whole_number(head, "head", 0, heads - 1)
+    def attention(self, prompt, layer, head):
+        self.checked_prompt(prompt)
+        layer = whole_number(layer, "layer", 0, self.layers - 1)
+        head = whole_number(head, "head", 0, self.heads - 1)
         outputs = []
-        with lock:
-            for label, model in models:
+        with self.lock:
+            for label, model in self.models:
                 if layer >= model.config.n_layer or head >= model.config.n_head:
                     shape = f"{model.config.n_layer} layers of {model.config.n_head} heads"
                     outputs += [plot_message(f"{label} has {shape}: no layer {layer}, head {head}"), None]
                     continue
-                pattern = attention_pattern(model, prompt, layer, head, tokenizer)
+                pattern = attention_pattern(model, prompt, layer, head, self.tokenizer)
                 title = f"{label} ({model.config.position_embedding_type}): layer {layer}, head {head}"
                 outputs.append(plot_attention_pattern(pattern, title))
                 headers = [f"{i}: {text}" for i, text in enumerate(pattern["tokens"])]
                 outputs.append({"headers": headers, "data": pattern["weights"].round(6).tolist()})
         return outputs
 
-    def past_training_length(text, context, progress=gr.Progress()):  # noqa: B008 (how Gradio asks for a bar)
+    def past_training_length(self, text, context, progress=gr.Progress()):  # noqa: B008 (how Gradio asks for a bar)
         context = whole_number(context, "window", MIN_WINDOW, MAX_WINDOW)
-        ids = torch.tensor(long_text_ids(text, tokenizer), dtype=torch.long)
+        ids = torch.tensor(long_text_ids(text, self.tokenizer), dtype=torch.long)
         if len(ids) < context:
             raise ValueError(f"the long text has {len(ids)} tokens: paste at least one window ({context} tokens)")
         curves, unscored = [], []
-        with lock:
-            for (label, model), trained in progress.tqdm(list(zip(models, trained_at, strict=True)), desc="scoring"):
+        with self.lock:
+            scored = progress.tqdm(list(zip(self.models, self.trained_at, strict=True)), desc="scoring")
+            for (label, model), trained in scored:
                 if int(ids.max()) >= model.config.vocab_size:  # its loss would be of other tokens than the text's
                     unscored.append(f"{label} (a vocabulary of {model.config.vocab_size})")
                     continue
                 curves.append((label, per_position_loss(model, ids, context), trained))
         if not curves:
             raise ValueError(f"the text's GPT-2 tokens lie outside every model's vocabulary: {', '.join(unscored)}")
-        windows = len(ids) // context
-        title = f"per-position loss over {windows} windows of {context} tokens"
+        title = f"per-position loss over {len(ids) // context} windows of {context} tokens"
         if unscored:
             title += f"\nnot scored, the text's tokens lie outside their vocabulary: {', '.join(unscored)}"
         table = {
@@ -236,23 +242,100 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         ).dropna()
         return plot_per_position_loss(curves, title), hover, table
 
-    def generate(prompt, max_new_tokens):
+    def generate(self, prompt, max_new_tokens):
         new_tokens = whole_number(max_new_tokens, "number of new tokens", 1, MAX_NEW_TOKENS)
-        prompt = checked_prompt(prompt, new_tokens)
-        texts = [""] * len(models)
-        for index, (_, model) in enumerate(models):
-            ids = prompt_tokens(model, prompt, tokenizer)[0]
-            for text in greedy_continuation(model, ids, new_tokens, tokenizer, lock):
+        prompt = self.checked_prompt(prompt, new_tokens)
+        texts = [""] * len(self.models)
+        for index, (_, model) in enumerate(self.models):
+            ids = prompt_tokens(model, prompt, self.tokenizer)[0]
+            for text in greedy_continuation(model, ids, new_tokens, self.tokenizer, self.lock):
                 texts[index] = text
-                yield per_model(list(texts))
-        yield per_model(list(texts))
+                yield self.per_model(list(texts))
+        yield self.per_model(list(texts))
 
-    def number_slider(most: int, label: str):
-        """A slider from 0 to `most`; a fixed number where there is only 0 (Gradio's slider needs two ends)."""
-        if most == 0:
-            return gr.Number(0, label=label, interactive=False)
-        return gr.Slider(0, most, value=0, step=1, label=label)
 
+def _on(button, function, inputs, outputs, name: str):
+    button.click(answered_in_one_sentence(function), inputs, outputs, api_name=name)
+
+
+def _number_slider(most: int, label: str):
+    """A slider from 0 to `most`; a fixed number where there is only 0 (Gradio's slider needs two ends)."""
+    if most == 0:
+        return gr.Number(0, label=label, interactive=False)
+    return gr.Slider(0, most, value=0, step=1, label=label)
+
+
+def _token_tab(explorer: Explorer, prompt):
+    with gr.Tab("Token + position"):
+        button = gr.Button("Draw")
+        with gr.Row():
+            pictures = [gr.Image(type="filepath", label=label) for label in explorer.labels]
+    _on(button, explorer.token_images, prompt, pictures, "token_position")
+
+
+def _scheme_tab(explorer: Explorer, prompt):
+    with gr.Tab("The position scheme"):
+        with gr.Row():
+            n_dims = gr.Slider(1, MAX_DIMENSIONS, value=8, step=1, label="dimensions traced")
+            positions = gr.Slider(
+                2, explorer.most_plotted, value=explorer.most_positions, step=1, label="positions plotted"
+            )
+            seed = gr.Number(0, minimum=0, maximum=MAX_SEED, step=1, label="seed (which dimensions)")
+        button = gr.Button("Draw")
+        with gr.Row():
+            galleries = [
+                gr.Gallery(label=label, columns=1, object_fit="contain", height="auto") for label in explorer.labels
+            ]
+    _on(button, explorer.scheme_galleries, [prompt, n_dims, positions, seed], galleries, "position_scheme")
+
+
+def _attention_tab(explorer: Explorer, prompt):
+    with gr.Tab("Inside attention"):
+        with gr.Row():
+            layer = _number_slider(explorer.layers - 1, "layer")
+            head = _number_slider(explorer.heads - 1, "head")
+        button = gr.Button("Show")
+        outputs = []
+        with gr.Row():
+            for label in explorer.labels:
+                with gr.Column():
+                    outputs.append(gr.Plot(label=label))
+                    outputs.append(gr.Dataframe(label=f"{label}: weights (query rows)"))
+    _on(button, explorer.attention, [prompt, layer, head], outputs, "attention")
+
+
+def _length_tab(explorer: Explorer, long_text: str | None):
+    with gr.Tab("Past the training length"):
+        long = gr.Textbox(
+            long_text,
+            label="long text",
+            placeholder="paste a long text: a few thousand tokens",
+            lines=4,
+            max_lines=6,
+            max_length=MAX_TEXT_CHARACTERS,
+        )
+        context = gr.Slider(MIN_WINDOW, MAX_WINDOW, value=512, step=8, label="window (tokens)")
+        button = gr.Button("Score")
+        plot = gr.Plot(label="per-position loss")
+        hover = gr.LinePlot(
+            x="position", y="loss (nats)", color="model", tooltip="all", label="each position's loss (hover)"
+        )
+        table = gr.Dataframe(label="per-position loss (nats)")
+    _on(button, explorer.past_training_length, [long, context], [plot, hover, table], "past_length")
+
+
+def _generate_tab(explorer: Explorer, prompt):
+    with gr.Tab("Generate"):
+        new_tokens = gr.Slider(1, MAX_NEW_TOKENS, value=40, step=1, label="new tokens (greedy)")
+        button = gr.Button("Generate")
+        with gr.Row():
+            continuations = [gr.Textbox(label=label, lines=6) for label in explorer.labels]
+    _on(button, explorer.generate, [prompt, new_tokens], continuations, "generate")
+
+
+def build_app(models: list[tuple[str, object]], *, long_text: str | None = None) -> "gr.Blocks":
+    """The explorer's Blocks over `models` ([(label, model)], e.g. from `load_models`); serve it with `launch`."""
+    explorer = Explorer(models)
     with gr.Blocks(title="hf-tinygpt explore") as demo:
         gr.Markdown(
             "# How these GPTs put tokens in order\n"
@@ -265,65 +348,9 @@ def build_app(models: list[tuple[str, object]], *, long_text: str | None = None)
         prompt = gr.Textbox(
             DEFAULT_PROMPT, label="prompt (repeat a word to see its two positions)", max_length=MAX_PROMPT_CHARACTERS
         )
-        with gr.Tab("Token + position"):
-            token_button = gr.Button("Draw")
-            with gr.Row():
-                token_pictures = [gr.Image(type="filepath", label=label) for label in labels]
-        with gr.Tab("The position scheme"):
-            with gr.Row():
-                n_dims = gr.Slider(1, MAX_DIMENSIONS, value=8, step=1, label="dimensions traced")
-                positions = gr.Slider(2, most_plotted, value=most_positions, step=1, label="positions plotted")
-                seed = gr.Number(0, minimum=0, maximum=MAX_SEED, step=1, label="seed (which dimensions)")
-            scheme_button = gr.Button("Draw")
-            with gr.Row():
-                galleries = [
-                    gr.Gallery(label=label, columns=1, object_fit="contain", height="auto") for label in labels
-                ]
-        with gr.Tab("Inside attention"):
-            with gr.Row():
-                layer = number_slider(layers - 1, "layer")
-                head = number_slider(heads - 1, "head")
-            attention_button = gr.Button("Show")
-            attention_outputs = []
-            with gr.Row():
-                for label in labels:
-                    with gr.Column():
-                        attention_outputs.append(gr.Plot(label=label))
-                        attention_outputs.append(gr.Dataframe(label=f"{label}: weights (query rows)"))
-        with gr.Tab("Past the training length"):
-            long = gr.Textbox(
-                long_text,
-                label="long text",
-                placeholder="paste a long text: a few thousand tokens",
-                lines=4,
-                max_lines=6,
-                max_length=MAX_TEXT_CHARACTERS,
-            )
-            context = gr.Slider(MIN_WINDOW, MAX_WINDOW, value=512, step=8, label="window (tokens)")
-            length_button = gr.Button("Score")
-            length_plot = gr.Plot(label="per-position loss")
-            length_hover = gr.LinePlot(
-                x="position", y="loss (nats)", color="model", tooltip="all", label="each position's loss (hover)"
-            )
-            length_table = gr.Dataframe(label="per-position loss (nats)")
-        with gr.Tab("Generate"):
-            new_tokens = gr.Slider(1, MAX_NEW_TOKENS, value=40, step=1, label="new tokens (greedy)")
-            generate_button = gr.Button("Generate")
-            with gr.Row():
-                continuations = [gr.Textbox(label=label, lines=6) for label in labels]
-
-        def on(button, function, inputs, outputs, name):
-            button.click(answered_in_one_sentence(function), inputs, outputs, api_name=name)
-
-        on(token_button, token_images, prompt, token_pictures, "token_position")
-        on(scheme_button, scheme_galleries, [prompt, n_dims, positions, seed], galleries, "position_scheme")
-        on(attention_button, attention, [prompt, layer, head], attention_outputs, "attention")
-        on(
-            length_button,
-            past_training_length,
-            [long, context],
-            [length_plot, length_hover, length_table],
-            "past_length",
-        )
-        on(generate_button, generate, [prompt, new_tokens], continuations, "generate")
+        _token_tab(explorer, prompt)
+        _scheme_tab(explorer, prompt)
+        _attention_tab(explorer, prompt)
+        _length_tab(explorer, long_text)
+        _generate_tab(explorer, prompt)
     return demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
