@@ -20,7 +20,7 @@ stopped part way continues where it stopped when run again with the same command
 reused, a run cut short resumes from its last checkpoint. OUT/zoo/SCHEME holds each scheme's best seed as an
 ordinary tinygpt folder, its card showing its extrapolation curve. Writes OUT/results.csv (one row per seed),
 OUT/summary.csv (mean, standard deviation, min and max over seeds), OUT/results.json and OUT/perplexity_vs_context.png
-(scripts/README.md, "Length extrapolation", has the recipe and the results).
+(scripts/measurement_log.md, "Length extrapolation", has the recipe and the results).
 """
 
 import argparse

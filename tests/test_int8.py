@@ -84,7 +84,7 @@ def test_many_rows_of_activations_take_torchaos_product():
 
 def test_a_batch_of_eight_goes_to_the_int8_kernel_four_rows_at_a_time():
     # Compiled, inductor's int8 GEMM for few rows takes twice as long for 6 rows in one call as for 5: two calls of 4
-    # took int8 at batch 8 from 0.63x our bf16 to level with it (scripts/README.md, "int8 at batch 8").
+    # took int8 at batch 8 from 0.63x our bf16 to level with it (scripts/measurement_log.md, "int8 at batch 8").
     linear = int8_linear(96, 64)
     x = torch.randn(8, 1, 64, dtype=torch.bfloat16)
     assert INT8_KERNEL_ROWS_PER_CALL == 4 and int8_kernel_rows(lambda: linear(x)) == [4, 4]

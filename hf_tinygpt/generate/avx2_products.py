@@ -3,7 +3,7 @@ batch 1 to 4.
 
 On such a CPU inductor's bf16 GEMM widens each weight to fp32 inside its multiply loop and is bound by that
 arithmetic, not by memory: a bf16 decoding step ran at a quarter of llama.cpp's f16 one on the same weights, and an
-int8 one at 0.8 of its q8_0 (scripts/README.md, "bf16 and int8 on AVX2"). avx2_products.cpp (torch ops built on
+int8 one at 0.8 of its q8_0 (scripts/measurement_log.md, "bf16 and int8 on AVX2"). avx2_products.cpp (torch ops built on
 first use, cpu_ops.py) widens 16 weights at a time (bf16: one shift and one mask; int8: sign extension) and sums with
 fused multiply-adds. `Bf16ProductsLinear` sends bf16 products there, 4 rows at a time up to a short prompt, and
 longer prompts to an fp32 product of the same numbers, since eager bf16 products on such a CPU are slower still;
@@ -25,7 +25,7 @@ from .int8 import Int8Linear
 SOURCE = Path(__file__).with_suffix(".cpp")
 MAX_ROWS = 4  # the kernels'; more int8 rows go where Int8Linear sends them
 # bf16 products of up to this many rows (a short prompt) go to the kernel 4 rows at a time, more to an fp32 product:
-# measured crossing between 32 and 128 rows (scripts/README.md, "bf16 and int8 on AVX2").
+# measured crossing between 32 and 128 rows (scripts/measurement_log.md, "bf16 and int8 on AVX2").
 CHUNKED_UP_TO = 64
 
 

@@ -2,7 +2,7 @@
 
 A decoding step's speed is set by how fast the weights stream from memory. In eager mode on a CPU, slow GEMV
 kernels, many small kernels of Python and dispatch, and SDPA's CPU kernel for one query keep it far from that limit
-(scripts/README.md, "Speed", has the measurements). `CompiledDecoder` removes all three with torch's own kernels:
+(scripts/measurement_log.md, "Speed", has the measurements). `CompiledDecoder` removes all three with torch's own kernels:
 a `StaticCache` lets `generate` compile the step (transformers' auto-compile); inductor *freezing* folds the weights
 into it as constants, so that inductor pre-packs them and picks its GEMM by measuring; attention runs as eager
 matmul + softmax, which inductor fuses. Our own kernels: int8 products of 5 to 16 rows (batch 8) go to
@@ -17,7 +17,7 @@ of its own (packed, `c_fc`'s say) and reads others from the module's tensors (`l
 forward reads them all, so with shared parameters a change made where no version counter sees it (`p.data.mul_(2)`,
 `p.data[[0, 1]] = p.data[[1, 0]]`) reached some of a decode and not the rest. Checking the weights' contents on every
 call instead costs a large part of a decode. The cost is one more copy of the weights per decoder, and like the packed
-constants it outlives the decoder: the step's generated module holds it (scripts/README.md, "Costs", has both
+constants it outlives the decoder: the step's generated module holds it (scripts/measurement_log.md, "Costs", has both
 measured).
 
 The private APIs it needs, and why:
@@ -65,7 +65,7 @@ AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,AT
 GEMV_AUTOTUNE_SETTINGS = AUTOTUNE_SETTINGS | {"max_autotune_gemm_backends": "CPP"}
 DYNAMO_SETTINGS = {"recompile_limit": 64}
 # The step's guards leave out the decoder's private modules (most of a step's guards, and faster decoding:
-# scripts/README.md, "Why CompiledDecoder is set up as it is"): nothing changes those modules, the decoder checks
+# scripts/measurement_log.md, "Why CompiledDecoder is set up as it is"): nothing changes those modules, the decoder checks
 # the weights itself, and no other decoder's step can be taken for this one's, since each compiles under a backend
 # of its own.
 _SKIP_MODULE_GUARDS = getattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe", None)  # torch >= 2.7
@@ -157,10 +157,10 @@ class CompiledDecoder:
     """`generate` for one batch size and at most `max_length` tokens (prompt + new), with the step compiled.
 
     Works for any transformers causal LM whose cache can be static: TinyGPT, and GPT2LMHeadModel for comparison.
-    Building it compiles the step (how long that takes: scripts/README.md, "Costs"; `autotune=False` skips timing
+    Building it compiles the step (how long that takes: scripts/measurement_log.md, "Costs"; `autotune=False` skips timing
     candidate kernels, for a faster compile and a slower step); calls reuse it. The model is left as it was. The
     decoder decodes with its own copy of the weights as they were at build time (one more copy of the weights in
-    memory; scripts/README.md, "Costs", has the figures), frozen into the step: after the model's weights change
+    memory; scripts/measurement_log.md, "Costs", has the figures), frozen into the step: after the model's weights change
     visibly (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the new
     ones; a change through `.data`, which it cannot see, leaves it decoding the weights it was built with. Arguments
     that change what the step computes (`output_hidden_states`, `output_attentions`) are refused, since the step

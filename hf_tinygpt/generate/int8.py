@@ -21,7 +21,7 @@ INT8_ROW_ALIGNMENT = 16
 # The kernel's time grows with each row of activations; past this many (a prompt) the converted weight's GEMM wins.
 INT8_KERNEL_MAX_ROWS = 16
 # Rows of activations per call of the kernel: compiled, inductor's int8 GEMM for few rows slows down sharply past 5
-# rows in one call, so 8 rows go as two calls of 4 (the times: scripts/README.md, "int8 at batch 8").
+# rows in one call, so 8 rows go as two calls of 4 (the times: scripts/measurement_log.md, "int8 at batch 8").
 INT8_KERNEL_ROWS_PER_CALL = 4
 
 

@@ -2,7 +2,7 @@
 // torch's `_weight_int8pack_mm`, with AVX-512 BF16 dot products. Each 32 int8 weights are converted to bf16 (exact:
 // every int8 is a bf16) once per block of rows, and VDPBF16PS multiplies them with up to 8 rows at a time, two
 // products per lane and instruction; sums are in fp32, scaled and rounded to bf16 once. Why a kernel of our own:
-// scripts/README.md, "int8 at batch 8".
+// scripts/measurement_log.md, "int8 at batch 8".
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>

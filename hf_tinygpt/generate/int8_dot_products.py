@@ -6,7 +6,7 @@ weights and converts them to fp32 again, and the `cat` that joins them keeps bia
 GEMM's own epilogue. `int8_dot_products` (int8_dot_products.cpp, a torch op built on first use with torch's C++
 extension builder) converts each weight to bf16 once for all rows and multiplies with VDPBF16PS, two products per
 lane and instruction. At 4 rows and fewer inductor's own kernel is faster: it stays in use there (the measurements:
-scripts/README.md, "int8 at batch 8" and "int8 at batch 8 since 2026-11-29: `int8_dot_products`").
+scripts/measurement_log.md, "int8 at batch 8" and "int8 at batch 8 since 2026-11-29: `int8_dot_products`").
 """
 
 import functools

@@ -104,7 +104,7 @@ class TinyGPTMLP(nn.Module):
         inner = config.n_inner if config.n_inner is not None else 4 * config.n_embd
         self.c_fc = nn.Linear(config.n_embd, inner)
         # GPT-2's "gelu_new" runs as torch's fused tanh GELU: the same formula (equal up to rounding) in one pass
-        # over the activations instead of several (scripts/README.md "Speed").
+        # over the activations instead of several (scripts/measurement_log.md "Speed").
         self.act = ACT2FN[_FUSED_ACTIVATIONS.get(config.activation_function, config.activation_function)]
         self.c_proj = nn.Linear(inner, config.n_embd)
         self.dropout = nn.Dropout(config.resid_pdrop)

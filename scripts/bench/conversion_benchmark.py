@@ -1,5 +1,5 @@
 """Wall time and peak RSS of converting and loading a GPT-2-small-shaped checkpoint (random weights, made here), each
-operation in a fresh interpreter (scripts/README.md, "Conversion and loading: memory and time").
+operation in a fresh interpreter (scripts/measurement_log.md, "Conversion and loading: memory and time").
 
     python -m scripts.bench.conversion_benchmark [--json OUT.json] [--n-layer N --n-embd D --n-head H]
 """

@@ -9,7 +9,7 @@ an older checkout of this repository (made with `git clone`) too, whose `train()
 
 `files` repeats every training text as its own file (100 × 41 files); `one-file` writes the repeated corpus as one
 file. Hamlet is held out (validation, its first 4,096 tokens scored). The model is tiny (1 layer, n_embd 16): the
-figures are the data's, not the model's. The numbers measured here are in scripts/README.md ("Training data").
+figures are the data's, not the model's. The numbers measured here are in scripts/measurement_log.md ("Training data").
 """
 
 import argparse

@@ -1,5 +1,5 @@
 """llama.cpp as a peer of the speed benchmark: its greedy decoding of one prompt, timed on request in a worker that
-stays up, so that its runs interleave with TinyGPT's in the same rounds (scripts/README.md, "Speed")."""
+stays up, so that its runs interleave with TinyGPT's in the same rounds (scripts/measurement_log.md, "Speed")."""
 
 import json
 import os

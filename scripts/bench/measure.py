@@ -1,5 +1,5 @@
 """The measuring tools the benchmarks share: wall time and peak memory of one operation in a fresh interpreter,
-memory read bandwidth, timings paired round by round (scripts/README.md, "Speed" says why they are paired), and the
+memory read bandwidth, timings paired round by round (scripts/measurement_log.md, "Speed" says why they are paired), and the
 machine a figure was measured on (its CPU, and the instructions a llama.cpp build uses against the CPU's)."""
 
 import json
@@ -68,7 +68,7 @@ def measure_load(model_class: str, folder: str | os.PathLike) -> dict:
 def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5) -> float:
     """Bytes/s this machine reads from memory: the best of `repeats` sums over a buffer far larger than the caches
     (reading, as a decoding step reads its weights; a copy would also count writes). The figure drifts within
-    minutes on a shared machine (scripts/README.md, "Speed"), so the speed benchmark probes it in every round."""
+    minutes on a shared machine (scripts/measurement_log.md, "Speed"), so the speed benchmark probes it in every round."""
     import torch
 
     source = torch.ones(bytes_ // 4)
@@ -131,7 +131,7 @@ def cpu_flags() -> tuple[str, set[str]]:
 def cpu() -> dict:
     """The CPU, the vector ISA torch's kernels dispatch to, and whether the CPU multiplies bf16 itself (AVX-512 BF16,
     AMX): machines with the same model name differ in these, and bf16 figures differ by an order of magnitude
-    between them (scripts/README.md, "Training speed")."""
+    between them (scripts/measurement_log.md, "Training speed")."""
     import torch
 
     model, flags = cpu_flags()

@@ -3,7 +3,7 @@ static cache, static cache + torch.compile through CompiledDecoder), fp32, bf16 
 load through transformers' TorchAoConfig, bf16 activations, TinyGPT in bf16 beside it; the [int8] extra),
 from_pretrained time and memory, and the decode ceiling set by memory bandwidth; with --llama-cpp, llama.cpp's
 batch-1 decode of the same weights (f32, f16, q8_0 GGUFs made by its own converter) in the same rounds.
-How it measures, and what it measured: scripts/README.md, "Speed".
+How it measures, and what it measured: scripts/measurement_log.md, "Speed".
 
     python -m scripts.bench.speed_benchmark [--model GPT2_FOLDER] [--json OUT.json]  # else: random GPT-2 small, seed 0
     python -m scripts.bench.speed_benchmark --llama-cpp                               # and llama.cpp beside it
@@ -95,7 +95,7 @@ def eager_bf16_is_slow_here() -> bool:
 
 @dataclass(frozen=True)
 class SpeedSettings:
-    """What the benchmark runs; the defaults are the full run of scripts/README.md, "Speed"."""
+    """What the benchmark runs; the defaults are the full run of scripts/measurement_log.md, "Speed"."""
 
     dtypes: tuple[str, ...] = ("float32", "bfloat16", "int8")
     caches: tuple[str, ...] = tuple(DECODE_CACHES)
@@ -156,7 +156,7 @@ class ModelPeer:
         """A greedy `generate` of exactly `new_tokens` through `cache` (DECODE_CACHES). For "compiled", the
         CompiledDecoder is built (and its step compiled) here, outside the timings."""
         # No EOS, so exactly `new_tokens` each; `min_new_tokens` would add a logits processor that is neither
-        # model's (scripts/README.md, "Speed").
+        # model's (scripts/measurement_log.md, "Speed").
         options = dict(
             max_new_tokens=new_tokens,
             eos_token_id=None,
@@ -292,7 +292,7 @@ def ceiling_tok_s(bandwidth: float, step_bytes: int, batch: int) -> float:
 
 def of_ceiling_by_round(rounds: dict, name: str, step_bytes: int, batch: int) -> list[float]:
     """`name`'s fraction of the ceiling in each round, against the probe taken just before it: the probe swings
-    within minutes while a decoder's speed hardly moves (scripts/README.md, "Speed")."""
+    within minutes while a decoder's speed hardly moves (scripts/measurement_log.md, "Speed")."""
     return [
         tok_s / ceiling_tok_s(probe * 1e9, step_bytes, batch)
         for tok_s, probe in zip(rounds["tok_s"][name], rounds["probe_GBps"], strict=True)
@@ -493,7 +493,7 @@ def run_speed_benchmark(
 ) -> dict:
     """The whole benchmark on `model` (a GPT-2 folder), or on one of GPT-2 small's shape (or `gpt2_config`'s) made
     here with the settings' seed; prints the report and writes the JSON to `out_json`. With `llama_cpp`, llama.cpp
-    joins the batch-1 decode rows (its venv is built on first use, a long compile: scripts/README.md, "Speed").
+    joins the batch-1 decode rows (its venv is built on first use, a long compile: scripts/measurement_log.md, "Speed").
     `emulate_avx2`: in a process started with `AVX2_EMULATION`, inductor and llama.cpp stop at AVX2 too."""
     if emulate_avx2 and torch.backends.cpu.get_cpu_capability() != "AVX2":
         raise RuntimeError(f"emulating AVX2 needs the process started with {AVX2_EMULATION} (main() does that)")
