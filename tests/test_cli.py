@@ -71,10 +71,12 @@ def test_every_training_setting_is_a_train_flag_with_the_settings_default_and_he
     settings said 1000, and `keep_checkpoints`, `eval_batch_size` and `validation_tokens` had no flag.)"""
     import dataclasses
 
-    from hf_tinygpt.cli.commands import in_flags, setting_values
+    from hf_tinygpt.cli.commands import in_flags
+    from hf_tinygpt.cli.flags import settings_values
     from hf_tinygpt.train.settings import TrainingSettings
 
     set_otherwise = {"config", "command"}  # from --config and the shape flags; the command line itself
+    assert {f.name for f in dataclasses.fields(TrainingSettings) if f.metadata.get("flag") is False} == set_otherwise
     flags = {action.dest: action for action in options("train").values()}
     fields = {setting.name: setting for setting in dataclasses.fields(TrainingSettings)}
     assert set(fields) - set_otherwise <= set(flags)  # (--config sets `config` too, from a JSON file)
@@ -83,7 +85,7 @@ def test_every_training_setting_is_a_train_flag_with_the_settings_default_and_he
         if name not in set_otherwise:
             assert flags[name].help.startswith(in_flags(setting.metadata["help"], names)), name
     args = build_parser().parse_args(["train", "--train", "texts", "--out", "run"])
-    given = TrainingSettings(**setting_values(args, TrainingSettings))
+    given = TrainingSettings(**settings_values(args, TrainingSettings))
     assert given == TrainingSettings(out="run", train=["texts"])
 
 

@@ -541,11 +541,11 @@ def test_the_library_holds_the_convert_policy(gpt2_folder, tiny_folder, tmp_path
     """`convert` (what the verb calls): an export is verified even unasked, a conversion to tinygpt only when asked;
     the options of a conversion to tinygpt are refused for an export, by their Python names, which the command
     line writes as its flags."""
-    from hf_tinygpt.convert.conversions import convert
+    from hf_tinygpt.convert.conversions import ConversionSettings, convert
 
     message = "`n_head`, `trim_vocab` only apply to a conversion to tinygpt, not with `to='gpt2'`"
     with pytest.raises(ValueError, match=re.escape(message)):
-        convert(str(tiny_folder), str(tmp_path / "gpt2"), to="gpt2", n_head=2, trim_vocab=10)
+        convert(ConversionSettings(str(tiny_folder), str(tmp_path / "gpt2"), to="gpt2", n_head=2, trim_vocab=10))
     code, err = run_cli(
         capsys,
         "convert",
@@ -563,15 +563,19 @@ def test_the_library_holds_the_convert_policy(gpt2_folder, tiny_folder, tmp_path
         "hf-tinygpt convert: error: --n-head, --trim-vocab only apply to a conversion to tinygpt, not with --to gpt2"
     )
     assert not (tmp_path / "gpt2").exists()
-    exported = convert(str(tiny_folder), str(tmp_path / "gpt2"), to="gpt2")
+    exported = convert(ConversionSettings(str(tiny_folder), str(tmp_path / "gpt2"), to="gpt2"))
     assert exported.delta is not None and exported.tolerance == 1e-5 and exported.form == "GPT2LMHeadModel format"
-    converted = convert(str(gpt2_folder), str(tmp_path / "converted"), tokenizer="gpt2")
+    converted = convert(ConversionSettings(str(gpt2_folder), str(tmp_path / "converted"), tokenizer="gpt2"))
     assert converted.delta is None and converted.tolerance is None
     assert converted.form == "gpt2 → tinygpt, 2 layers, n_embd 32"
-    verified = convert(str(gpt2_folder), str(tmp_path / "converted"), tokenizer="gpt2", force=True, verify=True)
+    verified = convert(
+        ConversionSettings(str(gpt2_folder), str(tmp_path / "converted"), tokenizer="gpt2", force=True, verify=True)
+    )
     assert verified.delta <= 1e-5 and verified.tolerance == 1e-5
     with pytest.raises(ValueError, match="`tolerance` must be a number >= 0, got -1"):
-        convert(str(gpt2_folder), str(tmp_path / "other"), tokenizer="gpt2", verify=True, tolerance=-1)
+        convert(
+            ConversionSettings(str(gpt2_folder), str(tmp_path / "other"), tokenizer="gpt2", verify=True, tolerance=-1)
+        )
 
 
 # ---- the strict loader: every tensor of the checkpoint, and only those, in the model's shapes ------------------------

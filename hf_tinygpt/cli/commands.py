@@ -9,16 +9,12 @@ max(1, max |logit|); default 1e-5).
 import argparse
 import ast
 import contextlib
-import dataclasses
 import importlib.metadata
-import math
 import os
 import re
 import shlex
 import signal
 import sys
-import types
-import typing
 import warnings
 
 from huggingface_hub.errors import HfHubHTTPError
@@ -28,36 +24,10 @@ from ..folders.outputs import refuse_inputs
 from ..folders.reading import describe, read_json_object, read_tinygpt_config
 from ..model.params import parameter_breakdown
 from ..model.positions import POSITION_SCHEME_CLASSES
+from .flags import add_settings_arguments, finite_at_least, input_path, int_at_least, settings_values
 from .start_up import exiting_the_command, interrupted_while_starting
 
 # ---- shared by the verbs -----------------------------------------------------------------------------------------
-
-
-def finite_at_least(low: float):
-    """An argparse type: a finite float >= low (argparse then names the flag in its error)."""
-
-    def parse(text: str) -> float:
-        value = float(text)
-        if not (math.isfinite(value) and value >= low):
-            raise argparse.ArgumentTypeError(f"must be a finite number >= {low:g}, got {text}")
-        return value
-
-    parse.__name__ = "number"
-    return parse
-
-
-def int_at_least(low: int, high: int | None = None):
-    """An argparse type: an integer >= low (and <= high, where given)."""
-
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low or (high is not None and value > high):
-            within = f">= {low}" if high is None else f"from {low} to {high:,}"
-            raise argparse.ArgumentTypeError(f"must be an integer {within}, got {text}")
-        return value
-
-    parse.__name__ = "integer"
-    return parse
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -65,12 +35,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
     def _get_help_string(self, action):  # argparse's hook for this: no "(default: None)" on optional flags
         return action.help if action.default is None or action.default is False else super()._get_help_string(action)
-
-
-def input_path(text: str) -> str:
-    """An argparse type that marks an argument as a path the verb reads (or a Hub id): `--out` may neither be,
-    contain nor lie inside any of them (`refuse_inputs`, checked for every verb before it runs)."""
-    return text
 
 
 def add_hub_arguments(parser: argparse.ArgumentParser):
@@ -373,65 +337,15 @@ def run_verify_gpt2(args) -> int:
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument(
-        "src",
-        type=input_path,
-        help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt "
-        "(with --to gpt2: a tinygpt folder or Hub id)",
-    )
-    add_output_arguments(parser, "the converted model folder")
-    parser.add_argument(
-        "--to",
-        choices=["tinygpt", "gpt2", "gpt_neox"],
-        default="tinygpt",
-        help="output format: tinygpt, or the exact twin among transformers' architectures (gpt2 for "
-        "learned, sinusoidal or no positions; gpt_neox for rope)",
-    )
-    add_tokenizer_argument(parser)
-    parser.add_argument(
-        "--dtype",
-        choices=["float32", "float16", "bfloat16"],
-        help="store the weights in this dtype (default: as SRC stores them)",
-    )
-    parser.add_argument(
-        "--verify",
-        action="store_true",
-        help="compare with GPT2LMHeadModel before writing (always done with --to gpt2 | gpt_neox)",
-    )
-    add_tolerance_argument(parser, "that --verify accepts")
-    parser.add_argument(
-        "--n-head",
-        type=int_at_least(1),
-        help="heads, for a lone weights file without config.json (default: n_embd / 64, as every released GPT-2)",
-    )
-    parser.add_argument(
-        "--trim-vocab",
-        type=int_at_least(1),
-        help="nanoGPT: keep the first N token rows (e.g. 50257 of 50304; default: keep them all)",
-    )
-    parser.add_argument("--base-model", help="Hub id of the source, for the model card (default: SRC if a Hub id)")
-    parser.add_argument("--license", help="licence for the model card (default: mit, as GPT-2's weights)")
-    add_hub_arguments(parser)
+    from ..convert.conversions import CONVERSION_INPUTS, ConversionSettings
+
+    add_settings_arguments(parser, ConversionSettings, reads=CONVERSION_INPUTS)
 
 
 def run_convert(args) -> int:
-    from ..convert.conversions import convert
+    from ..convert.conversions import ConversionSettings, convert
 
-    converted = convert(
-        args.src,
-        args.out,
-        to=args.to,
-        tokenizer=args.tokenizer,
-        dtype=args.dtype,
-        force=args.force,
-        verify=args.verify,
-        tolerance=args.tolerance,
-        n_head=args.n_head,
-        trim_vocab=args.trim_vocab,
-        base_model=args.base_model,
-        license=args.license,
-        **hub_options(args),
-    )
+    converted = convert(ConversionSettings(**settings_values(args, ConversionSettings)))
     if converted.delta is not None:
         print(
             f"verify: max |Δlogits| = {converted.delta:.3g} (tolerance {converted.tolerance:g} per unit of the "
@@ -444,114 +358,17 @@ def run_convert(args) -> int:
 # ---- train -------------------------------------------------------------------------------------------------------
 
 
-# The train verb's flags come from `TrainingSettings`: one flag per field, with the field's help, type and default,
-# in these groups; a flag's name is the field's unless `TRAIN_FLAG_NAMES` says otherwise. Two fields are set
-# another way (`TRAIN_SET_OTHERWISE`); a test holds every field to one of the two.
-TRAIN_GROUPS = {
-    "data": (
-        "train",
-        "validation",
-        "glob",
-        "dataset",
-        "dataset_config",
-        "dataset_split",
-        "text_column",
-        "data_cache",
-        "tokenizer",
-    ),
-    "model": ("init_from", "init_revision"),
-    "optimisation": (
-        "block_size",
-        "batch_size",
-        "grad_accum",
-        "steps",
-        "learning_rate",
-        "min_lr_ratio",
-        "warmup_steps",
-        "weight_decay",
-        "grad_clip",
-        "compile",
-        "bf16",
-        "seed",
-    ),
-    "output": (
-        "out",
-        "force",
-        "eval_every",
-        "eval_batch_size",
-        "validation_tokens",
-        "save_every",
-        "keep_checkpoints",
-        "save_dtype",
-        "resume",
-        "report_to",
-    ),
-}
-TRAIN_SET_OTHERWISE = {"config": "--config and the model's shape flags", "command": "the command line as typed"}
-TRAIN_FLAG_NAMES = {"learning_rate": "--lr", "init_revision": "--revision"}
-TRAIN_METAVARS = {
-    "data_cache": "FOLDER",
-    "init_from": "MODEL",
-    "init_revision": "REVISION",
-    "learning_rate": "LR",
-    "report_to": "TRACKER",
-}
-
-
-def add_setting_argument(group, setting, inputs: tuple[str, ...]):
-    """The flag of one `TrainingSettings` field: `bool` a switch, `list[str]` one or more values, `X | None` an X."""
-    options = {"dest": setting.name, "help": setting.metadata["help"]}
-    if "(default:" not in options["help"]:  # else the help says it, and `setting_values` fills it in
-        options["default"] = default_of(setting)
-    if setting.type is bool:
-        options["action"] = "store_true"
-    else:
-        optional = typing.get_origin(setting.type) in (typing.Union, types.UnionType)  # `X | None`
-        kinds = (
-            [kind for kind in typing.get_args(setting.type) if kind is not type(None)] if optional else [setting.type]
-        )
-        if typing.get_origin(kinds[0]) is list:
-            options["nargs"], kinds = "+", typing.get_args(kinds[0])
-        options["type"] = input_path if setting.name in inputs else kinds[0]
-        options["choices"] = setting.metadata.get("choices")
-        options["metavar"] = TRAIN_METAVARS.get(setting.name)
-    flag = TRAIN_FLAG_NAMES.get(setting.name, "--" + setting.name.replace("_", "-"))
-    group.add_argument(flag, **{key: value for key, value in options.items() if value is not None})
-
-
-def default_of(setting):
-    return setting.default_factory() if setting.default is dataclasses.MISSING else setting.default
-
-
-def setting_values(args, settings_type) -> dict:
-    """The fields of `settings_type` that the verb's flags set (`dest` = the field), a flag not given as the
-    field's default."""
-    fields = [setting for setting in dataclasses.fields(settings_type) if setting.name not in TRAIN_SET_OTHERWISE]
-    values = {setting.name: getattr(args, setting.name) for setting in fields}
-    return {
-        name: default_of(setting) if values[name] is None else values[name]
-        for name, setting in zip(values, fields, strict=True)
-    }
-
-
 def add_train_arguments(parser: argparse.ArgumentParser):
     from ..train.settings import INPUTS, SMALL_MODEL, TrainingSettings
 
-    settings = {setting.name: setting for setting in dataclasses.fields(TrainingSettings)}
-    groups = {name: parser.add_argument_group(name) for name in TRAIN_GROUPS}
+    groups = add_settings_arguments(
+        parser, TrainingSettings, reads=INPUTS, groups=("data", "model", "optimisation", "output")
+    )
     groups["model"].description = (
         "Default: a small model that trains on a CPU in minutes "
         f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
         "learned positions). --config and these flags change it; flags win."
     )
-    for group, names in TRAIN_GROUPS.items():
-        for name in names:
-            if name == "out":
-                add_output_arguments(groups[group], settings["out"].metadata["help"])
-            elif name == "tokenizer":
-                add_tokenizer_argument(groups[group], settings["tokenizer"].metadata["help"])
-            elif name != "force":  # with --out
-                add_setting_argument(groups[group], settings[name], INPUTS)
     model = groups["model"]
     model.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
     model.add_argument(
@@ -563,11 +380,6 @@ def add_train_arguments(parser: argparse.ArgumentParser):
     model.add_argument("--n-head", type=int, help=f"attention heads (default: {SMALL_MODEL['n_head']})")
     model.add_argument("--n-positions", type=int, help="context the model allows (default: --block-size)")
     model.add_argument("--dropout", type=float, help="resid/embd/attn dropout (default: 0.1)")
-    # The fields' help names other fields as Python does (`glob`); here they are flags (--glob).
-    flags = {action.dest: max(action.option_strings, key=len) for action in parser._actions if action.option_strings}
-    for action in parser._actions:
-        if action.help:
-            action.help = in_flags(action.help, flags)
 
 
 def run_train(args) -> int:
@@ -588,7 +400,7 @@ def run_train(args) -> int:
         "attn_pdrop": args.dropout,
     }
     config |= {key: value for key, value in shape.items() if value is not None}  # flags override the JSON
-    settings = TrainingSettings(**setting_values(args, TrainingSettings), config=config, command=args.command)
+    settings = TrainingSettings(**settings_values(args, TrainingSettings), config=config, command=args.command)
     try:
         _, summary = train(settings, token=args.token)
     except TrainingInterrupted as stopped:  # a checkpoint was saved; the main process says which and how to go on
@@ -741,7 +553,7 @@ def push_space_folder(args, show) -> int:
 # `TrainingSettings.steps`); a user of the command line passed flags, so each such name becomes the flag that sets
 # it. Backticks make the match exact: no word in running text (nor `enforce`) is ever taken for a name.
 FLAG_DESTS = {"n_dims": "dims"}  # library names whose flag has another name
-_PYTHON_NAME = re.compile(r"`(?:TrainingSettings\.)?(\w+)(?:=([^`]*))?`")
+_PYTHON_NAME = re.compile(r"`(?:\w+Settings\.)?(\w+)(?:=([^`]*))?`")
 
 
 def in_flags(message: str, flags: dict[str, str]) -> str:
@@ -796,6 +608,11 @@ def build_parser() -> argparse.ArgumentParser:
         add_arguments(sub)
         # The verb's own flags, {dest: --flag}, for `in_flags` (argparse lists a parser's actions only in _actions).
         flags = {action.dest: max(action.option_strings, key=len) for action in sub._actions if action.option_strings}
+        # The fields' help names other fields as Python does (`glob`, `src`): here they are flags and ARGUMENTS.
+        arguments = {action.dest: action.dest.upper() for action in sub._actions if not action.option_strings}
+        for action in sub._actions:
+            if action.help:
+                action.help = in_flags(action.help, flags | arguments)
         inputs = [action.dest for action in sub._actions if action.type is input_path]
         sub.set_defaults(run=run, flags=flags, inputs=inputs)
 

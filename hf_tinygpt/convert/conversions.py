@@ -39,6 +39,7 @@ from ..model.gpt2_layout import (
 from ..model.gpt_neox_layout import gpt_neox_fields_of_tinygpt, gpt_neox_legacy_fields, tinygpt_state_dict_to_gpt_neox
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.positions import POSITION_SCHEME_CLASSES, PositionScheme
+from ..settings import setting
 from .verify import check_tolerance, max_logit_delta, within_tolerance
 
 
@@ -381,50 +382,89 @@ class Converted:
         return f"{self.source.kind} → tinygpt, {self.source.config.n_layer} layers, n_embd {self.source.config.n_embd}"
 
 
-def convert(
-    src: str,
-    out: str,
-    *,
-    to: str = "tinygpt",
-    tokenizer: str | None = None,
-    dtype: str | None = None,
-    force: bool = False,
-    verify: bool = False,
-    tolerance: float = 1e-5,
-    n_head: int | None = None,
-    trim_vocab: int | None = None,
-    base_model: str | None = None,
-    license: str | None = None,
-    **hub_kwargs,
-) -> Converted:
-    """`hf-tinygpt convert`: any GPT-2-family source → a tinygpt folder (`to="tinygpt"`, `gpt2_to_tinygpt`; verified
-    with `verify`), or a tinygpt → its twin among transformers' classes (`to="gpt2" | "gpt_neox"`,
-    `export_tinygpt`), which is always verified: an export is for engines that will not check it. `n_head`,
-    `trim_vocab`, `base_model` and `license` (default mit) describe a conversion to tinygpt: with an export they
-    are refused, not ignored."""
-    if to != "tinygpt" and to not in EXPORTS:
-        raise ValueError(f"`to` must be one of {sorted(['tinygpt', *EXPORTS])}, got {to!r}")
-    check_tolerance(tolerance)
-    if to == "tinygpt":
-        verify_tolerance = tolerance if verify else None
-        folder, source, delta = gpt2_to_tinygpt(
-            src,
-            out,
-            tokenizer=tokenizer,
-            dtype=dtype,
-            force=force,
-            n_head=n_head,
-            trim_vocab=trim_vocab,
-            verify_tolerance=verify_tolerance,
-            base_model=base_model,
-            license=license or "mit",
-            **hub_kwargs,
-        )
-        return Converted(folder, to, source, delta, verify_tolerance)
-    for_tinygpt_only = {"n_head": n_head, "trim_vocab": trim_vocab, "base_model": base_model, "license": license}
-    if given := [f"`{name}`" for name, value in for_tinygpt_only.items() if value is not None]:
-        raise ValueError(f"{', '.join(given)} only apply to a conversion to tinygpt, not with `to={to!r}`")
-    folder, delta = export_tinygpt(
-        src, out, to=to, tokenizer=tokenizer, dtype=dtype, force=force, verify_tolerance=tolerance, **hub_kwargs
+@dataclass
+class ConversionSettings:
+    """What `convert` (`hf-tinygpt convert`) is asked to do."""
+
+    src: str = setting(
+        help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt (with `to='gpt2'`: a "
+        "tinygpt folder or Hub id)",
+        positional=True,
     )
-    return Converted(folder, to, None, delta, tolerance)
+    out: str = setting(help="the converted model folder (written atomically)", metavar="DIR")
+    force: bool = setting(False, "replace an earlier output of hf-tinygpt at `out`")
+    to: str = setting(
+        "tinygpt",
+        "output format: tinygpt, or the exact twin among transformers' architectures (gpt2 for learned, sinusoidal "
+        "or no positions; gpt_neox for rope)",
+        choices=["tinygpt", *EXPORTS],
+    )
+    tokenizer: str | None = setting(
+        None,
+        "the tokenizer to bundle (default: `src`'s): 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id",
+        metavar="gpt2|PATH",
+    )
+    dtype: str | None = setting(
+        None,
+        "store the weights in this dtype (default: as `src` stores them)",
+        choices=["float32", "float16", "bfloat16"],
+    )
+    verify: bool = setting(False, "compare with GPT2LMHeadModel before writing (always done with `to` gpt2 | gpt_neox)")
+    tolerance: float = setting(
+        1e-5,
+        "largest max |Δlogits| against GPT2LMHeadModel that `verify` accepts, per unit of the logits' scale, "
+        "max(1, max |logit|) (for fp32; bf16 needs ~0.05)",
+        minimum=0,
+    )
+    n_head: int | None = setting(
+        None,
+        "heads, for a lone weights file without config.json (default: n_embd / 64, as every released GPT-2)",
+        minimum=1,
+    )
+    trim_vocab: int | None = setting(
+        None, "nanoGPT: keep the first N token rows (e.g. 50257 of 50304; default: keep them all)", minimum=1
+    )
+    base_model: str | None = setting(None, "Hub id of the source, for the model card (default: `src` if a Hub id)")
+    license: str | None = setting(None, "licence for the model card (default: mit, as GPT-2's weights)")
+    revision: str | None = setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
+    token: str | None = setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
+
+
+# The settings that are paths or Hub ids a conversion reads.
+CONVERSION_INPUTS = ("src", "tokenizer")
+
+
+def convert(settings: ConversionSettings) -> Converted:
+    """Any GPT-2-family source → a tinygpt folder (`to="tinygpt"`, `gpt2_to_tinygpt`; verified with `verify`), or a
+    tinygpt → its twin among transformers' classes (`to="gpt2" | "gpt_neox"`, `export_tinygpt`), which is always
+    verified: an export is for engines that will not check it. `n_head`, `trim_vocab`, `base_model` and `license`
+    (default mit) describe a conversion to tinygpt: with an export they are refused, not ignored."""
+    s = settings
+    hub = {key: value for key, value in (("revision", s.revision), ("token", s.token)) if value is not None}
+    if s.to != "tinygpt" and s.to not in EXPORTS:
+        raise ValueError(f"`to` must be one of {sorted(['tinygpt', *EXPORTS])}, got {s.to!r}")
+    check_tolerance(s.tolerance)
+    written = dict(tokenizer=s.tokenizer, dtype=s.dtype, force=s.force, **hub)
+    if s.to == "tinygpt":
+        verify_tolerance = s.tolerance if s.verify else None
+        folder, source, delta = gpt2_to_tinygpt(
+            s.src,
+            s.out,
+            n_head=s.n_head,
+            trim_vocab=s.trim_vocab,
+            verify_tolerance=verify_tolerance,
+            base_model=s.base_model,
+            license=s.license or "mit",
+            **written,
+        )
+        return Converted(folder, s.to, source, delta, verify_tolerance)
+    for_tinygpt_only = {
+        "n_head": s.n_head,
+        "trim_vocab": s.trim_vocab,
+        "base_model": s.base_model,
+        "license": s.license,
+    }
+    if given := [f"`{name}`" for name, value in for_tinygpt_only.items() if value is not None]:
+        raise ValueError(f"{', '.join(given)} only apply to a conversion to tinygpt, not with `to={s.to!r}`")
+    folder, delta = export_tinygpt(s.src, s.out, to=s.to, verify_tolerance=s.tolerance, **written)
+    return Converted(folder, s.to, None, delta, s.tolerance)

@@ -3,13 +3,14 @@
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..folders.errors import needs_extra
 from ..folders.model_folder import DTYPES
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.positions import positions_reach
+from ..settings import setting
 from .token_files import cache_folder
 
 # What `hf-tinygpt train` builds unless told otherwise: small enough to train on a CPU in minutes (the 50,257 × 64
@@ -17,76 +18,103 @@ from .token_files import cache_folder
 SMALL_MODEL = {"n_layer": 4, "n_embd": 64, "n_head": 4}
 
 
-def setting(default, help: str, **more):
-    """A field of `TrainingSettings` with what it means (`help`); a list or dict default is made afresh each time."""
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **more})
-    return field(default=default, metadata={"help": help, **more})
-
-
 @dataclass
 class TrainingSettings:
-    out: str = field(metadata={"help": "run folder: checkpoints/ and the final model/"})
-    # ---- data
-    train: list[str] = setting([], "text files or folders (folders: files matching `glob`), or one token folder")
-    validation: list[str] = setting(
-        [], "held-out text files (left out of `train` folders), or one token folder (default: none, no perplexity)"
+    out: str = setting(
+        help="run folder: checkpoints/ and the final model/ (written atomically)", group="output", metavar="DIR"
     )
-    glob: str = setting("*.txt", "which files of a `train` folder to use")
+    force: bool = setting(False, "replace an earlier output of hf-tinygpt at `out`", group="output")
+    # ---- data
+    train: list[str] = setting(
+        [], "text files or folders (folders: files matching `glob`), or one token folder", group="data"
+    )
+    validation: list[str] = setting(
+        [],
+        "held-out text files (left out of `train` folders), or one token folder (default: none, no perplexity)",
+        group="data",
+    )
+    glob: str = setting("*.txt", "which files of a `train` folder to use", group="data")
     dataset: str | None = setting(
         None,
         "instead of `train`: a Hugging Face dataset ([datasets] extra), a save_to_disk folder or what load_dataset "
         "takes (a Hub id, a folder of data files; default: none, the files of `train`)",
+        group="data",
     )
     dataset_config: str | None = setting(
-        None, "the `dataset` configuration (load_dataset's name; default: the dataset's own)"
+        None, "the `dataset` configuration (load_dataset's name; default: the dataset's own)", group="data"
     )
-    dataset_split: str = setting("train", "the `dataset` split to train on")
-    text_column: str = setting("text", "the `dataset` column that holds the text")
+    dataset_split: str = setting("train", "the `dataset` split to train on", group="data")
+    text_column: str = setting("text", "the `dataset` column that holds the text", group="data")
     data_cache: str | None = setting(
         None,
         "where tokenized data is kept for later runs (default: $HF_TINYGPT_CACHE/tokens, ~/.cache/hf_tinygpt/tokens)",
+        group="data",
+        metavar="FOLDER",
     )
-    tokenizer: str | None = setting(None, "the tokenizer to train with (default: gpt2)")
+    tokenizer: str | None = setting(
+        None,
+        "the tokenizer to train with (default: gpt2): 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id",
+        group="data",
+        metavar="gpt2|PATH",
+    )
     # ---- model
-    config: dict = setting({}, "TinyGPTConfig fields (default: the small model, `SMALL_MODEL`)")
+    config: dict = setting({}, "TinyGPTConfig fields (default: the small model, `SMALL_MODEL`)", flag=False)
     init_from: str | None = setting(
         None,
         "start from this tinygpt or GPT-2 folder or Hub id (its shape; only dropout may change) instead of random "
         "weights (default: none, random weights)",
+        group="model",
+        metavar="MODEL",
     )
-    init_revision: str | None = setting(None, "the Hub revision of `init_from`: branch, tag or commit (default: main)")
+    init_revision: str | None = setting(
+        None,
+        "the Hub revision of `init_from`: branch, tag or commit (default: main)",
+        group="model",
+        flag="--revision",
+        metavar="REVISION",
+    )
     # ---- optimisation
-    block_size: int = setting(128, "tokens per training sequence")
-    batch_size: int = setting(16, "sequences per step, over all processes")
+    block_size: int = setting(128, "tokens per training sequence", group="optimisation")
+    batch_size: int = setting(16, "sequences per step, over all processes", group="optimisation")
     grad_accum: int = setting(
-        1, "split each process's share of a step into this many micro-batches, for batches bigger than memory"
+        1,
+        "split each process's share of a step into this many micro-batches, for batches bigger than memory",
+        group="optimisation",
     )
-    steps: int = setting(500, "optimizer steps")
-    learning_rate: float = setting(1e-3, "peak learning rate (AdamW)")
-    min_lr_ratio: float = setting(0.1, "cosine decay ends at the learning rate × this")
-    warmup_steps: int = setting(100, "linear warmup steps")
-    weight_decay: float = setting(0.1, "AdamW weight decay of the matrices")
-    grad_clip: float = setting(1.0, "max gradient norm (0: no clipping)")
-    compile: bool = setting(False, "compile the model with torch.compile (inductor)")
-    bf16: bool = setting(False, "bf16 autocast (CPU or GPU)")
-    seed: int = setting(0, "weights, data order and dropout")
+    steps: int = setting(500, "optimizer steps", group="optimisation")
+    learning_rate: float = setting(1e-3, "peak learning rate (AdamW)", group="optimisation", flag="--lr", metavar="LR")
+    min_lr_ratio: float = setting(0.1, "cosine decay ends at the learning rate × this", group="optimisation")
+    warmup_steps: int = setting(100, "linear warmup steps", group="optimisation")
+    weight_decay: float = setting(0.1, "AdamW weight decay of the matrices", group="optimisation")
+    grad_clip: float = setting(1.0, "max gradient norm (0: no clipping)", group="optimisation")
+    compile: bool = setting(False, "compile the model with torch.compile (inductor)", group="optimisation")
+    bf16: bool = setting(False, "bf16 autocast (CPU or GPU)", group="optimisation")
+    seed: int = setting(0, "weights, data order and dropout", group="optimisation")
     # ---- evaluation and output
-    eval_every: int = setting(200, "steps between validation perplexities")
-    eval_batch_size: int = setting(4, "windows per validation batch (logits are batch × block × vocab floats)")
+    eval_every: int = setting(200, "steps between validation perplexities", group="output")
+    eval_batch_size: int = setting(
+        4, "windows per validation batch (logits are batch × block × vocab floats)", group="output"
+    )
     validation_tokens: int | None = setting(
-        None, "validation perplexity over the first this many held-out tokens (default: all of them)"
+        None,
+        "validation perplexity over the first this many held-out tokens (default: all of them)",
+        group="output",
     )
-    save_every: int = setting(200, "steps between checkpoints")
-    keep_checkpoints: int = setting(2, "how many of the newest checkpoints are kept")
+    save_every: int = setting(200, "steps between checkpoints", group="output")
+    keep_checkpoints: int = setting(2, "how many of the newest checkpoints are kept", group="output")
     save_dtype: str | None = setting(
-        None, "dtype of the final weights (default: float32, as trained)", choices=sorted(DTYPES)
+        None,
+        "dtype of the final weights (default: float32, as trained)",
+        choices=sorted(DTYPES),
+        group="output",
     )
-    resume: bool = setting(False, "continue from the last complete checkpoint in `out`")
-    force: bool = setting(False, "replace an earlier output of hf-tinygpt at `out`")
-    command: str = setting("", "what produced this run, for the model card")
+    resume: bool = setting(False, "continue from the last complete checkpoint in `out`", group="output")
+    command: str = setting("", "what produced this run, for the model card", flag=False, group="output")
     report_to: list[str] = setting(
-        [], "send the metrics to these accelerate trackers (tensorboard writes into `out`/trackers; wandb, mlflow, ...)"
+        [],
+        "send the metrics to these accelerate trackers (tensorboard writes into `out`/trackers; wandb, mlflow, ...)",
+        group="output",
+        metavar="TRACKER",
     )
 
     def __post_init__(self):

@@ -1,0 +1,100 @@
+"""A job's settings as a verb's arguments: one flag (or positional argument) per field of its settings dataclass,
+with the field's help, default, type and choices, in the section its `group` names. What a flag does beyond the
+field (a minimum checked as it is read, a path the verb reads) is said once, here."""
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+
+from ..settings import default_of
+
+
+def finite_at_least(low: float):
+    """An argparse type: a finite float >= low (argparse then names the flag in its error)."""
+
+    def parse(text: str) -> float:
+        value = float(text)
+        if not (math.isfinite(value) and value >= low):
+            raise argparse.ArgumentTypeError(f"must be a finite number >= {low:g}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def int_at_least(low: int, high: int | None = None):
+    """An argparse type: an integer >= low (and <= high, where given)."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low or (high is not None and value > high):
+            within = f">= {low}" if high is None else f"from {low} to {high:,}"
+            raise argparse.ArgumentTypeError(f"must be an integer {within}, got {text}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def input_path(text: str) -> str:
+    """An argparse type that marks an argument as a path the verb reads (or a Hub id): `--out` may neither be,
+    contain nor lie inside any of them (`refuse_inputs`, checked for every verb before it runs)."""
+    return text
+
+
+def _kind(setting) -> tuple[type, bool]:
+    """The field's type without `| None`, and whether it is a list (`list[X]`: X, True)."""
+    kind = setting.type
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):  # `X | None`
+        kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+    if typing.get_origin(kind) is list:
+        return typing.get_args(kind)[0], True
+    return kind, False
+
+
+def _parser_of(kind: type, minimum, reads: bool):
+    if reads:
+        return input_path
+    if minimum is not None:
+        return int_at_least(minimum) if kind is int else finite_at_least(minimum)
+    return kind
+
+
+def add_settings_arguments(parser, settings_type, *, reads=(), groups=()) -> dict:
+    """One argument per field of `settings_type` that has a flag (a field with `flag=False` is set another way), in
+    the sections `groups` (in that order; a field without a group goes to the verb's own). `reads`: the fields
+    that are paths or Hub ids the verb reads. Returns {group: its argparse group}."""
+    sections = {name: parser.add_argument_group(name) for name in groups}
+    for setting in dataclasses.fields(settings_type):
+        meta = setting.metadata
+        if meta.get("flag") is False:
+            continue
+        kind, many = _kind(setting)
+        options = {"help": meta["help"], "metavar": meta.get("metavar"), "choices": meta.get("choices")}
+        required = setting.default is dataclasses.MISSING and setting.default_factory is dataclasses.MISSING
+        if kind is bool:
+            options = {"help": meta["help"], "action": "store_true"}
+        else:
+            options["type"] = _parser_of(kind, meta.get("minimum"), setting.name in reads)
+            options["nargs"] = "+" if many else ("?" if meta.get("positional") and not required else None)
+        if "(default:" not in meta["help"] and not required:  # else the help says it, and `settings_values` fills it in
+            options["default"] = default_of(setting)
+        if meta.get("positional"):
+            names = [setting.name]
+        else:
+            names = [meta.get("flag") or "--" + setting.name.replace("_", "-")]
+            options["dest"], options["required"] = setting.name, required or None
+        target = sections.get(meta.get("group"), parser)
+        target.add_argument(*names, **{key: value for key, value in options.items() if value is not None})
+    return sections
+
+
+def settings_values(args, settings_type) -> dict:
+    """The fields of `settings_type` that the verb's arguments set, an argument not given as the field's default."""
+    fields = [setting for setting in dataclasses.fields(settings_type) if setting.metadata.get("flag") is not False]
+    return {
+        setting.name: default_of(setting) if getattr(args, setting.name) is None else getattr(args, setting.name)
+        for setting in fields
+    }
