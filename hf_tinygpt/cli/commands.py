@@ -89,44 +89,17 @@ def no_progress_bars():
 
 
 def add_generate_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("prompt", help="text to continue")
-    parser.add_argument(
-        "--model",
-        type=input_path,
-        help="tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)",
-    )
-    parser.add_argument("--max-new-tokens", type=int, default=60, help="tokens to generate")
-    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy decoding")
-    parser.add_argument("--top-k", type=int, default=40, help="sample from the k likeliest tokens (0: all)")
-    parser.add_argument(
-        "--top-p", type=float, help="nucleus sampling: the smallest set with this probability (default: off)"
-    )
-    parser.add_argument("--seed", type=int, help="for reproducible sampling (default: a fresh seed each run)")
-    parser.add_argument(
-        "--int8",
-        action="store_true",
-        help="int8 weights, bfloat16 activations: quantized with "
-        "torchao as the model loads (the [int8] extra); on a CPU, decodes faster than bfloat16",
-    )
-    add_hub_arguments(parser)
+    from ..generate.text import GENERATION_INPUTS, GenerationSettings
+
+    add_settings_arguments(parser, GenerationSettings, reads=GENERATION_INPUTS)
 
 
 def run_generate(args) -> int:
-    from ..generate.text import generate_text, load_for_generation
+    from ..generate.text import GenerationSettings, generate_from
 
-    hub = hub_options(args)
+    settings = GenerationSettings(**settings_values(args, GenerationSettings))
     with no_progress_bars():  # the continuation is the output: no "Loading weights" bar around it
-        model, tokenizer = load_for_generation(args.model, int8=args.int8, **hub)
-    generate_text(
-        args.prompt,
-        model,
-        tokenizer,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k or None,
-        top_p=args.top_p,
-        seed=args.seed,
-    )
+        generate_from(settings)
     return 0
 
 
@@ -156,46 +129,17 @@ def run_params(args) -> int:
 
 
 def add_plot_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument(
-        "model",
-        type=input_path,
-        help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name "
-        "(learned, sinusoidal, rope, alibi, none: an untrained small model)",
-    )
-    add_output_arguments(parser, "folder for the pictures")
-    parser.add_argument("--svg", action="store_true", help="write NAME.svg next to each NAME.png")
-    parser.add_argument(
-        "--seed", type=int_at_least(0, 2**32 - 1), default=0, help="picks the traced dimensions and any random init"
-    )
-    parser.add_argument("--dims", type=int, default=8, help="how many single dimensions to trace")
-    parser.add_argument("--max-positions", type=int, help="positions/offsets/distances to plot (default: n_positions)")
-    parser.add_argument(
-        "--prompt",
-        help="text for the token-vs-position picture; repeat a word to see it diverge "
-        "(default: 'The cat sat on the mat by the door')",
-    )
-    add_hub_arguments(parser)
+    from ..plots.settings import PlotSettings
+
+    add_settings_arguments(parser, PlotSettings, reads=("model",))
 
 
 def run_plot_positions(args) -> int:
-    from ..folders.outputs import output_folder
-    from ..plots.positions import load_for_plots, plot_positions, written_files
+    from ..plots.positions import draw_positions
+    from ..plots.settings import PlotSettings
 
     with no_progress_bars():
-        model, label = load_for_plots(args.model, seed=args.seed, hub_kwargs=hub_options(args))
-    prompt = {} if args.prompt is None else {"prompt": args.prompt}
-    with output_folder(args.out, force=args.force, protect={"`model`": args.model}, kind="pictures") as staging:
-        arrays = plot_positions(
-            model,
-            staging,
-            svg=args.svg,
-            seed=args.seed,
-            n_dims=args.dims,
-            max_positions=args.max_positions,
-            label=label,
-            **prompt,
-        )
-    files = written_files(args.out, arrays, svg=args.svg)
+        model, label, arrays, files = draw_positions(PlotSettings(**settings_values(args, PlotSettings)))
     count = f"{len(files)} file" + "s" * (len(files) != 1)
     print(f"{label}: {model.config.position_embedding_type} positions; wrote {count}:")
     for path in files:
@@ -308,20 +252,18 @@ def run_explore(args) -> int:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument(
-        "model", nargs="?", type=input_path, help="GPT-2 folder or Hub id (default: a random GPT-2 small made here)"
-    )
-    parser.add_argument("--text", default="To be, or not to be, that is the question:", help="the prompt compared")
-    add_tolerance_argument(parser, "accepted")
-    add_hub_arguments(parser)
+    from ..convert.verify import VerificationSettings
+
+    add_settings_arguments(parser, VerificationSettings, reads=("model",))
 
 
 def run_verify_gpt2(args) -> int:
-    from ..convert.verify import verify_gpt2_checkpoint
+    from ..convert.verify import VerificationSettings, verify_gpt2_checkpoint
 
-    source = args.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
+    settings = VerificationSettings(**settings_values(args, VerificationSettings))
+    source = settings.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
     print(f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT ...")
-    result = verify_gpt2_checkpoint(args.model, args.text, tolerance=args.tolerance, **hub_options(args))
+    result = verify_gpt2_checkpoint(settings.model, settings.text, tolerance=settings.tolerance, **hub_options(args))
     print(f"parameters: {result['parameters']:,}")
     print(
         f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {result['tolerance']:g} × "
@@ -552,7 +494,6 @@ def push_space_folder(args, show) -> int:
 # The library's errors name what a Python caller passed, in backticks (`max_new_tokens`, `force=True`,
 # `TrainingSettings.steps`); a user of the command line passed flags, so each such name becomes the flag that sets
 # it. Backticks make the match exact: no word in running text (nor `enforce`) is ever taken for a name.
-FLAG_DESTS = {"n_dims": "dims"}  # library names whose flag has another name
 _PYTHON_NAME = re.compile(r"`(?:\w+Settings\.)?(\w+)(?:=([^`]*))?`")
 
 
@@ -563,7 +504,7 @@ def in_flags(message: str, flags: dict[str, str]) -> str:
 
     def flag(match: re.Match) -> str:
         name, value = match.groups()
-        option = flags.get(FLAG_DESTS.get(name, name))
+        option = flags.get(name)
         if option is None:
             return match[0]
         if value is None or value == "True":  # the argument itself, or a switch turned on

@@ -54,11 +54,11 @@ def _kind(setting) -> tuple[type, bool]:
     return kind, False
 
 
-def _parser_of(kind: type, minimum, reads: bool):
+def _parser_of(kind: type, meta: dict, reads: bool):
     if reads:
         return input_path
-    if minimum is not None:
-        return int_at_least(minimum) if kind is int else finite_at_least(minimum)
+    if meta.get("minimum") is not None:
+        return int_at_least(meta["minimum"], meta.get("maximum")) if kind is int else finite_at_least(meta["minimum"])
     return kind
 
 
@@ -77,7 +77,7 @@ def add_settings_arguments(parser, settings_type, *, reads=(), groups=()) -> dic
         if kind is bool:
             options = {"help": meta["help"], "action": "store_true"}
         else:
-            options["type"] = _parser_of(kind, meta.get("minimum"), setting.name in reads)
+            options["type"] = _parser_of(kind, meta, setting.name in reads)
             options["nargs"] = "+" if many else ("?" if meta.get("positional") and not required else None)
         if "(default:" not in meta["help"] and not required:  # else the help says it, and `settings_values` fills it in
             options["default"] = default_of(setting)

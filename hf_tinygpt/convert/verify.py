@@ -2,12 +2,14 @@
 comparison gives (`within_tolerance`: verify-gpt2, a verified conversion, an export)."""
 
 import tempfile
+from dataclasses import dataclass
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from ..folders.reading import at_one_revision, load_strictly, read_config_dict, reading_checkpoint
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
+from ..settings import setting
 
 
 @torch.no_grad()
@@ -51,6 +53,24 @@ def random_gpt2_folder(folder: str, seed: int = 0, **config) -> str:
     torch.manual_seed(seed)
     GPT2LMHeadModel(GPT2Config(**config)).save_pretrained(folder)
     return folder
+
+
+@dataclass
+class VerificationSettings:
+    """What `verify_gpt2_checkpoint` (`hf-tinygpt verify-gpt2`) is asked to compare."""
+
+    model: str | None = setting(
+        None, "GPT-2 folder or Hub id (default: a random GPT-2 small made here)", positional=True
+    )
+    text: str = setting("To be, or not to be, that is the question:", "the prompt compared")
+    tolerance: float = setting(
+        1e-5,
+        "largest max |Δlogits| against GPT2LMHeadModel accepted, per unit of the logits' scale, max(1, max |logit|) "
+        "(for fp32; bf16 needs ~0.05)",
+        minimum=0,
+    )
+    revision: str | None = setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
+    token: str | None = setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
 
 
 def verify_gpt2_checkpoint(

@@ -3,6 +3,7 @@
 import math
 import os
 import sys
+from dataclasses import dataclass
 
 import torch
 from transformers import AutoModelForCausalLM, TextStreamer, TorchAoConfig, set_seed
@@ -12,6 +13,7 @@ from ..folders.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer, load_tokenizer
 from ..folders.errors import needs_extra
 from ..folders.reading import check_finite, has_tokenizer, load_strictly, read_config_dict, reading_checkpoint
 from ..model.positions import positions_reach
+from ..settings import setting
 from .int8 import use_int8_kernels
 
 
@@ -165,3 +167,36 @@ class _Streamer(TextStreamer):
     def on_finalized_text(self, text: str, stream_end: bool = False):
         self.stream.write(text + ("\n" if stream_end else ""))
         self.stream.flush()
+
+
+@dataclass
+class GenerationSettings:
+    """What `generate_from` (`hf-tinygpt generate`) is asked to do."""
+
+    prompt: str = setting(help="text to continue", positional=True)
+    model: str | None = setting(None, "tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)")
+    max_new_tokens: int = setting(60, "tokens to generate")
+    temperature: float = setting(0.8, "0: greedy decoding")
+    top_k: int = setting(40, "sample from the k likeliest tokens (0: all)")
+    top_p: float | None = setting(None, "nucleus sampling: the smallest set with this probability (default: off)")
+    seed: int | None = setting(None, "for reproducible sampling (default: a fresh seed each run)")
+    int8: bool = setting(
+        False,
+        "int8 weights, bfloat16 activations: quantized with torchao as the model loads (the [int8] extra); on a CPU, "
+        "decodes faster than bfloat16",
+    )
+    revision: str | None = setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
+    token: str | None = setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
+
+
+# The settings that are paths or Hub ids generation reads.
+GENERATION_INPUTS = ("model",)
+
+
+def generate_from(settings: GenerationSettings) -> str:
+    """The model loaded (`load_for_generation`) and the prompt continued, streamed to stdout: the whole text."""
+    s = settings
+    hub = {key: value for key, value in (("revision", s.revision), ("token", s.token)) if value is not None}
+    model, tokenizer = load_for_generation(s.model, int8=s.int8, **hub)
+    options = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed)
+    return generate_text(s.prompt, model, tokenizer, top_k=s.top_k or None, **options)

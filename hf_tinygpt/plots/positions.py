@@ -39,17 +39,18 @@ import torch.nn.functional as F
 
 from ..folders.bundled import gpt2_tokenizer
 from ..folders.errors import needs_extra
+from ..folders.outputs import output_folder
 from ..folders.reading import load_strictly, read_config_dict, read_tinygpt_config, reading_checkpoint
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.positions import POSITION_SCHEME_CLASSES, PositionScheme, apply_rotary, positions_reach
+from .settings import DEFAULT_PROMPT, PlotSettings
 
 try:
     from matplotlib.figure import Figure
 except ImportError as error:
     raise needs_extra("plots", error) from error
 
-DEFAULT_PROMPT = "The cat sat on the mat by the door"  # " the" twice: one token, two positions
 # A bare scheme name builds this (untrained) model: GPT-2's vocabulary, so the bundled tokenizer's ids fit.
 BARE_CONFIG = dict(n_embd=128, n_positions=256, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
@@ -811,6 +812,19 @@ def plot_positions(
 def written_files(out_dir, names, svg: bool = False) -> list[Path]:
     """The files `plot_positions` writes for picture `names`."""
     return [Path(out_dir) / f"{name}.{ext}" for name in names for ext in (("png", "svg") if svg else ("png",))]
+
+
+def draw_positions(settings: PlotSettings) -> tuple:
+    """Every picture of the model's scheme into `settings.out`, atomically: (model, label, what each picture holds
+    (`plot_positions`), the files written)."""
+    s = settings
+    hub = {key: value for key, value in (("revision", s.revision), ("token", s.token)) if value is not None}
+    model, label = load_for_plots(s.model, seed=s.seed, hub_kwargs=hub)
+    prompt = {} if s.prompt is None else {"prompt": s.prompt}
+    with output_folder(s.out, force=s.force, protect={"`model`": s.model}, kind="pictures") as staging:
+        options = dict(svg=s.svg, seed=s.seed, n_dims=s.n_dims, max_positions=s.max_positions, label=label)
+        arrays = plot_positions(model, staging, **options, **prompt)
+    return model, label, arrays, written_files(s.out, arrays, svg=s.svg)
 
 
 __all__ = [

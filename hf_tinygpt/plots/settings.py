@@ -1,0 +1,31 @@
+"""What `plot-positions` is asked to draw: `PlotSettings`, kept apart from the plotting code so that the command
+line reads it without matplotlib (the [plots] extra)."""
+
+from dataclasses import dataclass
+
+from ..settings import setting
+
+DEFAULT_PROMPT = "The cat sat on the mat by the door"  # " the" twice: one token, two positions
+
+
+@dataclass
+class PlotSettings:
+    """What `draw_positions` (`hf-tinygpt plot-positions`) is asked to draw."""
+
+    model: str = setting(
+        help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name (learned, sinusoidal, "
+        "rope, alibi, none: an untrained small model)",
+        positional=True,
+    )
+    out: str = setting(help="folder for the pictures (written atomically)", metavar="DIR")
+    force: bool = setting(False, "replace an earlier output of hf-tinygpt at `out`")
+    svg: bool = setting(False, "write NAME.svg next to each NAME.png")
+    seed: int = setting(0, "picks the traced dimensions and any random init", minimum=0, maximum=2**32 - 1)
+    n_dims: int = setting(8, "how many single dimensions to trace", flag="--dims", metavar="DIMS")
+    max_positions: int | None = setting(None, "positions/offsets/distances to plot (default: n_positions)")
+    prompt: str | None = setting(
+        None,
+        f"text for the token-vs-position picture; repeat a word to see it diverge (default: {DEFAULT_PROMPT!r})",
+    )
+    revision: str | None = setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
+    token: str | None = setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
