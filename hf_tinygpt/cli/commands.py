@@ -24,7 +24,7 @@ from ..folders.outputs import refuse_inputs
 from ..folders.reading import describe, read_json_object, read_tinygpt_config
 from ..model.params import parameter_breakdown
 from ..model.positions import POSITION_SCHEME_CLASSES
-from .flags import add_settings_arguments, finite_at_least, input_path, int_at_least, settings_values
+from .flags import add_settings_arguments, finite_at_least, input_path, settings_values
 from .start_up import exiting_the_command, interrupted_while_starting
 
 # ---- shared by the verbs -----------------------------------------------------------------------------------------
@@ -159,26 +159,9 @@ def run_plot_positions(args) -> int:
 
 
 def add_explore_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument(
-        "models",
-        nargs="*",
-        type=input_path,
-        help="tinygpt or GPT-2 folders or Hub ids, config.json files or scheme names, shown side by side "
-        "(default: the shipped model)",
-    )
-    parser.add_argument("--port", type=int_at_least(0, 65535), default=7860, help="port on 127.0.0.1 (0: any free one)")
-    parser.add_argument(
-        "--long-text", type=input_path, metavar="FILE", help="a long text file for the past-the-training-length tab"
-    )
-    parser.add_argument(
-        "--space-out",
-        dest="out",  # an output like every verb's --out: no input may be, hold or lie inside it
-        metavar="DIR",
-        help="write a Gradio Space folder serving this explorer over these models (Hub ids or scheme names), "
-        "written atomically, instead of serving it here; `hf-tinygpt push DIR OWNER/NAME` publishes it",
-    )
-    parser.add_argument("--force", action="store_true", help="with --space-out: replace an earlier Space folder there")
-    add_hub_arguments(parser)
+    from ..explore.settings import EXPLORE_INPUTS, ExploreSettings
+
+    add_settings_arguments(parser, ExploreSettings, reads=EXPLORE_INPUTS)
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser):
@@ -203,48 +186,37 @@ def run_serve(args) -> int:
 
 
 def run_explore(args) -> int:
-    from ..folders.reading import refuse_what_is_not_a_file
+    from ..explore.settings import ExploreSettings, read_long_text
+    from ..folders.bundled import gpt2_tokenizer
 
-    long_text, path = None, args.long_text
-    if path:
-        refuse_what_is_not_a_file(path, f"--long-text {path}")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"--long-text {path}: no such file")
-        try:
-            long_text = open(path, encoding="utf-8").read()
-        except UnicodeDecodeError as error:
-            raise ValueError(f"--long-text {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-        from ..explore.limits import long_text_ids
-        from ..folders.bundled import gpt2_tokenizer
-
-        try:  # now, not when the tab first scores it
-            long_text_ids(long_text, gpt2_tokenizer())
-        except ValueError as error:
-            raise ValueError(f"--long-text {path}: {error}") from None
-    if args.force and not args.out:
-        raise ValueError("--force replaces an earlier --space-out folder: it needs --space-out DIR")
-    if args.out:
+    settings = ExploreSettings(**settings_values(args, ExploreSettings))
+    long_text = read_long_text(settings.long_text, gpt2_tokenizer())
+    if settings.out:
         from ..explore.space import write_space
 
         with no_progress_bars():
             files = write_space(
-                args.out, args.models, long_text=long_text, force=args.force, hub_kwargs=hub_options(args)
+                settings.out,
+                settings.models,
+                long_text=long_text,
+                force=settings.force,
+                hub_kwargs=hub_options(settings),
             )
         shown = {name: size for name, size in files.items() if not name.startswith("hf_tinygpt/")}
         package = sum(size for name, size in files.items() if name.startswith("hf_tinygpt/"))
-        print(f"wrote the Space folder {args.out}:")
+        print(f"wrote the Space folder {settings.out}:")
         for name, size in {**shown, "hf_tinygpt/ (the package)": package}.items():
             print(f"  {name:<28}  {size:>12,} bytes")
-        print(f"publish it: hf-tinygpt push {args.out} OWNER/NAME")
+        print(f"publish it: hf-tinygpt push {settings.out} OWNER/NAME")
         return 0
     from ..explore.app import build_app, launch
     from ..explore.views import load_models
 
     with no_progress_bars():
-        models = load_models(args.models, hub_kwargs=hub_options(args))
+        models = load_models(settings.models, hub_kwargs=hub_options(settings))
     demo = build_app(models, long_text=long_text)
     print(", ".join(f"{label} ({model.config.position_embedding_type})" for label, model in models))
-    launch(demo, server_name="127.0.0.1", server_port=args.port or None)  # loopback only: nothing is shared
+    launch(demo, server_name="127.0.0.1", server_port=settings.port or None)  # loopback only: nothing is shared
     return 0
 
 

@@ -78,7 +78,8 @@ def add_settings_arguments(parser, settings_type, *, reads=(), groups=()) -> dic
             options = {"help": meta["help"], "action": "store_true"}
         else:
             options["type"] = _parser_of(kind, meta, setting.name in reads)
-            options["nargs"] = "+" if many else ("?" if meta.get("positional") and not required else None)
+            optional = meta.get("positional") and not required  # a positional argument that may be left out
+            options["nargs"] = ("*" if optional else "+") if many else ("?" if optional else None)
         if "(default:" not in meta["help"] and not required:  # else the help says it, and `settings_values` fills it in
             options["default"] = default_of(setting)
         if meta.get("positional"):
