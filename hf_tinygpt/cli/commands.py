@@ -47,11 +47,6 @@ def hub_options(args) -> dict:
     return {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
 
 
-def add_output_arguments(parser: argparse.ArgumentParser, what: str):
-    parser.add_argument("--out", required=True, metavar="DIR", help=f"{what} (written atomically)")
-    parser.add_argument("--force", action="store_true", help="replace an earlier output of hf-tinygpt at --out")
-
-
 def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
     parser.add_argument(
         "--tokenizer",
