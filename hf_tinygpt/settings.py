@@ -1,6 +1,6 @@
-"""The fields of a job's settings (`TrainingSettings`, `ConversionSettings`): each with its default and what it
-means, and what the command line needs to make it a flag. The library checks the values; the command line only
-spells them."""
+"""The fields of a job's settings (`TrainingSettings`, `ConversionSettings`, `GenerationSettings`, ...): each with
+its default and what it means, and what the command line needs to make it a flag. The library checks the values;
+the command line only spells them."""
 
 from dataclasses import MISSING, field
 
