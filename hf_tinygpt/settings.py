@@ -21,3 +21,20 @@ def default_of(setting):
     if setting.default is not MISSING:
         return setting.default
     return None if setting.default_factory is MISSING else setting.default_factory()
+
+
+def hub_revision():
+    """The `revision` field of a job that reads a model from the Hub."""
+    return setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
+
+
+def hub_token():
+    """The `token` field of a job that reads a model from the Hub (never printed, never written)."""
+    return setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
+
+
+def hub_kwargs(settings) -> dict:
+    """`settings.revision` and `settings.token` as huggingface_hub's keyword arguments (those not given left to its
+    defaults)."""
+    pairs = (("revision", settings.revision), ("token", settings.token))
+    return {key: value for key, value in pairs if value is not None}

@@ -24,6 +24,7 @@ from ..folders.outputs import refuse_inputs
 from ..folders.reading import describe, read_json_object, read_tinygpt_config
 from ..model.params import parameter_breakdown
 from ..model.positions import POSITION_SCHEME_CLASSES
+from ..settings import hub_kwargs
 from .flags import add_settings_arguments, finite_at_least, input_path, settings_values
 from .start_up import exiting_the_command, interrupted_while_starting
 
@@ -40,11 +41,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 def add_hub_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--revision", help="Hub revision of the model: branch, tag or commit (default: main)")
     parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
-
-
-def hub_options(args) -> dict:
-    """--revision / --token as huggingface_hub keyword arguments (absent ones left to its defaults)."""
-    return {key: value for key, value in (("revision", args.revision), ("token", args.token)) if value is not None}
 
 
 def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
@@ -107,7 +103,7 @@ def add_params_arguments(parser: argparse.ArgumentParser):
 
 
 def run_params(args) -> int:
-    config = read_tinygpt_config(args.model, **hub_options(args))
+    config = read_tinygpt_config(args.model, **hub_kwargs(args))
     parts = parameter_breakdown(config)
     width = max(map(len, parts))
     print(
@@ -195,7 +191,7 @@ def run_explore(args) -> int:
                 settings.models,
                 long_text=long_text,
                 force=settings.force,
-                hub_kwargs=hub_options(settings),
+                hub_kwargs=hub_kwargs(settings),
             )
         shown = {name: size for name, size in files.items() if not name.startswith("hf_tinygpt/")}
         package = sum(size for name, size in files.items() if name.startswith("hf_tinygpt/"))
@@ -208,7 +204,7 @@ def run_explore(args) -> int:
     from ..explore.views import load_models
 
     with no_progress_bars():
-        models = load_models(settings.models, hub_kwargs=hub_options(settings))
+        models = load_models(settings.models, hub_kwargs=hub_kwargs(settings))
     demo = build_app(models, long_text=long_text)
     print(", ".join(f"{label} ({model.config.position_embedding_type})" for label, model in models))
     launch(demo, server_name="127.0.0.1", server_port=settings.port or None)  # loopback only: nothing is shared
@@ -230,7 +226,7 @@ def run_verify_gpt2(args) -> int:
     settings = VerificationSettings(**settings_values(args, VerificationSettings))
     source = settings.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
     print(f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT ...")
-    result = verify_gpt2_checkpoint(settings.model, settings.text, tolerance=settings.tolerance, **hub_options(args))
+    result = verify_gpt2_checkpoint(settings.model, settings.text, tolerance=settings.tolerance, **hub_kwargs(settings))
     print(f"parameters: {result['parameters']:,}")
     print(
         f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {result['tolerance']:g} × "

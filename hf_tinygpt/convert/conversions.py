@@ -39,7 +39,7 @@ from ..model.gpt2_layout import (
 from ..model.gpt_neox_layout import gpt_neox_fields_of_tinygpt, gpt_neox_legacy_fields, tinygpt_state_dict_to_gpt_neox
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.positions import POSITION_SCHEME_CLASSES, PositionScheme
-from ..settings import setting
+from ..settings import hub_kwargs, hub_revision, hub_token, setting
 from .verify import check_tolerance, max_logit_delta, within_tolerance
 
 
@@ -426,8 +426,8 @@ class ConversionSettings:
     )
     base_model: str | None = setting(None, "Hub id of the source, for the model card (default: `src` if a Hub id)")
     license: str | None = setting(None, "licence for the model card (default: mit, as GPT-2's weights)")
-    revision: str | None = setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
-    token: str | None = setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
+    revision: str | None = hub_revision()
+    token: str | None = hub_token()
 
 
 # The settings that are paths or Hub ids a conversion reads.
@@ -440,7 +440,7 @@ def convert(settings: ConversionSettings) -> Converted:
     verified: an export is for engines that will not check it. `n_head`, `trim_vocab`, `base_model` and `license`
     (default mit) describe a conversion to tinygpt: with an export they are refused, not ignored."""
     s = settings
-    hub = {key: value for key, value in (("revision", s.revision), ("token", s.token)) if value is not None}
+    hub = hub_kwargs(s)
     if s.to != "tinygpt" and s.to not in EXPORTS:
         raise ValueError(f"`to` must be one of {sorted(['tinygpt', *EXPORTS])}, got {s.to!r}")
     check_tolerance(s.tolerance)

@@ -9,7 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from ..folders.reading import at_one_revision, load_strictly, read_config_dict, reading_checkpoint
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
-from ..settings import setting
+from ..settings import hub_revision, hub_token, setting
 
 
 @torch.no_grad()
@@ -69,8 +69,8 @@ class VerificationSettings:
         "(for fp32; bf16 needs ~0.05)",
         minimum=0,
     )
-    revision: str | None = setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
-    token: str | None = setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
+    revision: str | None = hub_revision()
+    token: str | None = hub_token()
 
 
 def verify_gpt2_checkpoint(

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 
 from ..folders.reading import refuse_what_is_not_a_file
-from ..settings import setting
+from ..settings import hub_revision, hub_token, setting
 from .limits import long_text_ids
 
 
@@ -28,8 +28,8 @@ class ExploreSettings:
         metavar="DIR",
     )
     force: bool = setting(False, "with `out`: replace an earlier Space folder there")
-    revision: str | None = setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
-    token: str | None = setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
+    revision: str | None = hub_revision()
+    token: str | None = hub_token()
 
     def __post_init__(self):
         if self.force and not self.out:

@@ -13,7 +13,7 @@ from ..folders.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer, load_tokenizer
 from ..folders.errors import needs_extra
 from ..folders.reading import check_finite, has_tokenizer, load_strictly, read_config_dict, reading_checkpoint
 from ..model.positions import positions_reach
-from ..settings import setting
+from ..settings import hub_kwargs, hub_revision, hub_token, setting
 from .int8 import use_int8_kernels
 
 
@@ -185,8 +185,8 @@ class GenerationSettings:
         "int8 weights, bfloat16 activations: quantized with torchao as the model loads (the [int8] extra); on a CPU, "
         "decodes faster than bfloat16",
     )
-    revision: str | None = setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
-    token: str | None = setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
+    revision: str | None = hub_revision()
+    token: str | None = hub_token()
 
 
 # The settings that are paths or Hub ids generation reads.
@@ -196,7 +196,7 @@ GENERATION_INPUTS = ("model",)
 def generate_from(settings: GenerationSettings) -> str:
     """The model loaded (`load_for_generation`) and the prompt continued, streamed to stdout: the whole text."""
     s = settings
-    hub = {key: value for key, value in (("revision", s.revision), ("token", s.token)) if value is not None}
+    hub = hub_kwargs(s)
     model, tokenizer = load_for_generation(s.model, int8=s.int8, **hub)
     options = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed)
     return generate_text(s.prompt, model, tokenizer, top_k=s.top_k or None, **options)

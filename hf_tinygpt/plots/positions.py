@@ -44,6 +44,7 @@ from ..folders.reading import load_strictly, read_config_dict, read_tinygpt_conf
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.positions import POSITION_SCHEME_CLASSES, PositionScheme, apply_rotary, positions_reach
+from ..settings import hub_kwargs
 from .settings import DEFAULT_PROMPT, PlotSettings
 
 try:
@@ -818,7 +819,7 @@ def draw_positions(settings: PlotSettings) -> tuple:
     """Every picture of the model's scheme into `settings.out`, atomically: (model, label, what each picture holds
     (`plot_positions`), the files written)."""
     s = settings
-    hub = {key: value for key, value in (("revision", s.revision), ("token", s.token)) if value is not None}
+    hub = hub_kwargs(s)
     model, label = load_for_plots(s.model, seed=s.seed, hub_kwargs=hub)
     prompt = {} if s.prompt is None else {"prompt": s.prompt}
     with output_folder(s.out, force=s.force, protect={"`model`": s.model}, kind="pictures") as staging:

@@ -3,7 +3,7 @@ line reads it without matplotlib (the [plots] extra)."""
 
 from dataclasses import dataclass
 
-from ..settings import setting
+from ..settings import hub_revision, hub_token, setting
 
 DEFAULT_PROMPT = "The cat sat on the mat by the door"  # " the" twice: one token, two positions
 
@@ -27,5 +27,5 @@ class PlotSettings:
         None,
         f"text for the token-vs-position picture; repeat a word to see it diverge (default: {DEFAULT_PROMPT!r})",
     )
-    revision: str | None = setting(None, "Hub revision of the model: branch, tag or commit (default: main)")
-    token: str | None = setting(None, "Hub token (default: the one huggingface_hub already knows; never printed)")
+    revision: str | None = hub_revision()
+    token: str | None = hub_token()
