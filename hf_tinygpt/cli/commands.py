@@ -80,9 +80,9 @@ def no_progress_bars():
 
 
 def add_generate_arguments(parser: argparse.ArgumentParser):
-    from ..generate.text import GENERATION_INPUTS, GenerationSettings
+    from ..generate.text import GenerationSettings
 
-    add_settings_arguments(parser, GenerationSettings, reads=GENERATION_INPUTS)
+    add_settings_arguments(parser, GenerationSettings)
 
 
 def run_generate(args) -> int:
@@ -122,7 +122,7 @@ def run_params(args) -> int:
 def add_plot_arguments(parser: argparse.ArgumentParser):
     from ..plots.settings import PlotSettings
 
-    add_settings_arguments(parser, PlotSettings, reads=("model",))
+    add_settings_arguments(parser, PlotSettings)
 
 
 def run_plot_positions(args) -> int:
@@ -150,9 +150,9 @@ def run_plot_positions(args) -> int:
 
 
 def add_explore_arguments(parser: argparse.ArgumentParser):
-    from ..explore.settings import EXPLORE_INPUTS, ExploreSettings
+    from ..explore.settings import ExploreSettings
 
-    add_settings_arguments(parser, ExploreSettings, reads=EXPLORE_INPUTS)
+    add_settings_arguments(parser, ExploreSettings)
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser):
@@ -217,7 +217,7 @@ def run_explore(args) -> int:
 def add_verify_arguments(parser: argparse.ArgumentParser):
     from ..convert.verify import VerificationSettings
 
-    add_settings_arguments(parser, VerificationSettings, reads=("model",))
+    add_settings_arguments(parser, VerificationSettings)
 
 
 def run_verify_gpt2(args) -> int:
@@ -242,9 +242,9 @@ def run_verify_gpt2(args) -> int:
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser):
-    from ..convert.conversions import CONVERSION_INPUTS, ConversionSettings
+    from ..convert.conversions import ConversionSettings
 
-    add_settings_arguments(parser, ConversionSettings, reads=CONVERSION_INPUTS)
+    add_settings_arguments(parser, ConversionSettings)
 
 
 def run_convert(args) -> int:
@@ -264,11 +264,9 @@ def run_convert(args) -> int:
 
 
 def add_train_arguments(parser: argparse.ArgumentParser):
-    from ..train.settings import INPUTS, SMALL_MODEL, TrainingSettings
+    from ..train.settings import SMALL_MODEL, TrainingSettings
 
-    groups = add_settings_arguments(
-        parser, TrainingSettings, reads=INPUTS, groups=("data", "model", "optimisation", "output")
-    )
+    groups = add_settings_arguments(parser, TrainingSettings, groups=("data", "model", "optimisation", "output"))
     groups["model"].description = (
         "Default: a small model that trains on a CPU in minutes "
         f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "

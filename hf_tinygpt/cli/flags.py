@@ -54,18 +54,18 @@ def _kind(setting) -> tuple[type, bool]:
     return kind, False
 
 
-def _parser_of(kind: type, meta: dict, reads: bool):
-    if reads:
+def _parser_of(kind: type, meta: dict):
+    if meta.get("reads"):
         return input_path
     if meta.get("minimum") is not None:
         return int_at_least(meta["minimum"], meta.get("maximum")) if kind is int else finite_at_least(meta["minimum"])
     return kind
 
 
-def add_settings_arguments(parser, settings_type, *, reads=(), groups=()) -> dict:
+def add_settings_arguments(parser, settings_type, *, groups=()) -> dict:
     """One argument per field of `settings_type` that has a flag (a field with `flag=False` is set another way), in
-    the sections `groups` (in that order; a field without a group goes to the verb's own). `reads`: the fields
-    that are paths or Hub ids the verb reads. Returns {group: its argparse group}."""
+    the sections `groups` (in that order; a field without a group goes to the verb's own). A field with
+    `reads=True` is a path or Hub id the verb reads (`input_path`). Returns {group: its argparse group}."""
     sections = {name: parser.add_argument_group(name) for name in groups}
     for setting in dataclasses.fields(settings_type):
         meta = setting.metadata
@@ -77,7 +77,7 @@ def add_settings_arguments(parser, settings_type, *, reads=(), groups=()) -> dic
         if kind is bool:
             options = {"help": meta["help"], "action": "store_true"}
         else:
-            options["type"] = _parser_of(kind, meta, setting.name in reads)
+            options["type"] = _parser_of(kind, meta)
             optional = meta.get("positional") and not required  # a positional argument that may be left out
             options["nargs"] = ("*" if optional else "+") if many else ("?" if optional else None)
         if "(default:" not in meta["help"] and not required:  # else the help says it, and `settings_values` fills it in

@@ -390,6 +390,7 @@ class ConversionSettings:
         help="GPT-2 folder or Hub id, a .safetensors/.bin weights file, or a nanoGPT ckpt.pt (with `to='gpt2'`: a "
         "tinygpt folder or Hub id)",
         positional=True,
+        reads=True,
     )
     out: str = setting(help="the converted model folder (written atomically)", metavar="DIR")
     force: bool = setting(False, "replace an earlier output of hf-tinygpt at `out`")
@@ -403,6 +404,7 @@ class ConversionSettings:
         None,
         "the tokenizer to bundle (default: `src`'s): 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id",
         metavar="gpt2|PATH",
+        reads=True,
     )
     dtype: str | None = setting(
         None,
@@ -428,10 +430,6 @@ class ConversionSettings:
     license: str | None = setting(None, "licence for the model card (default: mit, as GPT-2's weights)")
     revision: str | None = hub_revision()
     token: str | None = hub_token()
-
-
-# The settings that are paths or Hub ids a conversion reads.
-CONVERSION_INPUTS = ("src", "tokenizer")
 
 
 def convert(settings: ConversionSettings) -> Converted:

@@ -60,7 +60,10 @@ class VerificationSettings:
     """What `verify_gpt2_checkpoint` (`hf-tinygpt verify-gpt2`) is asked to compare."""
 
     model: str | None = setting(
-        None, "GPT-2 folder or Hub id (default: a random GPT-2 small made here)", positional=True
+        None,
+        "GPT-2 folder or Hub id (default: a random GPT-2 small made here)",
+        positional=True,
+        reads=True,
     )
     text: str = setting("To be, or not to be, that is the question:", "the prompt compared")
     tolerance: float = setting(

@@ -16,9 +16,12 @@ class ExploreSettings:
         "tinygpt or GPT-2 folders or Hub ids, config.json files or scheme names, shown side by side (default: the "
         "shipped model)",
         positional=True,
+        reads=True,
     )
     port: int = setting(7860, "port on 127.0.0.1 (0: any free one)", minimum=0, maximum=65535)
-    long_text: str | None = setting(None, "a long text file for the past-the-training-length tab", metavar="FILE")
+    long_text: str | None = setting(
+        None, "a long text file for the past-the-training-length tab", metavar="FILE", reads=True
+    )
     # An output like every verb's `out`: no input may be, hold or lie inside it.
     out: str | None = setting(
         None,
@@ -34,10 +37,6 @@ class ExploreSettings:
     def __post_init__(self):
         if self.force and not self.out:
             raise ValueError("`force` replaces an earlier `out` folder: it needs `out` DIR")
-
-
-# The settings that are paths or Hub ids the explorer reads.
-EXPLORE_INPUTS = ("models", "long_text")
 
 
 def read_long_text(path: str | None, tokenizer) -> str | None:

@@ -174,7 +174,9 @@ class GenerationSettings:
     """What `generate_from` (`hf-tinygpt generate`) is asked to do."""
 
     prompt: str = setting(help="text to continue", positional=True)
-    model: str | None = setting(None, "tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)")
+    model: str | None = setting(
+        None, "tinygpt or GPT-2 folder or Hub id (default: the shipped Shakespeare model)", reads=True
+    )
     max_new_tokens: int = setting(60, "tokens to generate")
     temperature: float = setting(0.8, "0: greedy decoding")
     top_k: int = setting(40, "sample from the k likeliest tokens (0: all)")
@@ -187,10 +189,6 @@ class GenerationSettings:
     )
     revision: str | None = hub_revision()
     token: str | None = hub_token()
-
-
-# The settings that are paths or Hub ids generation reads.
-GENERATION_INPUTS = ("model",)
 
 
 def generate_from(settings: GenerationSettings) -> str:

@@ -16,6 +16,7 @@ class PlotSettings:
         help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name (learned, sinusoidal, "
         "rope, alibi, none: an untrained small model)",
         positional=True,
+        reads=True,
     )
     out: str = setting(help="folder for the pictures (written atomically)", metavar="DIR")
     force: bool = setting(False, "replace an earlier output of hf-tinygpt at `out`")

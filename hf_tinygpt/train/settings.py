@@ -1,6 +1,7 @@
 """What a training run is asked to do: `TrainingSettings`, each field checked at the door and described once (its
 `help`, which the command line shows for the flag that sets it), and what of them a resumed run must keep."""
 
+import dataclasses
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -26,12 +27,16 @@ class TrainingSettings:
     force: bool = setting(False, "replace an earlier output of hf-tinygpt at `out`", group="output")
     # ---- data
     train: list[str] = setting(
-        [], "text files or folders (folders: files matching `glob`), or one token folder", group="data"
+        [],
+        "text files or folders (folders: files matching `glob`), or one token folder",
+        group="data",
+        reads=True,
     )
     validation: list[str] = setting(
         [],
         "held-out text files (left out of `train` folders), or one token folder (default: none, no perplexity)",
         group="data",
+        reads=True,
     )
     glob: str = setting("*.txt", "which files of a `train` folder to use", group="data")
     dataset: str | None = setting(
@@ -39,6 +44,7 @@ class TrainingSettings:
         "instead of `train`: a Hugging Face dataset ([datasets] extra), a save_to_disk folder or what load_dataset "
         "takes (a Hub id, a folder of data files; default: none, the files of `train`)",
         group="data",
+        reads=True,
     )
     dataset_config: str | None = setting(
         None, "the `dataset` configuration (load_dataset's name; default: the dataset's own)", group="data"
@@ -50,12 +56,14 @@ class TrainingSettings:
         "where tokenized data is kept for later runs (default: $HF_TINYGPT_CACHE/tokens, ~/.cache/hf_tinygpt/tokens)",
         group="data",
         metavar="FOLDER",
+        reads=True,
     )
     tokenizer: str | None = setting(
         None,
         "the tokenizer to train with (default: gpt2): 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id",
         group="data",
         metavar="gpt2|PATH",
+        reads=True,
     )
     # ---- model
     config: dict = setting({}, "TinyGPTConfig fields (default: the small model, `SMALL_MODEL`)", flag=False)
@@ -65,6 +73,7 @@ class TrainingSettings:
         "weights (default: none, random weights)",
         group="model",
         metavar="MODEL",
+        reads=True,
     )
     init_revision: str | None = setting(
         None,
@@ -126,8 +135,8 @@ class TrainingSettings:
         _check_trackers(self)
 
 
-# The settings that are paths a run reads (or, for the data cache, writes besides OUT).
-INPUTS = ("train", "validation", "tokenizer", "dataset", "init_from", "data_cache")
+# The settings that are paths a run reads (or, for the data cache, writes besides OUT): those marked `reads`.
+INPUTS = tuple(setting.name for setting in dataclasses.fields(TrainingSettings) if setting.metadata.get("reads"))
 # What a run may change in the config of the model it starts from: dropout acts only while training.
 DROPOUT_FIELDS = ("resid_pdrop", "embd_pdrop", "attn_pdrop")
 # Settings that do not change what the run computes: a resumed run may change them.
