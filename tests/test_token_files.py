@@ -365,6 +365,19 @@ def expected_ids(tokenizer, rows) -> list[int]:
     return [i for row in rows for i in tokenizer(row).input_ids + [EOS]]
 
 
+def split_tokens(dataset, split, tokenizer, tmp_path):
+    """`dataset_tokens` of the dataset's `split`, its text column "text", cached in tmp_path/cache."""
+    return dataset_tokens(
+        str(dataset),
+        config=None,
+        split=split,
+        text_column="text",
+        tokenizer=tokenizer,
+        tokenizer_name="gpt2",
+        cache=tmp_path / "cache",
+    )
+
+
 def test_a_saved_dataset_is_tokenized_through_map_row_by_row(datasets, tokenizer, tmp_path):
     saved = tmp_path / "saved"
     datasets.DatasetDict(
@@ -374,49 +387,17 @@ def test_a_saved_dataset_is_tokenized_through_map_row_by_row(datasets, tokenizer
         }
     ).save_to_disk(saved)
     written = sorted(p.relative_to(saved) for p in saved.rglob("*"))
-    made = dataset_tokens(
-        str(saved),
-        config=None,
-        split="train",
-        text_column="text",
-        tokenizer=tokenizer,
-        tokenizer_name="gpt2",
-        cache=tmp_path / "cache",
-    )
+    made = split_tokens(saved, "train", tokenizer, tmp_path)
     assert made.tokens.tolist() == expected_ids(tokenizer, ROWS)
     assert made.info["eos"] == "after each row" and made.info["documents"] == len(ROWS)
     assert made.info["dataset"]["fingerprint"] and made.info["dataset"]["split"] == "train"
     assert sorted(p.relative_to(saved) for p in saved.rglob("*")) == written  # nothing written beside the data
-    test = dataset_tokens(
-        str(saved),
-        config=None,
-        split="test",
-        text_column="text",
-        tokenizer=tokenizer,
-        tokenizer_name="gpt2",
-        cache=tmp_path / "cache",
-    )
+    test = split_tokens(saved, "test", tokenizer, tmp_path)
     assert test.tokens.tolist() == expected_ids(tokenizer, ["held out"])
-    again = dataset_tokens(
-        str(saved),
-        config=None,
-        split="train",
-        text_column="text",
-        tokenizer=tokenizer,
-        tokenizer_name="gpt2",
-        cache=tmp_path / "cache",
-    )
+    again = split_tokens(saved, "train", tokenizer, tmp_path)
     assert again.folder == made.folder  # reused
     with pytest.raises(ValueError, match=r"no split 'validation' \(`TrainingSettings.dataset_split`\); its splits"):
-        dataset_tokens(
-            str(saved),
-            config=None,
-            split="validation",
-            text_column="text",
-            tokenizer=tokenizer,
-            tokenizer_name="gpt2",
-            cache=tmp_path / "cache",
-        )
+        split_tokens(saved, "validation", tokenizer, tmp_path)
 
 
 @pytest.mark.parametrize("file, content", [("rows.jsonl", "json"), ("rows.txt", "text")])
@@ -428,15 +409,7 @@ def test_load_dataset_sources_are_tokenized_like_saved_ones(file, content, datas
         (folder / file).write_text("".join(json.dumps({"text": row, "id": i}) + "\n" for i, row in enumerate(rows)))
     else:
         (folder / file).write_text("\n".join(rows) + "\n")
-    made = dataset_tokens(
-        str(folder),
-        config=None,
-        split="train",
-        text_column="text",
-        tokenizer=tokenizer,
-        tokenizer_name="gpt2",
-        cache=tmp_path / "cache",
-    )
+    made = split_tokens(folder, "train", tokenizer, tmp_path)
     assert made.tokens.tolist() == expected_ids(tokenizer, rows)
 
 
