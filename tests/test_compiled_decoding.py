@@ -173,8 +173,8 @@ def test_int8_decoders_of_two_models_of_one_shape_each_decode_with_their_own_wei
 def test_an_int8_step_multiplies_with_inductors_int8_template_alone_at_any_batch(tmp_path):
     """Autotuning times ATen's int8 kernel against inductor's template on weights that stay in cache, and picked it
     for a product now and then, build by build; in a step, which reads every weight from memory, that product then
-    took 1.6x as long (scripts/measurement_log.md, "Where a step's time goes"). An int8 step compiles with the template alone,
-    as every step does at batch 1; bf16 and fp32 steps above batch 1 keep ATen's GEMMs, which win there."""
+    took 1.6x as long (scripts/measurement_log.md, "Where a step's time goes"). An int8 step compiles with the template
+    alone, as every step does at batch 1; bf16 and fp32 steps above batch 1 keep ATen's GEMMs, which win there."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
     from hf_tinygpt.generate.text import int8_weight_only
 

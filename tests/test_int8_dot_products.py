@@ -66,8 +66,8 @@ def test_what_does_not_fit_is_named():
 
 
 def test_a_linear_layer_sends_five_to_sixteen_rows_to_the_op_and_others_where_int8linear_does():
-    """Inductor's int8 kernel is faster for up to 4 rows (scripts/measurement_log.md, "int8 at batch 8"); past 16 rows, a
-    prompt, torchao's product on the converted weight is."""
+    """Inductor's int8 kernel is faster for up to 4 rows (scripts/measurement_log.md, "int8 at batch 8"); past 16 rows,
+    a prompt, torchao's product on the converted weight is."""
     torchao = pytest.importorskip("torchao.quantization", reason="the [int8] extra (torchao) is not installed")
     torch.manual_seed(0)
     linear = Int8Linear(64, 96).to(torch.bfloat16)

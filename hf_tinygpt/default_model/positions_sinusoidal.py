@@ -17,8 +17,8 @@ class SinusoidalPositions(PositionScheme):
 
     `sinusoidal_scale` defaults to `initializer_range · √2` (× √n_embd with `scale_embeddings`), the per-dimension
     size of freshly initialised token embeddings: unit-amplitude rows (1.0, Vaswani et al.'s) drown GPT-2-initialised
-    tokens and train far slower (scripts/measurement_log.md, "Length extrapolation"). Configs saved (by `save_pretrained`,
-    which records the transformers version) before this option existed read as 1.0.
+    tokens and train far slower (scripts/measurement_log.md, "Length extrapolation"). Configs saved (by
+    `save_pretrained`, which records the transformers version) before this option existed read as 1.0.
     """
 
     name = "sinusoidal"

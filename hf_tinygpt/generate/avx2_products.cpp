@@ -5,7 +5,8 @@
 //                                    `_weight_int8pack_mm`).
 // Each 16 weights widen to two vectors of 8 fp32: a bf16 number is the top half of an fp32 one, so bf16 pairs widen
 // with one shift (the even ones) and one mask (the odd ones); int8 ones sign-extend and convert. The rows of x are
-// widened once per call and laid out to match. Why kernels of our own: scripts/measurement_log.md, "bf16 and int8 on AVX2".
+// widened once per call and laid out to match. Why kernels of our own: scripts/measurement_log.md, "bf16 and int8 on
+// AVX2".
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>

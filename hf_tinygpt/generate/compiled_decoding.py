@@ -2,9 +2,9 @@
 
 A decoding step's speed is set by how fast the weights stream from memory. In eager mode on a CPU, slow GEMV
 kernels, many small kernels of Python and dispatch, and SDPA's CPU kernel for one query keep it far from that limit
-(scripts/measurement_log.md, "Speed", has the measurements). `CompiledDecoder` removes all three with torch's own kernels:
-a `StaticCache` lets `generate` compile the step (transformers' auto-compile); inductor *freezing* folds the weights
-into it as constants, so that inductor pre-packs them and picks its GEMM by measuring; attention runs as eager
+(scripts/measurement_log.md, "Speed", has the measurements). `CompiledDecoder` removes all three with torch's own
+kernels: a `StaticCache` lets `generate` compile the step (transformers' auto-compile); inductor *freezing* folds the
+weights into it as constants, so that inductor pre-packs them and picks its GEMM by measuring; attention runs as eager
 matmul + softmax, which inductor fuses. Our own kernels: int8 products of 5 to 16 rows (batch 8) go to
 `int8_dot_products`, where inductor's int8 GEMM is slow (int8_dot_products.py says why), and on CPUs without AVX-512
 BF16, bf16 and int8 products of up to 4 rows (batch 1 to 4) go to avx2_products.cpp, where inductor's are bound by
@@ -65,9 +65,9 @@ AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,AT
 GEMV_AUTOTUNE_SETTINGS = AUTOTUNE_SETTINGS | {"max_autotune_gemm_backends": "CPP"}
 DYNAMO_SETTINGS = {"recompile_limit": 64}
 # The step's guards leave out the decoder's private modules (most of a step's guards, and faster decoding:
-# scripts/measurement_log.md, "Why CompiledDecoder is set up as it is"): nothing changes those modules, the decoder checks
-# the weights itself, and no other decoder's step can be taken for this one's, since each compiles under a backend
-# of its own.
+# scripts/measurement_log.md, "Why CompiledDecoder is set up as it is"): nothing changes those modules, the decoder
+# checks the weights itself, and no other decoder's step can be taken for this one's, since each compiles under a
+# backend of its own.
 _SKIP_MODULE_GUARDS = getattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe", None)  # torch >= 2.7
 GUARD_SETTINGS = {"guard_filter_fn": _SKIP_MODULE_GUARDS} if _SKIP_MODULE_GUARDS else {}
 
@@ -157,12 +157,12 @@ class CompiledDecoder:
     """`generate` for one batch size and at most `max_length` tokens (prompt + new), with the step compiled.
 
     Works for any transformers causal LM whose cache can be static: TinyGPT, and GPT2LMHeadModel for comparison.
-    Building it compiles the step (how long that takes: scripts/measurement_log.md, "Costs"; `autotune=False` skips timing
-    candidate kernels, for a faster compile and a slower step); calls reuse it. The model is left as it was. The
+    Building it compiles the step (how long that takes: scripts/measurement_log.md, "Costs"; `autotune=False` skips
+    timing candidate kernels, for a faster compile and a slower step); calls reuse it. The model is left as it was. The
     decoder decodes with its own copy of the weights as they were at build time (one more copy of the weights in
-    memory; scripts/measurement_log.md, "Costs", has the figures), frozen into the step: after the model's weights change
-    visibly (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the new
-    ones; a change through `.data`, which it cannot see, leaves it decoding the weights it was built with. Arguments
+    memory; scripts/measurement_log.md, "Costs", has the figures), frozen into the step: after the model's weights
+    change visibly (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the
+    new ones; a change through `.data`, which it cannot see, leaves it decoding the weights it was built with. Arguments
     that change what the step computes (`output_hidden_states`, `output_attentions`) are refused, since the step
     compiles only at the build. Safe to call from several threads: a decoder's calls run one at a time.
     """

@@ -294,8 +294,8 @@ def keep_freed_memory() -> bool:
 
     A CPU training step allocates and frees tensors of hundreds of MB (the logits over the vocabulary and their
     gradients). glibc serves each from a fresh mmap and returns it to the system when freed, so every step faults in
-    and zeroes all of them again, in the kernel (scripts/measurement_log.md, "Training speed", has what it cost). With no
-    mmaps and no trimming they stay in the heap and are reused. The process's memory then never shrinks below its
+    and zeroes all of them again, in the kernel (scripts/measurement_log.md, "Training speed", has what it cost). With
+    no mmaps and no trimming they stay in the heap and are reused. The process's memory then never shrinks below its
     peak, which a training process reaches at every step anyway. Returns whether the setting took (glibc only)."""
     import ctypes
     import platform

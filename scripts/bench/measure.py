@@ -1,6 +1,6 @@
 """The measuring tools the benchmarks share: wall time and peak memory of one operation in a fresh interpreter,
-memory read bandwidth, timings paired round by round (scripts/measurement_log.md, "Speed" says why they are paired), and the
-machine a figure was measured on (its CPU, and the instructions a llama.cpp build uses against the CPU's)."""
+memory read bandwidth, timings paired round by round (scripts/measurement_log.md, "Speed" says why they are paired), and
+the machine a figure was measured on (its CPU, and the instructions a llama.cpp build uses against the CPU's)."""
 
 import json
 import os
@@ -68,7 +68,8 @@ def measure_load(model_class: str, folder: str | os.PathLike) -> dict:
 def memory_bandwidth(bytes_: int = 512 * 2**20, repeats: int = 5) -> float:
     """Bytes/s this machine reads from memory: the best of `repeats` sums over a buffer far larger than the caches
     (reading, as a decoding step reads its weights; a copy would also count writes). The figure drifts within
-    minutes on a shared machine (scripts/measurement_log.md, "Speed"), so the speed benchmark probes it in every round."""
+    minutes on a shared machine (scripts/measurement_log.md, "Speed"), so the speed benchmark probes it in every
+    round."""
     import torch
 
     source = torch.ones(bytes_ // 4)

@@ -70,8 +70,8 @@ DEFAULT_ROWS = (
 
 @dataclass(frozen=True)
 class TrainingBenchSettings:
-    """What the benchmark runs; the defaults are the full run of scripts/measurement_log.md ("Training speed"): the shape the
-    first shipped model had (learned positions), GPT-2's vocabulary."""
+    """What the benchmark runs; the defaults are the full run of scripts/measurement_log.md ("Training speed"): the
+    shape the first shipped model had (learned positions), GPT-2's vocabulary."""
 
     rows: tuple[str, ...] = DEFAULT_ROWS
     rounds: int = 3
