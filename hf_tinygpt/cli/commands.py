@@ -24,7 +24,7 @@ from ..folders.outputs import refuse_inputs
 from ..folders.reading import describe, read_json_object, read_tinygpt_config
 from ..model.params import parameter_breakdown
 from ..model.positions import POSITION_SCHEME_CLASSES
-from ..settings import hub_kwargs
+from ..settings import hub_kwargs, hub_revision, hub_token
 from .flags import add_settings_arguments, finite_at_least, input_path, settings_values
 from .start_up import exiting_the_command, interrupted_while_starting
 
@@ -39,8 +39,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 def add_hub_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("--revision", help="Hub revision of the model: branch, tag or commit (default: main)")
-    parser.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
+    parser.add_argument("--revision", help=hub_revision().metadata["help"])
+    parser.add_argument("--token", help=hub_token().metadata["help"])
 
 
 def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
@@ -273,7 +273,7 @@ def add_train_arguments(parser: argparse.ArgumentParser):
         "learned positions). --config and these flags change it; flags win."
     )
     model = groups["model"]
-    model.add_argument("--token", help="Hub token (default: the one huggingface_hub already knows; never printed)")
+    model.add_argument("--token", help=hub_token().metadata["help"])
     model.add_argument(
         "--config", type=input_path, help="JSON file of TinyGPTConfig fields (default: the small model below)"
     )
