@@ -8,9 +8,9 @@ from dataclasses import MISSING, field
 def setting(default=MISSING, help: str = "", **cli):
     """A field with what it means (`help`, naming other fields as Python does: `glob`); a list or dict default is
     made afresh each time. `cli` says how the verb's flag differs from the field: `flag` (its name, default
-    --field-name), `metavar`, `group` (its section of --help), `choices`, `minimum` and `maximum` (checked as the
-    flag is read, so that the error names it), `positional` (an argument without a flag), `reads` (a path or Hub id
-    the job reads: no output may be, hold or lie inside it)."""
+    --field-name; a tuple adds other spellings), `metavar`, `group` (its section of --help), `choices`, `minimum` and
+    `maximum` (checked as the flag is read, so that the error names it), `positional` (an argument without a flag),
+    `reads` (a path or Hub id the job reads: no output may be, hold or lie inside it)."""
     metadata = {"help": help, **cli}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)

@@ -91,7 +91,7 @@ def test_every_training_setting_is_a_train_flag_with_the_settings_default_and_he
 
 def test_push_dry_run_needs_out(capsys):
     assert main(["push", "model", "me/tiny", "--dry-run"]) == 2
-    assert "--dry-run needs --out DIR" in capsys.readouterr().err
+    assert "--dry-run needs --out: the folder to stage the files in" in capsys.readouterr().err
 
 
 # The command as the console script starts it, and as `python -m hf_tinygpt` does: the same in every way.

@@ -63,7 +63,7 @@ def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp
     space = tmp_path / "space"
 
     printed = command(env, "explore", "me/alibi", "learned", "--space-out", space, "--long-text", tmp_path / "long.txt")
-    assert f"publish it: hf-tinygpt push {space} OWNER/NAME" in printed
+    assert f"publish it: hf-tinygpt push-space {space} OWNER/NAME" in printed
     files = space_files(space, "me/explorer")
     assert {"app.py", "requirements.txt", "README.md", "long_text.txt"} <= set(files)
     assert {"hf_tinygpt/explore/app.py", "hf_tinygpt/default_model/model.safetensors"} <= set(files)
@@ -90,7 +90,7 @@ def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp
         assert text == tokenizer.decode(expected[0, ids.shape[1] :])
 
     assert space_files(space, "me/explorer") == files  # serving wrote nothing into the folder
-    dry = command(env, "push", space, "me/explorer", "--dry-run")
+    dry = command(env, "push-space", space, "me/explorer", "--dry-run")
     assert f"{len(files)} files, {sum(files.values()):,} bytes" in dry
     assert not any("me/explorer" in path for _, path in hub.requests)  # a dry run sends nothing
     refused = subprocess.run(
@@ -101,9 +101,10 @@ def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp
     )
     assert (
         refused.returncode == 2
-        and "a Space folder, pushed as it is: --tokenizer apply to models only" in refused.stderr
+        and "is a Space folder (`hf-tinygpt explore --space-out` wrote it), not a model" in refused.stderr
+        and "`hf-tinygpt push-space`" in refused.stderr
     )
-    printed = command(env, "push", space, "me/explorer", "--token", HUB_TOKEN)
+    printed = command(env, "push-space", space, "me/explorer", "--token", HUB_TOKEN)
     assert "uploading to the Space me/explorer:" in printed and HUB_TOKEN not in printed
     published = hub.repo_files("me/explorer", repo_type="space")
     assert set(published) == set(files)
@@ -180,10 +181,12 @@ def test_a_space_push_uploads_exactly_what_its_dry_run_lists(hub, tmp_path, caps
 
     monkeypatch.setattr(constants, "ENDPOINT", hub.url)
     space = space_folder(tmp_path / "space")
-    assert main(["push", str(space), "me/explorer", "--dry-run"]) == 0
+    assert main(["push", str(space), "me/explorer", "--dry-run", "--out", str(tmp_path / "staged")]) == 2
+    assert "a Space folder" in capsys.readouterr().err and not (tmp_path / "staged").exists()  # `push` is for models
+    assert main(["push-space", str(space), "me/explorer", "--dry-run"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:-1]]
     assert listed == ["README.md", "app.py", "hf_tinygpt/__init__.py"]
-    assert main(["push", str(space), "me/explorer", "--token", HUB_TOKEN]) == 0, capsys.readouterr().err
+    assert main(["push-space", str(space), "me/explorer", "--token", HUB_TOKEN]) == 0, capsys.readouterr().err
     assert sorted(hub.repo_files("me/explorer", repo_type="space")) == listed
 
 
@@ -198,7 +201,7 @@ def test_a_space_push_refuses_a_folder_its_manifest_does_not_prove(hub, tmp_path
     space = space_folder(tmp_path / "space")
     planted_leftover(space, tmp_path)
     for dry_run in (["--dry-run"], ["--token", HUB_TOKEN]):
-        assert main(["push", str(space), "me/explorer", *dry_run]) == 2
+        assert main(["push-space", str(space), "me/explorer", *dry_run]) == 2
         err = capsys.readouterr().err
         assert ".app.old-4242-0badc0de/" in err and "write it again" in err, err
     assert not any("me/explorer" in path for _, path in hub.requests)
@@ -210,7 +213,7 @@ def test_a_space_dry_run_refuses_the_repo_ids_a_push_refuses(tmp_path, capsys, r
 
     space = space_folder(tmp_path / "space")
     for dry_run in (["--dry-run"], []):
-        assert main(["push", str(space), repo_id, *dry_run]) == 2
+        assert main(["push-space", str(space), repo_id, *dry_run]) == 2
         assert f"invalid repo id {repo_id!r}" in capsys.readouterr().err
 
 

@@ -7,25 +7,26 @@ max(1, max |logit|); default 1e-5).
 """
 
 import argparse
-import ast
 import contextlib
 import importlib.metadata
 import os
-import re
 import shlex
 import signal
 import sys
-import warnings
 
-from huggingface_hub.errors import HfHubHTTPError
-
-from ..folders.errors import hub_error_line
+from ..convert.conversions import ConversionSettings
+from ..convert.verify import VerificationSettings
+from ..explore.settings import ExploreSettings
 from ..folders.outputs import refuse_inputs
-from ..folders.reading import describe, read_json_object, read_tinygpt_config
+from ..folders.reading import read_tinygpt_config
+from ..generate.text import GenerationSettings
+from ..hub.settings import PushSettings, SpacePushSettings
 from ..model.params import parameter_breakdown
-from ..model.positions import POSITION_SCHEME_CLASSES
+from ..plots.settings import PlotSettings
 from ..settings import hub_kwargs, hub_revision, hub_token
-from .flags import add_settings_arguments, finite_at_least, input_path, settings_values
+from ..train.settings import SMALL_MODEL, ModelShape, TrainingSettings
+from .errors import in_flags, presented
+from .flags import add_settings_arguments, input_path, settings_values
 from .start_up import exiting_the_command, interrupted_while_starting
 
 # ---- shared by the verbs -----------------------------------------------------------------------------------------
@@ -41,25 +42,6 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 def add_hub_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--revision", help=hub_revision().metadata["help"])
     parser.add_argument("--token", help=hub_token().metadata["help"])
-
-
-def add_tokenizer_argument(parser, what: str = "the tokenizer to bundle (default: SRC's)"):
-    parser.add_argument(
-        "--tokenizer",
-        metavar="gpt2|PATH",
-        type=input_path,
-        help=f"{what}: 'gpt2' (the GPT-2 BPE shipped here), or a folder or Hub id",
-    )
-
-
-def add_tolerance_argument(parser: argparse.ArgumentParser, what: str):
-    parser.add_argument(
-        "--tolerance",
-        type=finite_at_least(0),
-        default=1e-5,
-        help=f"largest max |Δlogits| against GPT2LMHeadModel {what}, per unit of the logits' scale, "
-        f"max(1, max |logit|) (for fp32; bf16 needs ~0.05)",
-    )
 
 
 @contextlib.contextmanager
@@ -79,14 +61,8 @@ def no_progress_bars():
 # ---- generate ----------------------------------------------------------------------------------------------------
 
 
-def add_generate_arguments(parser: argparse.ArgumentParser):
-    from ..generate.text import GenerationSettings
-
-    add_settings_arguments(parser, GenerationSettings)
-
-
 def run_generate(args) -> int:
-    from ..generate.text import GenerationSettings, generate_from
+    from ..generate.text import generate_from
 
     settings = GenerationSettings(**settings_values(args, GenerationSettings))
     with no_progress_bars():  # the continuation is the output: no "Loading weights" bar around it
@@ -119,15 +95,8 @@ def run_params(args) -> int:
 # ---- plot-positions ----------------------------------------------------------------------------------------------
 
 
-def add_plot_arguments(parser: argparse.ArgumentParser):
-    from ..plots.settings import PlotSettings
-
-    add_settings_arguments(parser, PlotSettings)
-
-
 def run_plot_positions(args) -> int:
     from ..plots.positions import draw_positions
-    from ..plots.settings import PlotSettings
 
     with no_progress_bars():
         model, label, arrays, files = draw_positions(PlotSettings(**settings_values(args, PlotSettings)))
@@ -147,12 +116,6 @@ def run_plot_positions(args) -> int:
 
 
 # ---- explore -----------------------------------------------------------------------------------------------------
-
-
-def add_explore_arguments(parser: argparse.ArgumentParser):
-    from ..explore.settings import ExploreSettings
-
-    add_settings_arguments(parser, ExploreSettings)
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser):
@@ -177,7 +140,7 @@ def run_serve(args) -> int:
 
 
 def run_explore(args) -> int:
-    from ..explore.settings import ExploreSettings, read_long_text
+    from ..explore.settings import read_long_text
     from ..folders.bundled import gpt2_tokenizer
 
     settings = ExploreSettings(**settings_values(args, ExploreSettings))
@@ -198,7 +161,7 @@ def run_explore(args) -> int:
         print(f"wrote the Space folder {settings.out}:")
         for name, size in {**shown, "hf_tinygpt/ (the package)": package}.items():
             print(f"  {name:<28}  {size:>12,} bytes")
-        print(f"publish it: hf-tinygpt push {settings.out} OWNER/NAME")
+        print(f"publish it: hf-tinygpt push-space {settings.out} OWNER/NAME")
         return 0
     from ..explore.app import build_app, launch
     from ..explore.views import load_models
@@ -214,14 +177,8 @@ def run_explore(args) -> int:
 # ---- verify-gpt2 -------------------------------------------------------------------------------------------------
 
 
-def add_verify_arguments(parser: argparse.ArgumentParser):
-    from ..convert.verify import VerificationSettings
-
-    add_settings_arguments(parser, VerificationSettings)
-
-
 def run_verify_gpt2(args) -> int:
-    from ..convert.verify import VerificationSettings, verify_gpt2_checkpoint
+    from ..convert.verify import verify_gpt2_checkpoint
 
     settings = VerificationSettings(**settings_values(args, VerificationSettings))
     source = settings.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
@@ -241,14 +198,8 @@ def run_verify_gpt2(args) -> int:
 # ---- convert -----------------------------------------------------------------------------------------------------
 
 
-def add_convert_arguments(parser: argparse.ArgumentParser):
-    from ..convert.conversions import ConversionSettings
-
-    add_settings_arguments(parser, ConversionSettings)
-
-
 def run_convert(args) -> int:
-    from ..convert.conversions import ConversionSettings, convert
+    from ..convert.conversions import convert
 
     converted = convert(ConversionSettings(**settings_values(args, ConversionSettings)))
     if converted.delta is not None:
@@ -264,45 +215,21 @@ def run_convert(args) -> int:
 
 
 def add_train_arguments(parser: argparse.ArgumentParser):
-    from ..train.settings import SMALL_MODEL, TrainingSettings
-
     groups = add_settings_arguments(parser, TrainingSettings, groups=("data", "model", "optimisation", "output"))
     groups["model"].description = (
         "Default: a small model that trains on a CPU in minutes "
         f"({SMALL_MODEL['n_layer']} layers, n_embd {SMALL_MODEL['n_embd']}, {SMALL_MODEL['n_head']} heads, "
         "learned positions). --config and these flags change it; flags win."
     )
-    model = groups["model"]
-    model.add_argument("--token", help=hub_token().metadata["help"])
-    model.add_argument(
-        "--config", type=input_path, help="JSON file of TinyGPTConfig fields (default: the small model below)"
-    )
-    model.add_argument("--position", choices=list(POSITION_SCHEME_CLASSES), help="position scheme (default: learned)")
-    model.add_argument("--n-layer", type=int, help=f"blocks (default: {SMALL_MODEL['n_layer']})")
-    model.add_argument("--n-embd", type=int, help=f"width (default: {SMALL_MODEL['n_embd']})")
-    model.add_argument("--n-head", type=int, help=f"attention heads (default: {SMALL_MODEL['n_head']})")
-    model.add_argument("--n-positions", type=int, help="context the model allows (default: --block-size)")
-    model.add_argument("--dropout", type=float, help="resid/embd/attn dropout (default: 0.1)")
+    groups["model"].add_argument("--token", help=hub_token().metadata["help"])
+    add_settings_arguments(parser, ModelShape, groups=groups)
 
 
 def run_train(args) -> int:
     from ..train.loop import TrainingInterrupted, keep_freed_memory, train
-    from ..train.settings import TrainingSettings
 
     keep_freed_memory()  # this process only trains: freed step tensors are reused instead of faulted in again
-
-    config = read_json_object(args.config) if args.config else {}
-    shape = {
-        "position_embedding_type": args.position,
-        "n_layer": args.n_layer,
-        "n_embd": args.n_embd,
-        "n_head": args.n_head,
-        "n_positions": args.n_positions,
-        "resid_pdrop": args.dropout,
-        "embd_pdrop": args.dropout,
-        "attn_pdrop": args.dropout,
-    }
-    config |= {key: value for key, value in shape.items() if value is not None}  # flags override the JSON
+    config = ModelShape(**settings_values(args, ModelShape)).config_fields()
     settings = TrainingSettings(**settings_values(args, TrainingSettings), config=config, command=args.command)
     try:
         _, summary = train(settings, token=args.token)
@@ -324,158 +251,51 @@ def run_train(args) -> int:
 # ---- push --------------------------------------------------------------------------------------------------------
 
 
-def add_push_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument(
-        "src",
-        type=input_path,
-        help="tinygpt folder or Hub id, or any GPT-2 source (converted and verified first); or a Space folder "
-        "(`explore --space-out`), published as a Gradio Space",
-    )
-    parser.add_argument("repo_id", help="owner/name on the Hub")
-    parser.add_argument("--private", action="store_true", help="create the repo private (if it does not exist)")
-    parser.add_argument(
-        "--revision", "--branch", dest="revision", help="branch to commit to, created if needed (default: main)"
-    )
-    parser.add_argument("--commit-message", help="commit message (default: says what was uploaded)")
-    parser.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
-    parser.add_argument(
-        "--token",
-        help="Hub token, also for reading a private SRC (default: the one huggingface_hub "
-        "already knows; never printed)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=finite_at_least(0.001),
-        default=60.0,
-        help="seconds a network request may make no progress before the push fails",
-    )
-    parser.add_argument(
-        "--collection",
-        metavar="TITLE",
-        help="then add the model to the repo owner's collection of that title, made if needed (with --private, "
-        "a new collection is private too; default: no collection)",
-    )
-    parser.add_argument("--dry-run", action="store_true", help="only stage the files into --out and list them")
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="with --dry-run: the folder to stage into, written atomically (default: none; required with --dry-run)",
-    )
-    parser.add_argument("--force", action="store_true", help="with --dry-run: replace an earlier output at --out")
-    add_tokenizer_argument(parser)
-    add_tolerance_argument(parser, "when a GPT-2 SRC is converted first")
-    parser.add_argument("--base-model", help="Hub id of a GPT-2 SRC, for the model card (default: SRC if a Hub id)")
-    parser.add_argument("--license", help="licence for the model card (default: mit)")
-    parser.add_argument(
-        "--keep-local-paths",
-        action="store_true",
-        help="publish the card's training data paths and command line as they are (default: cut to file names)",
-    )
-
-
 def run_push(args) -> int:
-    from ..hub.publish import add_to_collection, check_collection, is_space_folder, push_to_hub, stage_for_hub
+    from ..hub.publish import push
+    from ..hub.settings import PushSettings
 
-    def show(files):
-        width = max(map(len, files))
-        for name, size in files.items():
-            print(f"  {name:<{width}}  {size:>14,} bytes")
-        print(f"  {len(files)} files, {sum(files.values()):,} bytes")
-
-    if is_space_folder(args.src):
-        return push_space_folder(args, show)
-
-    if args.out is not None and not args.dry_run:
-        raise ValueError(
-            "--out is where --dry-run stages the files; without --dry-run the push stages in a temporary folder"
-        )
-    if args.collection is not None:
-        check_collection(args.collection)  # before the push, not after it
-    options = dict(
-        tokenizer=args.tokenizer,
-        base_model=args.base_model,
-        license=args.license or "mit",
-        verify_tolerance=args.tolerance,
-        keep_local_paths=args.keep_local_paths,
+    settings = PushSettings(**settings_values(args, PushSettings))
+    published = push(
+        settings,
+        on_staged=lambda files: show_files(f"uploading to {settings.repo_id}:", files),
+        on_committed=show_commit,
     )
-    if args.dry_run:
-        if args.out is None:
-            raise ValueError("--dry-run needs --out DIR: the folder to stage the files in")
-        files = stage_for_hub(args.src, args.out, args.repo_id, force=args.force, **options)
-        print(f"dry run: staged in {args.out} what would be uploaded to {args.repo_id}:")
-        show(files)
-        if args.collection:
-            print(f"and {args.repo_id} would be added to the collection {args.collection!r}")
-        return 0
-
-    def staged(files):
-        print(f"uploading to {args.repo_id}:")
-        show(files)
-
-    info = push_to_hub(args.src, args.repo_id, on_staged=staged, **push_arguments(args), **options)
-    print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
-    if args.collection:
-        url = add_to_collection(
-            args.repo_id, args.collection, private=args.private, token=args.token, timeout=args.timeout
-        )
-        print(f"collection: {url}")
+    if settings.dry_run:
+        show_files(f"dry run: staged in {settings.out} what would be uploaded to {settings.repo_id}:", published.files)
+        if settings.collection:
+            print(f"and {settings.repo_id} would be added to the collection {settings.collection!r}")
+    elif published.collection_url:
+        print(f"collection: {published.collection_url}")
     return 0
 
 
-def push_arguments(args) -> dict:
-    """What a push of a model and of a Space take alike: where it commits, and how it talks to the Hub."""
-    names = ("private", "revision", "commit_message", "create_pr", "token", "timeout")
-    return {name: getattr(args, name) for name in names}
+def run_push_space(args) -> int:
+    from ..hub.publish import push_space
+    from ..hub.settings import SpacePushSettings
 
-
-def push_space_folder(args, show) -> int:
-    """`push` of a Space folder (`explore --space-out` wrote it): published as a Gradio Space repo as it is."""
-    from ..hub.publish import push_space, space_files
-
-    model_only = ("out", "force", "collection", "tokenizer", "base_model", "license", "keep_local_paths")
-    if given := [f"--{dest.replace('_', '-')}" for dest in model_only if getattr(args, dest) not in (None, False)]:
-        raise ValueError(f"{args.src} is a Space folder, pushed as it is: {', '.join(given)} apply to models only")
-    if args.dry_run:
-        files = space_files(args.src, args.repo_id)  # what `push_space` uploads, checked the same way
-        print(f"dry run: what would be uploaded from {args.src} to the Space {args.repo_id}:")
-        show(files)
-        return 0
-
-    def staged(files):
-        print(f"uploading to the Space {args.repo_id}:")
-        show(files)
-
-    info = push_space(args.src, args.repo_id, on_staged=staged, **push_arguments(args))
-    print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
+    settings = SpacePushSettings(**settings_values(args, SpacePushSettings))
+    published = push_space(
+        settings, on_staged=lambda files: show_files(f"uploading to the Space {settings.repo_id}:", files)
+    )
+    if settings.dry_run:
+        what = f"dry run: what would be uploaded from {settings.src} to the Space {settings.repo_id}:"
+        show_files(what, published.files)
+    else:
+        show_commit(published.commit)
     return 0
 
 
-# ---- library errors, in flags ------------------------------------------------------------------------------------
+def show_files(heading: str, files: dict[str, int]):
+    print(heading)
+    width = max(map(len, files))
+    for name, size in files.items():
+        print(f"  {name:<{width}}  {size:>14,} bytes")
+    print(f"  {len(files)} files, {sum(files.values()):,} bytes")
 
-# The library's errors name what a Python caller passed, in backticks (`max_new_tokens`, `force=True`,
-# `TrainingSettings.steps`); a user of the command line passed flags, so each such name becomes the flag that sets
-# it. Backticks make the match exact: no word in running text (nor `enforce`) is ever taken for a name.
-_PYTHON_NAME = re.compile(r"`(?:\w+Settings\.)?(\w+)(?:=([^`]*))?`")
 
-
-def in_flags(message: str, flags: dict[str, str]) -> str:
-    """`message` with each backticked Python name that the verb has a flag for (`flags`: {dest: --flag}) written
-    as that flag: `max_new_tokens` → --max-new-tokens, `force=True` → --force, `tokenizer='gpt2'` → --tokenizer
-    gpt2. Any other backticked text is left as it is."""
-
-    def flag(match: re.Match) -> str:
-        name, value = match.groups()
-        option = flags.get(name)
-        if option is None:
-            return match[0]
-        if value is None or value == "True":  # the argument itself, or a switch turned on
-            return option
-        with contextlib.suppress(ValueError, SyntaxError):  # a Python literal, as a shell word
-            literal = ast.literal_eval(value)
-            value = shlex.quote(literal) if isinstance(literal, str) else value
-        return f"{option} {value}"
-
-    return _PYTHON_NAME.sub(flag, message)
+def show_commit(info):
+    print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
 
 
 # ---- the command -------------------------------------------------------------------------------------------------
@@ -493,8 +313,8 @@ EXAMPLES = {
     "  hf-tinygpt convert tinygpt-model --to gpt2 --out gpt2-model --verify",
     "train": "hf-tinygpt train --train texts/ --validation held_out.txt --position rope --out runs/rope",
     "push": "hf-tinygpt push tinygpt-model me/tinygpt --dry-run --out staged\n"
-    "  hf-tinygpt push tinygpt-model me/tinygpt --private\n"
-    "  hf-tinygpt push explorer-space me/tinygpt-explorer",
+    "  hf-tinygpt push tinygpt-model me/tinygpt --private",
+    "push-space": "hf-tinygpt push-space explorer-space me/tinygpt-explorer --dry-run",
 }
 
 
@@ -503,11 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {importlib.metadata.version('hf-tinygpt')}")
     verbs = parser.add_subparsers(dest="verb", required=True)
 
-    def verb(name, help, add_arguments, run):
+    def verb(name, help, arguments, run):
+        """`arguments`: the settings dataclass the verb's flags come from, or a function that adds them."""
         sub = verbs.add_parser(
             name, help=help, description=help, epilog=f"example:\n  {EXAMPLES[name]}", formatter_class=HelpFormatter
         )
-        add_arguments(sub)
+        if isinstance(arguments, type):
+            add_settings_arguments(sub, arguments)
+        else:
+            arguments(sub)
         # The verb's own flags, {dest: --flag}, for `in_flags` (argparse lists a parser's actions only in _actions).
         flags = {action.dest: max(action.option_strings, key=len) for action in sub._actions if action.option_strings}
         # The fields' help names other fields as Python does (`glob`, `src`): here they are flags and ARGUMENTS.
@@ -518,18 +342,18 @@ def build_parser() -> argparse.ArgumentParser:
         inputs = [action.dest for action in sub._actions if action.type is input_path]
         sub.set_defaults(run=run, flags=flags, inputs=inputs)
 
-    verb("generate", "continue a prompt, streaming tokens (the main job)", add_generate_arguments, run_generate)
+    verb("generate", "continue a prompt, streaming tokens (the main job)", GenerationSettings, run_generate)
     verb("params", "parameter breakdown of a model folder, Hub id or config.json", add_params_arguments, run_params)
     verb(
         "plot-positions",
         "pictures of a model's position scheme (PNG, SVG on request)",
-        add_plot_arguments,
+        PlotSettings,
         run_plot_positions,
     )
     verb(
         "explore",
         "the position explorer: a local web app over models side by side ([explore] extra)",
-        add_explore_arguments,
+        ExploreSettings,
         run_explore,
     )
     verb(
@@ -541,13 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     verb(
         "verify-gpt2",
         "compare TinyGPT with transformers' GPT-2 on the same weights",
-        add_verify_arguments,
+        VerificationSettings,
         run_verify_gpt2,
     )
     verb(
         "convert",
         "GPT-2 / nanoGPT checkpoint → tinygpt folder (or out with --to gpt2 | gpt_neox)",
-        add_convert_arguments,
+        ConversionSettings,
         run_convert,
     )
     verb(
@@ -556,31 +380,14 @@ def build_parser() -> argparse.ArgumentParser:
         add_train_arguments,
         run_train,
     )
-    verb("push", "publish a tinygpt (or converted GPT-2) model to the Hub, with its card", add_push_arguments, run_push)
-    return parser
-
-
-# How torch says an allocation failed (CPU: "can't allocate memory: you tried to allocate N bytes"; CUDA: "out of
-# memory. Tried to allocate 2.00 GiB").
-_OUT_OF_MEMORY = re.compile(r"can't allocate memory|not enough memory|out of memory", re.IGNORECASE)
-# What to lower, per verb, when memory runs out.
-LOWER = {
-    "train": "lower --batch-size or --block-size (raise --grad-accum to keep the batch), or train a smaller model",
-    "generate": "ask for fewer --max-new-tokens, or load the model with --int8",
-}
-
-
-def out_of_memory(error: BaseException, verb: str) -> str:
-    """One line for an allocation that failed: how much it asked for (where torch says) and what to lower."""
-    found = re.search(r"tried to allocate (\d+) bytes", str(error)) or re.search(
-        r"tried to allocate ([\d.]+ [KMGT]iB)", str(error), re.IGNORECASE
+    verb("push", "publish a tinygpt (or converted GPT-2) model to the Hub, with its card", PushSettings, run_push)
+    verb(
+        "push-space",
+        "publish a Space folder (`explore --space-out` wrote it) as a Gradio Space",
+        SpacePushSettings,
+        run_push_space,
     )
-    asked = ""
-    if found and found[1].isdigit():
-        asked = f": an allocation of {int(found[1]) / 2**30:.1f} GiB failed"
-    elif found:
-        asked = f": an allocation of {found[1]} failed"
-    return f"out of memory{asked}; {LOWER.get(verb, 'use a smaller model or free memory')}"
+    return parser
 
 
 def recorded_command(argv: list[str], token: str | None) -> str:
@@ -611,43 +418,12 @@ def run_command(argv=None) -> int:
     args = build_parser().parse_args(argv)
     args.command = recorded_command(argv, getattr(args, "token", None))  # for the card of a trained model
 
-    def failed(message: str) -> int:
-        print(f"hf-tinygpt {args.verb}: error: {in_flags(message, args.flags)}", file=sys.stderr)
-        return 2
+    def run() -> int:
+        if getattr(args, "out", None) is not None:  # before the verb reads anything
+            refuse_inputs(args.out, {f"`{dest}`": getattr(args, dest) for dest in args.inputs})
+        return args.run(args)
 
-    package, python_shows = os.path.dirname(os.path.abspath(__file__)) + os.sep, warnings.showwarning
-
-    def show(message, category, filename, lineno, *where):  # `warnings.showwarning`'s, then its file and line
-        """The library's own warnings as one line in flags, like its errors; any other as Python shows it."""
-        if os.path.abspath(filename).startswith(package):
-            print(f"hf-tinygpt {args.verb}: warning: {in_flags(str(message), args.flags)}", file=sys.stderr)
-        else:
-            python_shows(message, category, filename, lineno, *where)
-
-    try:
-        with warnings.catch_warnings():
-            warnings.showwarning = show
-            if getattr(args, "out", None) is not None:  # before the verb reads anything
-                refuse_inputs(args.out, {f"`{dest}`": getattr(args, dest) for dest in args.inputs})
-            return args.run(args)
-    except (ValueError, OSError, ImportError, HfHubHTTPError) as error:
-        return failed(hub_error_line(error, [getattr(args, "token", None)]))
-    except (TypeError, KeyError, IndexError, AttributeError) as error:  # a value of the wrong type in some file
-        if os.environ.get("HF_TINYGPT_TRACEBACK"):
-            raise
-        return failed(
-            f"{describe(error)} (a file of the model or tokenizer may hold a value of the wrong type; "
-            "HF_TINYGPT_TRACEBACK=1 shows where)"
-        )
-    except (MemoryError, RuntimeError) as error:
-        if not (isinstance(error, MemoryError) or _OUT_OF_MEMORY.search(str(error))):
-            raise
-        return failed(out_of_memory(error, args.verb))
-    except KeyboardInterrupt as interrupt:  # every output is written whole or not at all (folders/outputs.py)
-        # An interrupt that says more says what is true beyond local files (a push: whether the commit may land).
-        said = str(interrupt) or "interrupted; nothing was left half-written"
-        print(f"\nhf-tinygpt {args.verb}: {said}", file=sys.stderr)
-        return 130
+    return presented(run, verb=args.verb, flags=args.flags, token=getattr(args, "token", None))
 
 
 if __name__ == "__main__":

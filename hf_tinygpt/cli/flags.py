@@ -64,9 +64,10 @@ def _parser_of(kind: type, meta: dict):
 
 def add_settings_arguments(parser, settings_type, *, groups=()) -> dict:
     """One argument per field of `settings_type` that has a flag (a field with `flag=False` is set another way), in
-    the sections `groups` (in that order; a field without a group goes to the verb's own). A field with
-    `reads=True` is a path or Hub id the verb reads (`input_path`). Returns {group: its argparse group}."""
-    sections = {name: parser.add_argument_group(name) for name in groups}
+    the sections `groups` (in that order, or the {group: argparse group} an earlier call returned; a field without a
+    group goes to the verb's own). A field with `reads=True` is a path or Hub id the verb reads (`input_path`).
+    Returns {group: its argparse group}."""
+    sections = groups if isinstance(groups, dict) else {name: parser.add_argument_group(name) for name in groups}
     for setting in dataclasses.fields(settings_type):
         meta = setting.metadata
         if meta.get("flag") is False:
@@ -85,7 +86,8 @@ def add_settings_arguments(parser, settings_type, *, groups=()) -> dict:
         if meta.get("positional"):
             names = [setting.name]
         else:
-            names = [meta.get("flag") or "--" + setting.name.replace("_", "-")]
+            flag = meta.get("flag") or "--" + setting.name.replace("_", "-")
+            names = [flag] if isinstance(flag, str) else list(flag)  # a tuple: the flag, then its other spellings
             options["dest"], options["required"] = setting.name, required or None
         target = sections.get(meta.get("group"), parser)
         target.add_argument(*names, **{key: value for key, value in options.items() if value is not None})

@@ -26,7 +26,7 @@ class ExploreSettings:
     out: str | None = setting(
         None,
         "write a Gradio Space folder serving this explorer over these models (Hub ids or scheme names), written "
-        "atomically, instead of serving it here; `hf-tinygpt push DIR OWNER/NAME` publishes it",
+        "atomically, instead of serving it here; `hf-tinygpt push-space DIR OWNER/NAME` publishes it",
         flag="--space-out",
         metavar="DIR",
     )

@@ -1,4 +1,4 @@
-"""The explorer as a Hugging Face Space: a Gradio Space folder that `hf-tinygpt push` publishes as a Space repo.
+"""The explorer as a Hugging Face Space: a Gradio Space folder that `hf-tinygpt push-space` publishes as a Space repo.
 
     files = write_space("explorer-space", ["me/tinygpt-alibi", "me/tinygpt-rope"])
 

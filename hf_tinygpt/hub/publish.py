@@ -13,10 +13,11 @@ import shutil
 import stat
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from huggingface_hub import CommitOperationAdd, HfApi, get_session, snapshot_download
+from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, get_session, snapshot_download
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
@@ -33,6 +34,7 @@ from ..folders.reading import (
 )
 from ..folders.training_history import TRAINING_HISTORY, read_history, write_history
 from ..model.configuration_tinygpt import TinyGPTConfig
+from .settings import PushSettings, SpacePushSettings
 
 # Every file of a model folder that staging reads (and so could publish, in some form): each must be a regular file.
 READ_FILES = ("config.json", "generation_config.json", "README.md", TRAINING_HISTORY, *TOKENIZER_FILES)
@@ -256,6 +258,11 @@ def stage_for_hub(
     src = str(src)
     if not Path(src).exists() and (src.startswith((".", "/")) or src.count("/") > 1):
         raise FileNotFoundError(f"{src}: no such file or folder")
+    if is_space_folder(src):
+        raise ValueError(
+            f"{src} is a Space folder (`hf-tinygpt explore --space-out` wrote it), not a model: publish it with "
+            f"`hf-tinygpt push-space` (`push_space` in Python)"
+        )
     with output_folder(staging, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}, kind="staged") as work:
         found = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
         if found is not None:
@@ -366,6 +373,60 @@ def push_to_hub(
         raise PushInterrupted(interrupted_push(sent, repo_id, f"{api.endpoint}/{repo_id}", revision)) from interrupt
 
 
+@dataclass
+class Published:
+    """What `push` or `push_space` did: the files it uploaded ({path: bytes}, or for a dry run what it would
+    upload), the commit (None for a dry run) and the collection the model was added to (its URL, or None)."""
+
+    files: dict[str, int]
+    commit: CommitInfo | None = None
+    collection_url: str | None = None
+
+
+def push(settings: PushSettings, *, on_staged=None, on_committed=None) -> Published:
+    """`push_to_hub` as `settings` ask (`hf-tinygpt push`), then `add_to_collection` where a `collection` is named
+    (checked before anything is staged); with `dry_run`, only `stage_for_hub` into `out`. `on_staged(files)` and
+    `on_committed(commit)` hear of each step as it ends (a collection the Hub refuses fails after the commit)."""
+    s = settings
+    if s.out is not None and not s.dry_run:
+        raise ValueError(
+            "`out` is where `dry_run` stages the files; without `dry_run` the push stages in a temporary folder"
+        )
+    if s.collection is not None:
+        check_collection(s.collection)  # before the push, not after it
+    options = dict(
+        tokenizer=s.tokenizer,
+        base_model=s.base_model,
+        license=s.license,
+        verify_tolerance=s.tolerance,
+        keep_local_paths=s.keep_local_paths,
+    )
+    if s.dry_run:
+        if s.out is None:
+            raise ValueError("`dry_run` needs `out`: the folder to stage the files in")
+        reading = {} if s.token is None else {"token": s.token}  # for a private Hub `src`
+        return Published(stage_for_hub(s.src, s.out, s.repo_id, force=s.force, **options, **reading))
+    published = Published({})
+
+    def staged(files):
+        published.files = files
+        if on_staged is not None:
+            on_staged(files)
+
+    published.commit = push_to_hub(s.src, s.repo_id, on_staged=staged, token=s.token, **_commit_settings(s), **options)
+    if on_committed is not None:
+        on_committed(published.commit)
+    if s.collection:
+        published.collection_url = add_to_collection(
+            s.repo_id, s.collection, private=s.private, token=s.token, timeout=s.timeout
+        )
+    return published
+
+
+def _commit_settings(settings) -> dict:
+    return {name: getattr(settings, name) for name in ("private", "revision", "commit_message", "create_pr", "timeout")}
+
+
 def _commit_files(
     api: HfApi,
     folder: Path,
@@ -438,37 +499,30 @@ def space_files(folder, repo_id: str) -> dict[str, int]:
     return {name: (folder / name).stat().st_size for name in sorted(manifest["files"])}
 
 
-def push_space(
-    folder,
-    repo_id: str,
-    *,
-    private: bool = False,
-    revision: str | None = None,
-    commit_message: str | None = None,
-    create_pr: bool = False,
-    token: str | None = None,
-    endpoint: str | None = None,
-    timeout: float = 60.0,
-    on_staged=None,
-):
-    """Publish a Space folder written by `write_space` as the Gradio Space repo `repo_id`, in one commit. The folder
-    must be exactly as written (its manifest proves every file); `on_staged(files)` sees {path: bytes} first."""
-    if not timeout > 0:
-        raise ValueError(f"`timeout` must be a positive number of seconds, got {timeout}")
-    files = space_files(folder, repo_id)
+def push_space(settings: SpacePushSettings, *, endpoint: str | None = None, on_staged=None) -> Published:
+    """Publish a Space folder written by `write_space` as the Gradio Space repo `settings.repo_id`, in one commit
+    (with `dry_run`, only list its files). The folder must be exactly as written (its manifest proves every file);
+    `on_staged(files)` sees {path: bytes} first."""
+    s = settings
+    if not s.timeout > 0:
+        raise ValueError(f"`timeout` must be a positive number of seconds, got {s.timeout}")
+    files = space_files(s.src, s.repo_id)
+    if s.dry_run:
+        return Published(files)
     if on_staged is not None:
         on_staged(files)
-    api = HfApi(endpoint=endpoint, token=token)
+    api = HfApi(endpoint=endpoint, token=s.token)
     sent = []
-    upload = dict(private=private, revision=revision, create_pr=create_pr, timeout=timeout, token=token)
-    message = commit_message or f"Upload the hf-tinygpt explorer ({len(files)} files)"
+    upload = dict(_commit_settings(s), token=s.token)
+    message = upload.pop("commit_message") or f"Upload the hf-tinygpt explorer ({len(files)} files)"
     try:
-        return _commit_files(
-            api, folder, files, repo_id, message=message, sent=sent, repo_type="space", space_sdk="gradio", **upload
+        info = _commit_files(
+            api, s.src, files, s.repo_id, message=message, sent=sent, repo_type="space", space_sdk="gradio", **upload
         )
     except KeyboardInterrupt as interrupt:
-        url = f"{api.endpoint}/spaces/{repo_id}"
-        raise PushInterrupted(interrupted_push(sent, repo_id, url, revision)) from interrupt
+        url = f"{api.endpoint}/spaces/{s.repo_id}"
+        raise PushInterrupted(interrupted_push(sent, s.repo_id, url, s.revision)) from interrupt
+    return Published(files, info)
 
 
 # The longest collection title taken here: a title is a line on the owner's page, not a text.

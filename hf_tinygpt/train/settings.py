@@ -9,8 +9,9 @@ from pathlib import Path
 
 from ..folders.errors import needs_extra
 from ..folders.model_folder import DTYPES
+from ..folders.reading import read_json_object
 from ..model.configuration_tinygpt import TinyGPTConfig
-from ..model.positions import positions_reach
+from ..model.positions import POSITION_SCHEME_CLASSES, positions_reach
 from ..settings import setting
 from .token_files import cache_folder
 
@@ -133,6 +134,31 @@ class TrainingSettings:
         _check_data(self)
         _check_config(self)
         _check_trackers(self)
+
+
+@dataclass
+class ModelShape:
+    """The model a new run builds, as a few settings: a JSON file of TinyGPTConfig fields, and the fields most runs
+    change, which win over the file. `config_fields()` is what `TrainingSettings.config` takes."""
+
+    config: str | None = setting(
+        None, "JSON file of TinyGPTConfig fields (default: the small model below)", group="model", reads=True
+    )
+    position: str | None = setting(
+        None, "position scheme (default: learned)", group="model", choices=list(POSITION_SCHEME_CLASSES)
+    )
+    n_layer: int | None = setting(None, f"blocks (default: {SMALL_MODEL['n_layer']})", group="model")
+    n_embd: int | None = setting(None, f"width (default: {SMALL_MODEL['n_embd']})", group="model")
+    n_head: int | None = setting(None, f"attention heads (default: {SMALL_MODEL['n_head']})", group="model")
+    n_positions: int | None = setting(None, "context the model allows (default: `block_size`)", group="model")
+    dropout: float | None = setting(None, "resid/embd/attn dropout (default: 0.1)", group="model")
+
+    def config_fields(self) -> dict:
+        fields = read_json_object(self.config) if self.config else {}
+        named = {"position_embedding_type": self.position, "n_positions": self.n_positions}
+        named |= {name: getattr(self, name) for name in ("n_layer", "n_embd", "n_head")}
+        named |= dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), self.dropout)
+        return fields | {name: value for name, value in named.items() if value is not None}
 
 
 # The settings that are paths a run reads (or, for the data cache, writes besides OUT): those marked `reads`.
