@@ -21,10 +21,11 @@ from safetensors.torch import load_file
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.folders.outputs import unproven
 from hf_tinygpt.folders.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png
-from hf_tinygpt.train.data import batch_indices, pack, text_files, tokenize_files
+from hf_tinygpt.train.data import batch_indices, pack, tokenize_files
 from hf_tinygpt.train.evaluate import perplexity
 from hf_tinygpt.train.loop import adamw, train
 from hf_tinygpt.train.settings import TrainingSettings
+from hf_tinygpt.train.token_files import text_files
 
 
 def train_cli(*args, cwd=None, **popen):

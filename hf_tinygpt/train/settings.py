@@ -13,7 +13,7 @@ from ..folders.reading import read_json_object
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.positions import POSITION_SCHEME_CLASSES, positions_reach
 from ..settings import setting
-from .token_files import cache_folder
+from .token_files import cache_folder, stays_inside
 
 # What `hf-tinygpt train` builds unless told otherwise: small enough to train on a CPU in minutes (the 50,257 × 64
 # tied head is most of its 3.4 M parameters). TinyGPTConfig's own defaults are GPT-2 small's 124 M.
@@ -291,11 +291,6 @@ def _check_trackers(settings: TrainingSettings):
         raise ValueError(
             f"`TrainingSettings.report_to`: {', '.join(missing)} is not installed (pip install {' '.join(missing)})"
         )
-
-
-def stays_inside(glob) -> bool:
-    """Whether `glob` is a pattern that matches only inside the folder it is applied to."""
-    return isinstance(glob, str) and bool(glob) and not Path(glob).is_absolute() and ".." not in Path(glob).parts
 
 
 def inputs_of(settings: TrainingSettings) -> dict:

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from ..folders.errors import needs_extra
 from ..folders.outputs import output_folder, read_manifest, sha256_file, unproven
+from ..folders.reading import refuse_what_is_not_a_file
 
 TOKENS, INFO, KIND = "tokens.bin", "tokens.json", "tokens"
 FORMAT = 2  # of tokens.json: a change of layout gets new cache keys (2: sources by sha256, not size and mtime)
@@ -381,3 +382,83 @@ def dataset_tokens(
                 yield batch.column("ids").combine_chunks().flatten().to_numpy()
 
     return cached(cache, info, ids, first_ids)
+
+
+# ---- a run's data ------------------------------------------------------------------------------------------------
+
+
+def stays_inside(glob) -> bool:
+    """Whether `glob` is a pattern that matches only inside the folder it is applied to."""
+    return isinstance(glob, str) and bool(glob) and not Path(glob).is_absolute() and ".." not in Path(glob).parts
+
+
+def text_files(paths: list[str], glob: str = "*.txt", exclude: list[str] = ()) -> list[Path]:
+    """Files named directly, plus those matching `glob` in named folders (sorted), minus `exclude` (held out)."""
+    held_out = {Path(p).resolve() for p in exclude}
+    if not stays_inside(glob):
+        raise ValueError(f"`glob` must be a pattern inside each folder of `paths`, such as '*.txt', got {glob!r}")
+    files = []
+    for path in map(Path, paths):
+        refuse_what_is_not_a_file(path)  # a FIFO would be read forever
+        if path.is_dir():
+            files += sorted(f for f in path.glob(glob) if f.is_file())
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"{path}: no such file or folder")
+    files = [f for f in files if f.resolve() not in held_out]
+    if not files:
+        raise ValueError(f"no text files in {', '.join(paths)} (matching {glob!r}, after holding out validation)")
+    return files
+
+
+def _token_folder(paths: list[str], what: str, tokenizer, tokenizer_from) -> TokenFile | None:
+    """The token folder that `paths` (`TrainingSettings.what`) names, made with the run's tokenizer; None: they are
+    text files."""
+    folders = [path for path in paths if is_token_folder(path)]
+    if not folders:
+        return None
+    if len(paths) > 1:
+        raise ValueError(f"`TrainingSettings.{what}`: a token folder ({folders[0]}) must be its only source")
+    return read_token_folder(paths[0], tokenizer_identity(tokenizer, tokenizer_from), f"`TrainingSettings.{what}`")
+
+
+def run_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str, TokenFile | None]:
+    """A run's data as token files, from whichever source its settings name (`TrainingSettings.dataset`, a token
+    folder, or text files, tokenized into the data cache the first time): the training tokens, how the card
+    describes them, and the held-out tokens (None without `TrainingSettings.validation`)."""
+    train, description = _training_tokens(settings, tokenizer, tokenizer_from)
+    return train, description, _validation_tokens(settings, tokenizer, tokenizer_from)
+
+
+def _training_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str]:
+    cache = cache_folder(settings.data_cache)
+    if settings.dataset:
+        data = dataset_tokens(
+            settings.dataset,
+            config=settings.dataset_config,
+            split=settings.dataset_split,
+            text_column=settings.text_column,
+            tokenizer=tokenizer,
+            tokenizer_name=tokenizer_from,
+            cache=cache,
+        )
+        return data, f"the {settings.dataset_split} split of {settings.dataset} (column `{settings.text_column}`)"
+    if data := _token_folder(settings.train, "train", tokenizer, tokenizer_from):
+        return data, f"the token folder {settings.train[0]} ({data.info['tokens']:,} tokens)"
+    files = text_files(settings.train, settings.glob, exclude=settings.validation)
+    data = text_tokens(files, tokenizer, tokenizer_from, cache)
+    return data, f"{len(files)} text files ({', '.join(settings.train)}, `{settings.glob}`)"
+
+
+def _validation_tokens(settings, tokenizer, tokenizer_from) -> TokenFile | None:
+    if not settings.validation:
+        return None
+    for path in settings.validation:
+        refuse_what_is_not_a_file(path, f"{path} (`TrainingSettings.validation`)")  # a FIFO would be read forever
+    data = _token_folder(settings.validation, "validation", tokenizer, tokenizer_from) or text_tokens(
+        [Path(p) for p in settings.validation], tokenizer, tokenizer_from, cache_folder(settings.data_cache)
+    )
+    if data.info["tokens"] <= data.info["documents"]:  # nothing but the end-of-text token after each
+        raise ValueError(f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on")
+    return data
