@@ -271,7 +271,8 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_with_that_settings_d
     a run that changes it from the default is a changed run."""
     from dataclasses import asdict
 
-    from hf_tinygpt.train.settings import TrainingSettings, changed_settings
+    from hf_tinygpt.train.run_folder import changed_settings
+    from hf_tinygpt.train.settings import TrainingSettings
 
     saved = asdict(TrainingSettings(out="run", train=["data"]))
     del saved["grad_accum"]

@@ -26,22 +26,10 @@ from ..plots.settings import PlotSettings
 from ..settings import hub_kwargs, hub_revision, hub_token
 from ..train.settings import SMALL_MODEL, ModelShape, TrainingSettings
 from .errors import in_flags, presented
-from .flags import add_settings_arguments, input_path, settings_values
+from .flags import HelpFormatter, add_settings_arguments, add_verb, input_path, settings_values
 from .start_up import exiting_the_command, interrupted_while_starting
 
 # ---- shared by the verbs -----------------------------------------------------------------------------------------
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """--help shows each flag's default (where it has one) and keeps the examples' line breaks."""
-
-    def _get_help_string(self, action):  # argparse's hook for this: no "(default: None)" on optional flags
-        return action.help if action.default is None or action.default is False else super()._get_help_string(action)
-
-
-def add_hub_arguments(parser: argparse.ArgumentParser):
-    parser.add_argument("--revision", help=hub_revision().metadata["help"])
-    parser.add_argument("--token", help=hub_token().metadata["help"])
 
 
 @contextlib.contextmanager
@@ -75,7 +63,8 @@ def run_generate(args) -> int:
 
 def add_params_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("model", type=input_path, help="model folder, Hub id, or config.json (tinygpt or GPT-2)")
-    add_hub_arguments(parser)
+    parser.add_argument("--revision", help=hub_revision().metadata["help"])
+    parser.add_argument("--token", help=hub_token().metadata["help"])
 
 
 def run_params(args) -> int:
@@ -253,7 +242,6 @@ def run_train(args) -> int:
 
 def run_push(args) -> int:
     from ..hub.publish import push
-    from ..hub.settings import PushSettings
 
     settings = PushSettings(**settings_values(args, PushSettings))
     published = push(
@@ -272,7 +260,6 @@ def run_push(args) -> int:
 
 def run_push_space(args) -> int:
     from ..hub.publish import push_space
-    from ..hub.settings import SpacePushSettings
 
     settings = SpacePushSettings(**settings_values(args, SpacePushSettings))
     published = push_space(
@@ -324,23 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True)
 
     def verb(name, help, arguments, run):
-        """`arguments`: the settings dataclass the verb's flags come from, or a function that adds them."""
-        sub = verbs.add_parser(
-            name, help=help, description=help, epilog=f"example:\n  {EXAMPLES[name]}", formatter_class=HelpFormatter
-        )
-        if isinstance(arguments, type):
-            add_settings_arguments(sub, arguments)
-        else:
-            arguments(sub)
-        # The verb's own flags, {dest: --flag}, for `in_flags` (argparse lists a parser's actions only in _actions).
-        flags = {action.dest: max(action.option_strings, key=len) for action in sub._actions if action.option_strings}
-        # The fields' help names other fields as Python does (`glob`, `src`): here they are flags and ARGUMENTS.
-        arguments = {action.dest: action.dest.upper() for action in sub._actions if not action.option_strings}
-        for action in sub._actions:
-            if action.help:
-                action.help = in_flags(action.help, flags | arguments)
-        inputs = [action.dest for action in sub._actions if action.type is input_path]
-        sub.set_defaults(run=run, flags=flags, inputs=inputs)
+        add_verb(verbs, name, help, arguments, run=run, example=EXAMPLES[name])
 
     verb("generate", "continue a prompt, streaming tokens (the main job)", GenerationSettings, run_generate)
     verb("params", "parameter breakdown of a model folder, Hub id or config.json", add_params_arguments, run_params)
@@ -425,6 +396,3 @@ def run_command(argv=None) -> int:
 
     return presented(run, verb=args.verb, flags=args.flags, token=getattr(args, "token", None))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

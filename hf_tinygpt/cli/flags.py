@@ -9,6 +9,14 @@ import types
 import typing
 
 from ..settings import default_of
+from .errors import in_flags
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help shows each flag's default (where it has one) and keeps the examples' line breaks."""
+
+    def _get_help_string(self, action):  # argparse's hook for this: no "(default: None)" on optional flags
+        return action.help if action.default is None or action.default is False else super()._get_help_string(action)
 
 
 def finite_at_least(low: float):
@@ -101,3 +109,25 @@ def settings_values(args, settings_type) -> dict:
         setting.name: default_of(setting) if getattr(args, setting.name) is None else getattr(args, setting.name)
         for setting in fields
     }
+
+
+def add_verb(verbs, name: str, help: str, arguments, *, run, example: str):
+    """The verb `name` among `verbs` (argparse's subparsers), its flags from `arguments` (a settings dataclass, or a
+    function that adds them), its help naming flags and ARGUMENTS where the fields' help names fields; `run(args)`
+    runs it."""
+    sub = verbs.add_parser(
+        name, help=help, description=help, epilog=f"example:\n  {example}", formatter_class=HelpFormatter
+    )
+    if isinstance(arguments, type):
+        add_settings_arguments(sub, arguments)
+    else:
+        arguments(sub)
+    # The verb's own flags, {dest: --flag}, for `in_flags` (argparse lists a parser's actions only in _actions).
+    flags = {action.dest: max(action.option_strings, key=len) for action in sub._actions if action.option_strings}
+    # The fields' help names other fields as Python does (`glob`, `src`): here they are flags and ARGUMENTS.
+    positional = {action.dest: action.dest.upper() for action in sub._actions if not action.option_strings}
+    for action in sub._actions:
+        if action.help:
+            action.help = in_flags(action.help, flags | positional)
+    inputs = [action.dest for action in sub._actions if action.type is input_path]
+    sub.set_defaults(run=run, flags=flags, inputs=inputs)

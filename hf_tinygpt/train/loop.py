@@ -10,7 +10,6 @@ import signal
 import sys
 import time
 import warnings
-from dataclasses import replace
 
 import torch
 from tqdm.auto import tqdm
@@ -19,17 +18,18 @@ from transformers import get_cosine_with_min_lr_schedule_with_warmup
 from ..folders.bundled import load_tokenizer
 from ..folders.errors import needs_extra
 from ..folders.reading import load_strictly, read_config_dict
+from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.positions import positions_reach
 from .data import RunData, batch, run_data
 from .evaluate import perplexity
-from .settings import DROPOUT_FIELDS, TrainingSettings, build_config, inputs_of
+from .settings import DROPOUT_FIELDS, SMALL_MODEL, TrainingSettings, inputs_of
 
 try:
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration, set_seed
 
-    from .run_folder import TRACKERS, Progress, RunFolder, TrainingState
+    from .run_folder import TRACKERS, RunFolder, TrainingState
 except ImportError as error:
     raise needs_extra("train", error) from error
 
@@ -70,8 +70,8 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
     else:
         start = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
 
-    run = RunFolder(out, accelerator)
-    with run.held(settings, protect):  # the main process holds OUT's lock for the whole run
+    run = RunFolder(out, accelerator, settings, data)
+    with run.held(protect):  # the main process holds OUT's lock for the whole run
         accelerator.wait_for_everyone()
         return _train(settings, accelerator, run, start, data)
 
@@ -79,12 +79,9 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
 def _train(settings: TrainingSettings, accelerator, run: RunFolder, start, data: RunData):
     """`start`: the model to train (from `init_from`), or the config of a new one."""
     state = training_state(settings, accelerator, start)
-    progress = run.resume(settings, data, state) if settings.resume else Progress(command=settings.command)
-    settings = replace(settings, command=progress.command)
-    if progress.step == settings.steps and (summary := run.finished_summary()) is not None:
-        run.say(f"{run.out}: this run already finished at step {progress.step}; nothing to do")
-        return accelerator.unwrap_model(state.model, keep_torch_compile=False), summary
-    run.start_trackers(settings)
+    progress = run.begin(state)
+    if progress.finished is not None:
+        return accelerator.unwrap_model(state.model, keep_torch_compile=False), progress.finished
 
     bar = tqdm(
         total=settings.steps,
@@ -119,28 +116,21 @@ def _train(settings: TrainingSettings, accelerator, run: RunFolder, start, data:
                         f"{logged['validation_perplexity']:.2f}",
                         file=sys.stdout,
                     )
-                progress.history.append(logged)
-                run.report(logged)
-                if "validation_perplexity" in logged:
-                    run.draw_curve(progress.history)
                 stop_now = stop.requested_anywhere(accelerator)
-                if progress.step % settings.save_every == 0 or stop_now:  # save
-                    run.save_checkpoint(state, progress, settings, data)
+                run.record(progress, logged, state, stopping=stop_now)  # save
                 if stop_now:
                     bar.close()
-                    run.end_trackers()
                     said = f"checkpoint saved at step {progress.step}; continue with `TrainingSettings.resume=True`"
                     raise TrainingInterrupted(said if run.main else "")
         bar.close()
-        run.end_trackers()
         model = accelerator.unwrap_model(state.model, keep_torch_compile=False)
-        summary = run.finish(model, settings, data, progress, hardware(settings, accelerator))
+        summary = run.finish(model, progress)
     except OSError as error:
         if run.out.is_dir() or not run.main:
             raise
         bar.close()
         model = accelerator.unwrap_model(state.model, keep_torch_compile=False)
-        raise run.rescue(progress.step, model, data.tokenizer_from) from error
+        raise run.rescue(progress.step, model) from error
     accelerator.wait_for_everyone()
     return model, summary
 
@@ -183,15 +173,6 @@ def step(state: TrainingState, ids: torch.Tensor, settings: TrainingSettings, ac
     return accelerator.reduce(step_loss, "mean").item()
 
 
-def hardware(settings: TrainingSettings, accelerator) -> str:
-    """What the run trained on, as the card says it: `2 processes × CPU (4 threads), bf16 autocast`."""
-    device = accelerator.device.type
-    if device == "cpu":
-        device = f"CPU ({torch.get_num_threads()} threads)"
-    processes = accelerator.num_processes
-    return f"{processes} process{'es' if processes > 1 else ''} × {device}{', bf16 autocast' if settings.bf16 else ''}"
-
-
 def adamw(groups: list[dict], learning_rate: float) -> torch.optim.AdamW:
     """AdamW, fused (one kernel over every parameter) where torch has that kernel for the parameters' device, else
     its multi-tensor path: the same update, in fewer passes over the weights."""
@@ -199,6 +180,25 @@ def adamw(groups: list[dict], learning_rate: float) -> torch.optim.AdamW:
         return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95), fused=True)
     except RuntimeError:  # no fused kernel for this device
         return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95))
+
+
+def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
+    """The config of a new model: the small model, sized for the run's blocks and tokenizer, as `config` changes it."""
+    fields = {
+        **SMALL_MODEL,
+        "n_positions": settings.block_size,
+        "vocab_size": vocab_size,
+        "bos_token_id": eos_token_id,
+        "eos_token_id": eos_token_id,
+        **settings.config,
+    }
+    config = TinyGPTConfig(**fields)
+    if (reach := positions_reach(config)) is not None and reach < settings.block_size:
+        raise ValueError(
+            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} "
+            f"({config.position_embedding_type} positions)"
+        )
+    return config
 
 
 def starting_model(settings: TrainingSettings, vocab_size: int, token: str | None = None) -> TinyGPTForCausalLM:

@@ -46,13 +46,25 @@ from ..folders.reading import describe, load_strictly, read_json_object
 from ..folders.training_history import LOSS_CURVE, checked_history, loss_curve_png, write_history
 from .data import RunData
 from .evaluate import perplexity
-from .settings import TrainingSettings, changed_settings, comparable
+from .settings import TrainingSettings
 
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what resuming needs
 FINAL = "model"  # OUT/model: the complete tinygpt folder
 SUMMARY = "summary.json"
 TRACKERS, TRACKER_RUN = "trackers", "hf-tinygpt"  # OUT/trackers/hf-tinygpt: where TensorBoard writes
 
+# Settings that do not change what the run computes: a resumed run may change them.
+FREE_ON_RESUME = {
+    "out",
+    "resume",
+    "force",
+    "command",
+    "eval_every",
+    "save_every",
+    "keep_checkpoints",
+    "report_to",
+    "data_cache",
+}
 # A checkpoint holds only safe formats: weights as safetensors, optimizer and schedule state and each process's RNG
 # state as tensors/numbers that `torch.load(weights_only=True)` reads without running any code. (accelerate's
 # `load_state` unpickles registered objects with weights_only=False, so a crafted run folder could run code.)
@@ -77,6 +89,7 @@ class Progress:
     wall_before: float = 0.0  # seconds spent training before this process started (a resumed run)
     command: str = ""  # what started the run: its card records the recipe, not the command that resumed it
     started: float = field(default_factory=time.perf_counter)
+    finished: dict | None = None  # the summary of a run that had already finished: nothing to do
 
     @property
     def wall_s(self) -> float:
@@ -84,13 +97,14 @@ class Progress:
 
 
 class RunFolder:
-    """OUT of one training run, as the loop sees it: checkpoints saved, pruned and resumed from, the trackers'
-    folder, the curve, and at the end the final model and the summary."""
+    """OUT of one training run, as the loop sees it, in the loop's order: `begin` (resumed from the newest
+    checkpoint, trackers started), `record` after each step (metrics, curve, checkpoints saved and pruned), `finish`
+    (the final model and the summary), or `rescue` where OUT vanished."""
 
-    def __init__(self, out: Path, accelerator):
-        self.out, self.accelerator = out, accelerator
+    def __init__(self, out: Path, accelerator, settings: TrainingSettings, data: RunData):
+        self.out, self.accelerator, self.settings, self.data = out, accelerator, settings, data
         self.main = accelerator.is_main_process
-        self.reporting = False  # whether trackers of `report_to` get the metrics (`start_trackers`)
+        self.reporting = False  # whether trackers of `report_to` get the metrics (`_start_trackers`)
 
     @staticmethod
     def check(settings: TrainingSettings, protect: dict) -> Path:
@@ -102,13 +116,38 @@ class RunFolder:
         return out
 
     @contextlib.contextmanager
-    def held(self, settings: TrainingSettings, protect: dict):
+    def held(self, protect: dict):
         """OUT locked by the main process for the whole run; with `force` an earlier run is swapped out here."""
         if not self.main:
             yield
             return
-        with run_folder(self.out, force=settings.force, resume=settings.resume, protect=protect):
+        with run_folder(self.out, force=self.settings.force, resume=self.settings.resume, protect=protect):
             yield
+
+    def begin(self, state: TrainingState) -> Progress:
+        """Where the run starts: the newest checkpoint loaded into `state` (with `resume`), else step 0; the
+        trackers started, unless the run had already finished (`Progress.finished`)."""
+        settings = self.settings
+        progress = self._resume(state) if settings.resume else Progress(command=settings.command)
+        self.settings = replace(settings, command=progress.command)  # the card records what started the run
+        if progress.step == settings.steps and (summary := self._finished_summary()) is not None:
+            self.say(f"{self.out}: this run already finished at step {progress.step}; nothing to do")
+            progress.finished = summary
+        else:
+            self._start_trackers()
+        return progress
+
+    def record(self, progress: Progress, logged: dict, state: TrainingState, *, stopping: bool):
+        """After a step: its metrics kept and reported, the curve redrawn at an evaluation, a checkpoint saved
+        every `save_every` steps or when the run is `stopping` (the trackers then end too)."""
+        progress.history.append(logged)
+        self._report(logged)
+        if "validation_perplexity" in logged:
+            self._draw_curve(progress.history)
+        if progress.step % self.settings.save_every == 0 or stopping:
+            self._save_checkpoint(state, progress)
+        if stopping:
+            self._end_trackers()
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
 
@@ -117,8 +156,9 @@ class RunFolder:
         checkpoint cut short by a kill is never taken for the newest (nor is a `step-N` without progress.json)."""
         return sorted(p for p in (self.out / CHECKPOINTS).glob("step-*") if (p / PROGRESS).is_file())
 
-    def save_checkpoint(self, state: TrainingState, progress: Progress, settings: TrainingSettings, data: RunData):
+    def _save_checkpoint(self, state: TrainingState, progress: Progress):
         """OUT/checkpoints/step-N, then the oldest beyond `keep_checkpoints` removed (one someone changed is kept)."""
+        settings, data = self.settings, self.data
         folder = self.out / CHECKPOINTS / f"step-{progress.step:06d}"
         if self.main:  # recorded before it appears, forgotten after it is gone: the run folder stays provably ours
             record(self.out, folders=[CHECKPOINTS], outputs=[f"{CHECKPOINTS}/{folder.name}"])
@@ -138,9 +178,10 @@ class RunFolder:
                 shutil.rmtree(old)
                 record(self.out, forget=[f"{CHECKPOINTS}/{old.name}"])
 
-    def resume(self, settings: TrainingSettings, data: RunData, state: TrainingState) -> Progress:
+    def _resume(self, state: TrainingState) -> Progress:
         """Load the newest checkpoint that loads (an unreadable one is reported and skipped) into `state`; where the
         run then stands. Checkpoints a kill cut short are removed first: only those the manifest proves ours."""
+        settings, data = self.settings, self.data
         self._remove_checkpoints_cut_short()
         for folder in reversed(self.checkpoints()):
             try:
@@ -190,9 +231,10 @@ class RunFolder:
 
     # ---- trackers ----------------------------------------------------------------------------------------------
 
-    def start_trackers(self, settings: TrainingSettings):
+    def _start_trackers(self):
         """The trackers of `report_to` (none: nothing to do), given the run's settings as hyperparameters; their
         folder is recorded first."""
+        settings = self.settings
         self.reporting = bool(settings.report_to)
         if not self.reporting:
             return
@@ -203,7 +245,7 @@ class RunFolder:
         }
         self.accelerator.init_trackers(TRACKER_RUN, config=hyperparameters)
 
-    def report(self, logged: dict):
+    def _report(self, logged: dict):
         """A step's metrics to the trackers; what they write under OUT is then recorded as ours."""
         if not self.reporting:
             return
@@ -213,7 +255,7 @@ class RunFolder:
                 getattr(tracker.tracker, "flush", lambda: None)()  # TensorBoard's writer buffers in a thread
             record_tree(self.out, TRACKERS)
 
-    def end_trackers(self):
+    def _end_trackers(self):
         if not self.reporting:
             return
         self.accelerator.end_training()
@@ -222,18 +264,20 @@ class RunFolder:
 
     # ---- the curve, the final model, the summary ---------------------------------------------------------------
 
-    def draw_curve(self, history: list[dict]):
+    def _draw_curve(self, history: list[dict]):
         if self.main:
             write_recorded_file(self.out, LOSS_CURVE, loss_curve_png(history))
 
-    def finished_summary(self) -> dict | None:
+    def _finished_summary(self) -> dict | None:
         """The summary of a run that already finished, or None."""
         if (self.out / FINAL).is_dir() and (self.out / SUMMARY).is_file():
             return read_json_object(self.out / SUMMARY)
         return None
 
-    def finish(self, model, settings: TrainingSettings, data: RunData, progress: Progress, hardware: str) -> dict:
-        """OUT/model and OUT/summary.json (the main process writes them); the summary."""
+    def finish(self, model, progress: Progress) -> dict:
+        """The trackers ended, OUT/model and OUT/summary.json (the main process writes them); the summary."""
+        self._end_trackers()
+        settings, data = self.settings, self.data
         summary = {
             "steps": progress.step,
             "final_train_loss": progress.history[-1]["train_loss"] if progress.history else None,
@@ -247,13 +291,13 @@ class RunFolder:
                 self.out / FINAL,
                 settings,
                 data,
-                training=_card_training(settings, data, summary, hardware),
+                training=_card_training(settings, data, summary, hardware(settings, self.accelerator)),
                 history=progress.history,
             )
             write_recorded_file(self.out, SUMMARY, (json.dumps(summary, indent=2) + "\n").encode())
         return summary
 
-    def rescue(self, step: int, model, tokenizer_from: str) -> OSError:
+    def rescue(self, step: int, model) -> OSError:
         """The run folder is gone: the model as trained so far is written to a folder beside where it was (or the
         temporary folder, where that is gone too), and the error says where, and at which step the run stopped."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -261,7 +305,7 @@ class RunFolder:
             rescued = place / f"{self.out.name}-rescued-step-{step}-{stamp}"
             try:
                 with output_folder(rescued) as staging:
-                    save_model_folder(model, staging, tokenizer_from=tokenizer_from)
+                    save_model_folder(model, staging, tokenizer_from=self.data.tokenizer_from)
             except OSError:
                 continue
             return FileNotFoundError(
@@ -275,6 +319,28 @@ class RunFolder:
 
 
 # ---- a checkpoint's files ------------------------------------------------------------------------------------
+
+
+def comparable(settings: TrainingSettings) -> dict:
+    """The settings as a checkpoint records them: paths absolute, so that `data` and `./data` are one setting."""
+
+    def absolute(path):
+        return str(Path(path).absolute().resolve()) if path not in (None, "gpt2") and Path(path).exists() else path
+
+    fields = asdict(settings)
+    fields["train"] = [absolute(p) for p in settings.train]
+    fields["validation"] = [absolute(p) for p in settings.validation]
+    fields["tokenizer"] = absolute(settings.tokenizer)
+    fields["init_from"] = absolute(settings.init_from)
+    fields["dataset"] = absolute(settings.dataset)
+    return fields
+
+
+def changed_settings(saved: dict, now: dict) -> list[str]:
+    """The settings that change what the run computes and differ between a checkpoint's and now."""
+    # A setting added since the checkpoint was saved had its default then.
+    default = {name: f.default for name, f in TrainingSettings.__dataclass_fields__.items()}
+    return sorted(key for key in now if key not in FREE_ON_RESUME and saved.get(key, default[key]) != now[key])
 
 
 def _rng_file(folder: Path, rank: int) -> Path:
@@ -358,6 +424,15 @@ def _changed_data(saved, now: dict) -> list[str]:
 
 
 # ---- the final model -----------------------------------------------------------------------------------------
+
+
+def hardware(settings: TrainingSettings, accelerator) -> str:
+    """What the run trained on, as the card says it: `2 processes × CPU (4 threads), bf16 autocast`."""
+    device = accelerator.device.type
+    if device == "cpu":
+        device = f"CPU ({torch.get_num_threads()} threads)"
+    processes = accelerator.num_processes
+    return f"{processes} process{'es' if processes > 1 else ''} × {device}{', bf16 autocast' if settings.bf16 else ''}"
 
 
 def _card_training(settings: TrainingSettings, data: RunData, summary: dict, hardware: str) -> dict:

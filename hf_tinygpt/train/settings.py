@@ -4,14 +4,13 @@
 import dataclasses
 import math
 import os
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 from ..folders.errors import needs_extra
 from ..folders.model_folder import DTYPES
 from ..folders.reading import read_json_object
 from ..model.configuration_tinygpt import TinyGPTConfig
-from ..model.positions import POSITION_SCHEME_CLASSES, positions_reach
+from ..model.positions import POSITION_SCHEME_CLASSES
 from ..settings import setting
 from .token_files import cache_folder, stays_inside
 
@@ -165,18 +164,6 @@ class ModelShape:
 INPUTS = tuple(setting.name for setting in dataclasses.fields(TrainingSettings) if setting.metadata.get("reads"))
 # What a run may change in the config of the model it starts from: dropout acts only while training.
 DROPOUT_FIELDS = ("resid_pdrop", "embd_pdrop", "attn_pdrop")
-# Settings that do not change what the run computes: a resumed run may change them.
-FREE_ON_RESUME = {
-    "out",
-    "resume",
-    "force",
-    "command",
-    "eval_every",
-    "save_every",
-    "keep_checkpoints",
-    "report_to",
-    "data_cache",
-}
 
 
 def _check_numbers(settings: TrainingSettings):
@@ -299,44 +286,3 @@ def inputs_of(settings: TrainingSettings) -> dict:
     paths = {f"`TrainingSettings.{name}`": getattr(settings, name) for name in INPUTS}
     paths["`TrainingSettings.data_cache`"] = cache_folder(settings.data_cache)  # a Path: protected before it exists
     return paths
-
-
-def comparable(settings: TrainingSettings) -> dict:
-    """The settings as a checkpoint records them: paths absolute, so that `data` and `./data` are one setting."""
-
-    def absolute(path):
-        return str(Path(path).absolute().resolve()) if path not in (None, "gpt2") and Path(path).exists() else path
-
-    fields = asdict(settings)
-    fields["train"] = [absolute(p) for p in settings.train]
-    fields["validation"] = [absolute(p) for p in settings.validation]
-    fields["tokenizer"] = absolute(settings.tokenizer)
-    fields["init_from"] = absolute(settings.init_from)
-    fields["dataset"] = absolute(settings.dataset)
-    return fields
-
-
-def changed_settings(saved: dict, now: dict) -> list[str]:
-    """The settings that change what the run computes and differ between a checkpoint's and now."""
-    # A setting added since the checkpoint was saved had its default then.
-    default = {name: f.default for name, f in TrainingSettings.__dataclass_fields__.items()}
-    return sorted(key for key in now if key not in FREE_ON_RESUME and saved.get(key, default[key]) != now[key])
-
-
-def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
-    """The config of a new model: the small model, sized for the run's blocks and tokenizer, as `config` changes it."""
-    fields = {
-        **SMALL_MODEL,
-        "n_positions": settings.block_size,
-        "vocab_size": vocab_size,
-        "bos_token_id": eos_token_id,
-        "eos_token_id": eos_token_id,
-        **settings.config,
-    }
-    config = TinyGPTConfig(**fields)
-    if (reach := positions_reach(config)) is not None and reach < settings.block_size:
-        raise ValueError(
-            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} "
-            f"({config.position_embedding_type} positions)"
-        )
-    return config
