@@ -245,7 +245,6 @@ def stage_for_hub(
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
     any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
     from ..convert.conversions import gpt2_to_tinygpt
-    from ..folders.model_card import rerender_for
 
     check_repo_id(repo_id)
     for name, value in (("src", src), ("staging", staging), ("tokenizer", tokenizer), ("base_model", base_model)):
@@ -265,28 +264,25 @@ def stage_for_hub(
         )
     with output_folder(staging, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}, kind="staged") as work:
         found = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
-        if found is not None:
-            stage_tinygpt_folder(
-                found[0], work, repo_id, tokenizer=tokenizer, inside=found[1], keep_local_paths=keep_local_paths
-            )
-        else:  # GPT-2, nanoGPT or a lone weights file: convert (verified), then re-render the card for repo_id
+        if found is None:  # GPT-2, nanoGPT or a lone weights file: the converter writes a tinygpt folder (verified)
             if Path(src).is_dir():
                 refuse_links(Path(src), READ_FILES)
-            converted = work / "converted"
-            _, source, _ = gpt2_to_tinygpt(
+            found = work / "converted", None
+            gpt2_to_tinygpt(
                 src,
-                converted,
+                found[0],
                 tokenizer=tokenizer,
                 base_model=base_model,
                 license=license,
                 verify_tolerance=verify_tolerance,
                 **hub_kwargs,
             )
-            rerender_for(converted, source.config, repo_id).save(converted / "README.md")
-            for file in converted.iterdir():
-                if file.name != MANIFEST:
-                    file.rename(work / file.name)
-            shutil.rmtree(converted)
+            tokenizer = None  # the converted folder holds it
+        stage_tinygpt_folder(
+            found[0], work, repo_id, tokenizer=tokenizer, inside=found[1], keep_local_paths=keep_local_paths
+        )
+        if found[0] == work / "converted":
+            shutil.rmtree(found[0])
     return staged_files(Path(staging))
 
 
