@@ -65,10 +65,10 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
             "training puts after each file: give its tokenizer_config.json an eos_token"
         )
     data = run_data(settings, tokenizer, tokenizer_from, accelerator)
-    if settings.init_from:
-        start = starting_model(settings, len(tokenizer), token)
-    else:
+    if not settings.init_from:
         start = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
+    else:
+        start = starting_model(settings, len(tokenizer), token)
 
     run = RunFolder(out, accelerator, settings, data)
     with run.held(protect):  # the main process holds OUT's lock for the whole run
