@@ -395,4 +395,3 @@ def run_command(argv=None) -> int:
         return args.run(args)
 
     return presented(run, verb=args.verb, flags=args.flags, token=getattr(args, "token", None))
-

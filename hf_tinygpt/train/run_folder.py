@@ -438,7 +438,7 @@ def hardware(settings: TrainingSettings, accelerator) -> str:
 def _card_training(settings: TrainingSettings, data: RunData, summary: dict, hardware: str) -> dict:
     """What the model card says of the run (its YAML's `tinygpt.training`); the perplexity is filled in later."""
     return {
-        "train_description": data.description,  # what the run trained on, as `training_data` describes it
+        "train_description": data.description,  # what the run trained on, as `run_tokens` describes it
         "train_paths": settings.train or [settings.dataset],  # a published card names them without folders
         "train_tokens": int(data.blocks.size),
         "steps": settings.steps,
