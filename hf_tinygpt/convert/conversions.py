@@ -255,7 +255,7 @@ def gpt2_to_tinygpt(
         if base_model is None and source.kind == "gpt2" and not Path(src).exists():
             base_model = src  # a Hub id
         model = model_from_state_dict(source.config, dict(source.state_dict), DTYPES.get(dtype))
-        save_model_folder(model, staging, tokenizer_from=tokenizer_from)
+        save_model_folder(model, staging, tokenizer=tokenizer_from)
         delta = None
         if verify_tolerance is not None:
             converted = load_strictly(staging, dtype=torch.float32).eval()
@@ -352,7 +352,7 @@ def export_tinygpt(
         tokenizer_from = tokenizer or (src if has_tokenizer(src, **hub_kwargs) else None)
         if tokenizer_from is None and len(load_tokenizer("gpt2")) <= model.config.vocab_size:
             tokenizer_from = "gpt2"  # what `hf-tinygpt generate` gives a folder without one: the bundled tokenizer
-        save_model_folder(target.to(DTYPES.get(dtype, model.dtype)), staging, tokenizer_from=tokenizer_from)
+        save_model_folder(target.to(DTYPES.get(dtype, model.dtype)), staging, tokenizer=tokenizer_from)
         delta = None
         if verify_tolerance is not None:
             exported = load_strictly(staging, target_class, dtype=torch.float32).eval()

@@ -23,6 +23,7 @@ from transformers import GenerationConfig
 
 from ..folders.bundled import TOKENIZER_FILES
 from ..folders.errors import hub_answers_in_one_line, printable, redacted
+from ..folders.model_folder import save_model_folder
 from ..folders.outputs import MANIFEST, output_folder, read_manifest, unproven
 from ..folders.reading import (
     check_weights_index,
@@ -32,7 +33,7 @@ from ..folders.reading import (
     read_config_dict,
     reading_checkpoint,
 )
-from ..folders.training_history import TRAINING_HISTORY, read_history, write_history
+from ..folders.training_history import TRAINING_HISTORY, read_history
 from ..model.configuration_tinygpt import TinyGPTConfig
 from .settings import PushSettings, SpacePushSettings
 
@@ -218,12 +219,8 @@ def stage_tinygpt_folder(
     history = read_history(folder)  # checked, then written again with its curve drawn anew
     card = rerender_for(folder, model.config, repo_id, keep_local_paths=keep_local_paths)
 
-    model.save_pretrained(staging)  # config, weights, and the installed code files (auto_map)
-    generation.save_pretrained(staging)
-    tokens.save_pretrained(staging)
+    save_model_folder(model, staging, tokenizer=tokens, generation=generation, history=history)
     card.save(staging / "README.md")
-    if history is not None:
-        write_history(staging, history)
     if not _same_weights(model, load_strictly(staging)):
         raise RuntimeError(f"staging {folder} for {repo_id}: the staged weights differ from the verified ones")
 

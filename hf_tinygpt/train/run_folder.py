@@ -43,7 +43,7 @@ from ..folders.outputs import (
     write_recorded_file,
 )
 from ..folders.reading import describe, load_strictly, read_json_object
-from ..folders.training_history import LOSS_CURVE, checked_history, loss_curve_png, write_history
+from ..folders.training_history import LOSS_CURVE, checked_history, loss_curve_png
 from .data import RunData
 from .evaluate import perplexity
 from .settings import TrainingSettings
@@ -305,7 +305,7 @@ class RunFolder:
             rescued = place / f"{self.out.name}-rescued-step-{step}-{stamp}"
             try:
                 with output_folder(rescued) as staging:
-                    save_model_folder(model, staging, tokenizer_from=self.data.tokenizer_from)
+                    save_model_folder(model, staging, tokenizer=self.data.tokenizer_from)
             except OSError:
                 continue
             return FileNotFoundError(
@@ -468,9 +468,7 @@ def write_final_model(
     dtype = DTYPES.get(settings.save_dtype) if settings.save_dtype else None
     to_save = model if dtype is None else copy.deepcopy(model).to(dtype)
     with output_folder(folder, force=True) as staging:  # OUT/model is ours: the run folder is locked
-        save_model_folder(to_save, staging, tokenizer_from=data.tokenizer_from)
-        if history:
-            write_history(staging, list(history))
+        save_model_folder(to_save, staging, tokenizer=data.tokenizer_from, history=history)
         if data.validation is not None:
             written = load_strictly(staging, dtype=torch.float32)
             training["validation_perplexity"] = perplexity(
