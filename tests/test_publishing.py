@@ -236,6 +236,23 @@ def test_private_repo_on_a_branch(hub, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_dry_run_reads_a_private_hub_src_with_the_token_it_is_given(hub, tmp_path):
+    _, folder = tinygpt_folder(tmp_path)
+    push_to_hub(str(folder), REPO, private=True, endpoint=hub.url, token=HUB_TOKEN)
+    run = subprocess.run(
+        [sys.executable, "-m", "hf_tinygpt", "push", REPO, "tester/copy", "--dry-run", "--out", "staged"]
+        + ["--token", HUB_TOKEN],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=hub_subprocess_env(hub, tmp_path),  # no token but the one given
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert REPO_FILES <= {path.name for path in (tmp_path / "staged").iterdir()}
+    assert HUB_TOKEN not in run.stdout + run.stderr
+
+
+@pytest.mark.slow
 def test_cli_push_opens_a_pull_request_and_never_reveals_the_token(hub, tmp_path):
     secret = HUB_TOKEN
     _, folder = tinygpt_folder(tmp_path)

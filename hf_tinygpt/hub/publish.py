@@ -261,25 +261,25 @@ def stage_for_hub(
         )
     with output_folder(staging, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}, kind="staged") as work:
         found = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
+        converted = work / "converted"
         if found is None:  # GPT-2, nanoGPT or a lone weights file: the converter writes a tinygpt folder (verified)
             if Path(src).is_dir():
                 refuse_links(Path(src), READ_FILES)
-            found = work / "converted", None
             gpt2_to_tinygpt(
                 src,
-                found[0],
+                converted,
                 tokenizer=tokenizer,
                 base_model=base_model,
                 license=license,
                 verify_tolerance=verify_tolerance,
                 **hub_kwargs,
             )
-            tokenizer = None  # the converted folder holds it
+            found, tokenizer = (converted, None), None  # the converted folder holds its tokenizer
         stage_tinygpt_folder(
             found[0], work, repo_id, tokenizer=tokenizer, inside=found[1], keep_local_paths=keep_local_paths
         )
-        if found[0] == work / "converted":
-            shutil.rmtree(found[0])
+        if converted.exists():
+            shutil.rmtree(converted)
     return staged_files(Path(staging))
 
 
