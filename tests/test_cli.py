@@ -133,3 +133,19 @@ def test_the_start_up_filter_drops_only_the_known_lines():
     assert not not_start_up_noise(record("torch.utils._pytree", enum_note + " opaque value type."))
     assert not_start_up_noise(record("torchao", "quantize_: no module matched the filter"))  # a real warning
     assert not_start_up_noise(record("transformers", "Failed to load /x/y.so: not torchao's"))
+
+
+def test_a_warning_of_the_library_outside_cli_is_one_line_in_flags(monkeypatch, capsys):
+    """Any file of the package is the library, not only cli/ (where the hook lives)."""
+    import warnings
+
+    from hf_tinygpt.train import loop
+
+    def run_params(args):
+        warnings.simplefilter("always")
+        warnings.warn_explicit("`revision`: a warning of the library", UserWarning, loop.__file__, 1)
+        return 0
+
+    monkeypatch.setattr("hf_tinygpt.cli.commands.run_params", run_params)
+    assert main(["params", "tiny"]) == 0
+    assert capsys.readouterr().err == "hf-tinygpt params: warning: --revision: a warning of the library\n"

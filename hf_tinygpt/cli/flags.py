@@ -1,6 +1,6 @@
 """A job's settings as a verb's arguments: one flag (or positional argument) per field of its settings dataclass,
 with the field's help, default, type and choices, in the section its `group` names. What a flag does beyond the
-field (a minimum checked as it is read, a path the verb reads) is said once, here."""
+field (a minimum checked as it is read, a path the verb reads) is said once, here; `add_verb` makes a verb of them."""
 
 import argparse
 import dataclasses
