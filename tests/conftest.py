@@ -47,11 +47,13 @@ TRANSFORMERS_SUITE = Path(
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (pyproject.toml's addopts): a worker per core for the fast tier, whose tests are small and mostly
-    Python; none for a marked tier (`-m slow`, `engines`, `bench`), whose tests start processes of their own."""
-    fast_tier = all(f"not {tier}" in config.option.markexpr for tier in ("slow", "engines", "bench"))
+    """`-n auto` (pyproject.toml's addopts): a worker per core for the fast tier and the slow tier (whose time goes
+    mostly to starting interpreters, servers and tokenizers, one thread each: OMP_NUM_THREADS above); none where the
+    engines' or the benchmarks' tier is asked for (`-m engines`, `-m bench`), whose tests build venvs or time
+    scripts."""
+    serial = any(re.search(rf"(?<!not ){tier}\b", config.option.markexpr) for tier in ("engines", "bench"))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # ours to run on
-    return cores if fast_tier else 0
+    return 0 if serial else cores
 
 
 def pytest_configure(config):
