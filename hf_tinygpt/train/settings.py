@@ -156,7 +156,7 @@ class ModelShape:
         fields = read_json_object(self.config) if self.config else {}
         named = {"position_embedding_type": self.position, "n_positions": self.n_positions}
         named |= {name: getattr(self, name) for name in ("n_layer", "n_embd", "n_head")}
-        named |= dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), self.dropout)
+        named |= dict.fromkeys(DROPOUT_FIELDS, self.dropout)
         return fields | {name: value for name, value in named.items() if value is not None}
 
 

@@ -427,12 +427,12 @@ def run_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str, Tok
     """A run's data as token files, from whichever source its settings name (`TrainingSettings.dataset`, a token
     folder, or text files, tokenized into the data cache the first time): the training tokens, how the card
     describes them, and the held-out tokens (None without `TrainingSettings.validation`)."""
-    train, description = _training_tokens(settings, tokenizer, tokenizer_from)
-    return train, description, _validation_tokens(settings, tokenizer, tokenizer_from)
-
-
-def _training_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str]:
     cache = cache_folder(settings.data_cache)
+    train, description = _training_tokens(settings, tokenizer, tokenizer_from, cache)
+    return train, description, _validation_tokens(settings, tokenizer, tokenizer_from, cache)
+
+
+def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> tuple[TokenFile, str]:
     if settings.dataset:
         data = dataset_tokens(
             settings.dataset,
@@ -451,13 +451,13 @@ def _training_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, st
     return data, f"{len(files)} text files ({', '.join(settings.train)}, `{settings.glob}`)"
 
 
-def _validation_tokens(settings, tokenizer, tokenizer_from) -> TokenFile | None:
+def _validation_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> TokenFile | None:
     if not settings.validation:
         return None
     for path in settings.validation:
         refuse_what_is_not_a_file(path, f"{path} (`TrainingSettings.validation`)")  # a FIFO would be read forever
     data = _token_folder(settings.validation, "validation", tokenizer, tokenizer_from) or text_tokens(
-        [Path(p) for p in settings.validation], tokenizer, tokenizer_from, cache_folder(settings.data_cache)
+        [Path(p) for p in settings.validation], tokenizer, tokenizer_from, cache
     )
     if data.info["tokens"] <= data.info["documents"]:  # nothing but the end-of-text token after each
         raise ValueError(f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on")
