@@ -56,6 +56,12 @@ def pytest_xdist_auto_num_workers(config):
     return 0 if serial else cores
 
 
+def pytest_collection_modifyitems(items):
+    """The longest tests (marked `long`) first: with work stealing (pyproject.toml's `--dist worksteal`) the other
+    workers share everything else meanwhile, instead of one of them starting last and running alone."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
+
+
 def pytest_configure(config):
     """Register the markers on transformers' suite tests, which only the suite's own conftest declares (`_MARKERS`)."""
     suite_conftest = TRANSFORMERS_SUITE / "conftest.py"

@@ -15,6 +15,7 @@ from hf_tinygpt.train.evaluate import sliding_perplexity
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_quick_study_scores_every_scheme_both_ways_and_continues_where_it_stopped(tmp_path):
     data = tmp_path / "data"
     data.mkdir()

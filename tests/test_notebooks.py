@@ -45,6 +45,7 @@ def test_each_committed_notebook_holds_the_outputs_of_its_own_code(path):
 
 
 @pytest.mark.slow  # a kernel
+@pytest.mark.long
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_each_notebook_runs_top_to_bottom(path, tmp_path):
     """With a real kernel, as `python -m scripts.notebooks.execute` runs it; the pictures it shows are those committed

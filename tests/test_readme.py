@@ -62,6 +62,7 @@ def test_every_slow_python_block_of_the_readme_runs(index, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_readme_command_line_block_runs_line_by_line(tmp_path):
     """From a folder that has the repository's scripts/ (its corpus) as the repository root has, with this venv's
     `hf-tinygpt` first on PATH. Each line must succeed, and the folders it names must be there afterwards."""
