@@ -50,8 +50,6 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
         log_with=settings.report_to or None,
         project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / TRACKERS)),
     )
-    if accelerator.is_main_process:
-        warn_if_bf16_is_slow_here(settings, accelerator.device)
     if settings.batch_size % (accelerator.num_processes * settings.grad_accum):
         raise ValueError(
             f"`TrainingSettings.batch_size` {settings.batch_size} does not split over {accelerator.num_processes} "
@@ -137,6 +135,8 @@ def _train(settings: TrainingSettings, accelerator, run: RunFolder, start, data:
 
 def training_state(settings: TrainingSettings, accelerator, start) -> TrainingState:
     """The model (new from a config, or the one given), AdamW and the cosine schedule, prepared by accelerate."""
+    if accelerator.is_main_process:
+        warn_if_bf16_is_slow_here(settings, accelerator.device)
     set_seed(settings.seed)
     model = start if isinstance(start, TinyGPTForCausalLM) else TinyGPTForCausalLM(start)
     decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices decay; biases and LayerNorms do not
@@ -240,12 +240,12 @@ def cpu_has_bf16_instructions() -> bool:
 
 def warn_if_bf16_is_slow_here(settings: TrainingSettings, device: torch.device):
     """bf16 autocast on a CPU without bf16 instructions trains ~14x slower than float32 (scripts/README.md,
-    "Training speed"): say so once, before the run, with the way out."""
+    "Training speed"): say so once, before the first step, with the way out."""
     if settings.bf16 and device.type == "cpu" and not cpu_has_bf16_instructions():
         warnings.warn(
             "`TrainingSettings.bf16`: this CPU has no bf16 instructions (AVX-512 BF16 or AMX), so bf16 autocast "
             "trains about 14x slower than float32 here; leave `bf16=True` out to train in float32",
-            stacklevel=3,
+            stacklevel=5,  # the caller of `train`
         )
 
 

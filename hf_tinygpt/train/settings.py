@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..folders.errors import needs_extra
 from ..folders.model_folder import DTYPES
-from ..folders.reading import read_json_object
+from ..folders.reading import read_json_object, refuse_what_is_not_a_file
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.positions import POSITION_SCHEME_CLASSES
 from ..settings import setting
@@ -225,6 +225,8 @@ def _check_paths(settings: TrainingSettings):
         paths = getattr(settings, name)
         if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) and p for p in paths):
             raise ValueError(f"`TrainingSettings.{name}` must be a list of non-empty paths, got {paths!r}")
+        for path in paths:  # a FIFO would be read forever
+            refuse_what_is_not_a_file(path, f"{path} (`TrainingSettings.{name}`)")
     for name in ("out", *INPUTS):
         value = getattr(settings, name)
         for path in value if isinstance(value, (list, tuple)) else [value]:

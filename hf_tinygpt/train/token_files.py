@@ -29,7 +29,6 @@ from tqdm.auto import tqdm
 
 from ..folders.errors import needs_extra
 from ..folders.outputs import output_folder, read_manifest, sha256_file, unproven
-from ..folders.reading import refuse_what_is_not_a_file
 
 TOKENS, INFO, KIND = "tokens.bin", "tokens.json", "tokens"
 FORMAT = 2  # of tokens.json: a change of layout gets new cache keys (2: sources by sha256, not size and mtime)
@@ -399,11 +398,12 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[str] = ()) -
         raise ValueError(f"`glob` must be a pattern inside each folder of `paths`, such as '*.txt', got {glob!r}")
     files = []
     for path in map(Path, paths):
-        refuse_what_is_not_a_file(path)  # a FIFO would be read forever
         if path.is_dir():
             files += sorted(f for f in path.glob(glob) if f.is_file())
         elif path.is_file():
             files.append(path)
+        elif path.exists():  # a FIFO, device or socket, which would be read forever
+            raise ValueError(f"{path} is not a regular file (a FIFO, device or socket?): give a file")
         else:
             raise FileNotFoundError(f"{path}: no such file or folder")
     files = [f for f in files if f.resolve() not in held_out]
@@ -454,8 +454,6 @@ def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> tuple[
 def _validation_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> TokenFile | None:
     if not settings.validation:
         return None
-    for path in settings.validation:
-        refuse_what_is_not_a_file(path, f"{path} (`TrainingSettings.validation`)")  # a FIFO would be read forever
     data = _token_folder(settings.validation, "validation", tokenizer, tokenizer_from) or text_tokens(
         [Path(p) for p in settings.validation], tokenizer, tokenizer_from, cache
     )
