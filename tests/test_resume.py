@@ -266,6 +266,28 @@ def test_resume_keeps_a_folder_in_checkpoints_named_like_a_leftover(corpus, tmp_
     assert (backup / "precious.txt").read_text() == "mine"
 
 
+def test_resume_goes_on_past_a_file_killed_before_its_rename_and_removes_it(corpus, tmp_path, capsys):
+    """A recorded file (summary.json, loss.png) is written beside its place, then renamed: a kill between the two
+    leaves the whole new file under its temporary name, which the manifest proves ours by its contents."""
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    leftover = run / ".summary.json.partial-1-deadbeef"
+    os.rename(run / "summary.json", leftover)
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 0, err
+    assert (run / "summary.json").is_file() and not leftover.exists()
+
+
+def test_resume_keeps_a_file_named_like_a_leftover_that_is_not_a_recorded_version(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    mine = run / ".summary.json.partial-1-deadbeef"
+    mine.write_text("my notes")
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 2 and ".summary.json.partial-1-deadbeef" in err
+    assert mine.read_text() == "my notes"
+
+
 def test_a_checkpoint_from_before_a_setting_existed_resumes_with_that_settings_default():
     """A checkpoint records the settings of its day; one added since (`grad_accum`) had its default then, so only
     a run that changes it from the default is a changed run."""

@@ -26,6 +26,7 @@ import ctypes
 import errno
 import fcntl
 import fnmatch
+import glob
 import hashlib
 import importlib.metadata
 import json
@@ -93,18 +94,6 @@ except (OSError, AttributeError):  # not glibc/Linux
     _renameat2 = None
 
 
-def _write_errno(error: Exception) -> int | None:
-    """The OS error number behind a failed write (safetensors reports it inside its own exception's text)."""
-    if isinstance(error, OSError):
-        return error.errno
-    found = re.search(r"os error (\d+)", str(error))
-    return int(found.group(1)) if found else None
-
-
-def _lock_path(out: Path) -> Path:
-    return out.parent / f".{out.name}.lock"
-
-
 # ---- the manifest: what a folder of ours holds ---------------------------------------------------------------
 
 
@@ -124,16 +113,12 @@ def _file_record(path: Path) -> dict:
 def _matches_a_version(path: Path, versions: list) -> bool:
     """Whether the file is one of the recorded versions (hashed only when its size is one of theirs)."""
     size = path.stat().st_size
-    same_size = [v for v in versions if isinstance(v, dict) and v.get("size") == size]
-    return bool(same_size) and {"size": size, "sha256": sha256_file(path)} in same_size
+    return any(isinstance(v, dict) and v.get("size") == size for v in versions) and _file_record(path) in versions
 
 
-def read_manifest(folder: Path) -> dict | None:
-    """The manifest of `folder`, or None when it has none that this tool wrote (absent, a link, not ours)."""
-    return read_manifest_file(folder / MANIFEST)
-
-
-def read_manifest_file(path: Path) -> dict | None:
+def read_manifest(folder: Path, name: str = MANIFEST) -> dict | None:
+    """The manifest `name` in `folder`, or None when it has none that this tool wrote (absent, a link, not ours)."""
+    path = folder / name
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return None
@@ -145,11 +130,8 @@ def read_manifest_file(path: Path) -> dict | None:
     files, folders, outputs = manifest.get("files"), manifest.get("folders"), manifest.get("outputs")
     if not (isinstance(files, dict) and all(isinstance(versions, list) for versions in files.values())):
         return None
-    if not all(
-        isinstance(names, list) and all(isinstance(name, str) for name in names) for names in (folders, outputs)
-    ):
-        return None
-    return manifest
+    lists = all(isinstance(names, list) and all(isinstance(n, str) for n in names) for names in (folders, outputs))
+    return manifest if lists else None
 
 
 def _write_manifest(folder: Path, manifest: dict):
@@ -237,6 +219,9 @@ def record_tree(folder: Path, name: str):
 def write_recorded_file(folder: Path, name: str, data: bytes):
     """Write `folder/name` atomically, recorded in the folder's manifest (the old and new contents are both listed
     while the file is replaced)."""
+    for leftover in folder.glob(f".{glob.escape(name)}.partial-*"):  # an earlier write of it that a kill cut short
+        if _is_leftover_of_ours(leftover):
+            leftover.unlink()
     new = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     old = (read_manifest(folder) or {}).get("files", {}).get(name, [])
     record(folder, files={name: [*old, new]})
@@ -248,8 +233,10 @@ def write_recorded_file(folder: Path, name: str, data: bytes):
 
 def _is_leftover_of_ours(entry: Path) -> bool:
     """A temporary entry a writer of this tool left beside its output: an empty lock file, our manifest's own
-    temporary file (`.MANIFEST.partial-PID-HEX`, a manifest itself), a staging folder (empty, or still holding the
-    staging manifest it was made with, or sealed and proven), or a replaced folder proven ours, contents included."""
+    temporary file (`.MANIFEST.partial-PID-HEX`, a manifest itself), a recorded file's (`write_recorded_file`
+    killed before its rename: a version of the file that the manifest lists), a staging folder (empty, or still
+    holding the staging manifest it was made with, or sealed and proven), or a replaced folder proven ours,
+    contents included."""
     try:
         info = os.lstat(entry)
     except FileNotFoundError:
@@ -257,8 +244,11 @@ def _is_leftover_of_ours(entry: Path) -> bool:
     if entry.name.startswith(".") and entry.name.endswith(".lock"):
         return stat.S_ISREG(info.st_mode) and info.st_size == 0  # nothing to lose
     if _MANIFEST_PARTIAL.match(entry.name):
-        return stat.S_ISREG(info.st_mode) and read_manifest_file(entry) is not None
+        return read_manifest(entry.parent, entry.name) is not None
     found = _TEMPORARY.match(entry.name)
+    if found is not None and found["tag"] == "partial" and stat.S_ISREG(info.st_mode):
+        versions = (read_manifest(entry.parent) or {"files": {}})["files"].get(found["name"], [])
+        return _matches_a_version(entry, versions)
     if found is None or not stat.S_ISDIR(info.st_mode):
         return False
     manifest = read_manifest(entry)
@@ -268,7 +258,7 @@ def _is_leftover_of_ours(entry: Path) -> bool:
         # Written when the folder was made, replaced when sealed: a writer killed in between left what it wrote so
         # far, which no manifest lists, so only names its kind of writer makes count as its own.
         return manifest.get("staging") is True and _only_what_writers_make(entry, manifest.get("kind"))
-    return not unproven(entry, contents=True)
+    return not unproven(entry)
 
 
 def _only_what_writers_make(staging: Path, kind) -> bool:
@@ -280,19 +270,19 @@ def _only_what_writers_make(staging: Path, kind) -> bool:
     for entry in staging.iterdir():
         if entry.name == MANIFEST or _is_leftover_of_ours(entry):
             continue
-        if entry.is_dir() and not entry.is_symlink() and read_manifest(entry) is not None and not unproven(entry):
+        if entry.is_dir() and not entry.is_symlink() and not unproven(entry):
             continue  # a nested output, whole (a GPT-2 source converted while staging for the Hub)
         if entry.is_symlink() or not entry.is_file() or not any(fnmatch.fnmatchcase(entry.name, n) for n in names):
             return False
     return True
 
 
-def unproven(folder: Path, *, contents: bool = True, leftovers: bool = True, depth: int = 0) -> list[str]:
+def unproven(folder: Path, *, leftovers: bool = True, depth: int = 0) -> list[str]:
     """What keeps `folder` from being proven ours (empty: it is): no manifest, or entries the manifest does not list
-    (files, folders, links, anything else), and with `contents`, files changed since they were written. With
-    `leftovers`, what a killed writer of ours left is passed over (the next writer removes it); without, it counts
-    as an entry the manifest does not list (a folder published as it is holds nothing else). `depth`: how deep
-    `folder` lies in the output being proven (past `MAX_DEPTH`, nothing is ours)."""
+    (files, folders, links, anything else), or files changed since they were written. With `leftovers`, what a
+    killed writer of ours left is passed over (the next writer removes it); without, it counts as an entry the
+    manifest does not list (a folder published as it is holds nothing else). `depth`: how deep `folder` lies in the
+    output being proven (past `MAX_DEPTH`, nothing is ours)."""
     manifest = read_manifest(folder)
     if manifest is None:
         entries = sorted(entry.name + "/" * entry.is_dir() for entry in folder.iterdir())
@@ -311,7 +301,7 @@ def unproven(folder: Path, *, contents: bool = True, leftovers: bool = True, dep
             if entry.is_symlink():
                 problems.append(f"{name} (a symbolic link)")
             elif entry.is_dir() and name in outputs:
-                nested = unproven(entry, contents=contents, leftovers=leftovers, depth=depth + name.count("/") + 1)
+                nested = unproven(entry, leftovers=leftovers, depth=depth + name.count("/") + 1)
                 problems.extend(f"{name}/{problem}" for problem in nested)
             elif entry.is_dir() and name in folders:
                 walk(entry, name + "/")
@@ -319,7 +309,7 @@ def unproven(folder: Path, *, contents: bool = True, leftovers: bool = True, dep
                 problems.append(name + "/" * entry.is_dir())
             elif not entry.is_file():
                 problems.append(f"{name} (not a regular file)")
-            elif contents and not _matches_a_version(entry, files[name]):
+            elif not _matches_a_version(entry, files[name]):
                 problems.append(f"{name} (changed since hf-tinygpt wrote it)")
 
     walk(folder, "")
@@ -414,7 +404,7 @@ _HELD: set[tuple[int, Path]] = set()  # (thread, OUT) for each lock this process
 def _locked(out: Path, wait: bool = False) -> Iterator[None]:
     """An exclusive lock on OUT for this process (flock on `.OUT.lock`); a second writer fails at once, or with
     `wait` waits until the first is done."""
-    path = _lock_path(out)
+    path = out.parent / f".{out.name}.lock"
     held = (threading.get_ident(), out.resolve())
     if held in _HELD:  # flock is per open file: a second lock in this thread would wait on the first forever
         raise FileExistsError(f"{out} is already being written by this process; it cannot be written twice at once")
@@ -455,16 +445,6 @@ def _locked(out: Path, wait: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
-def _leftovers(out: Path, tag: str) -> list[Path]:
-    """`.OUT.TAG-PID-HEX` entries beside OUT that are provably ours, in name order."""
-    found = []
-    for entry in sorted(out.parent.iterdir()):
-        match = _TEMPORARY.match(entry.name)
-        if match and match["name"] == out.name and match["tag"] == tag and _is_leftover_of_ours(entry):
-            found.append(entry)
-    return found
-
-
 def remove_leftovers_in(folder: Path):
     """Remove every temporary entry a killed writer of this tool left in `folder` (each one proven ours)."""
     for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
@@ -479,10 +459,14 @@ def clean_leftovers(out: Path):
     """Remove what a killed writer of OUT left (call under OUT's lock): its staging folders, and replaced folders
     once OUT is in place. A replaced folder with no OUT (a kill between the two fallback renames) is put back.
     Only entries proven ours are touched."""
-    old = _leftovers(out, "old")
+    found = {"old": [], "partial": []}
+    for entry in sorted(out.parent.iterdir()):
+        if (match := _TEMPORARY.match(entry.name)) and match["name"] == out.name and _is_leftover_of_ours(entry):
+            found[match["tag"]].append(entry)
+    old = found["old"]
     if old and not out.exists():
         os.rename(old.pop(), out)
-    for folder in [*old, *_leftovers(out, "partial")]:
+    for folder in [*old, *found["partial"]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -576,16 +560,15 @@ def _staged_into_place(out: Path, force: bool, kind: str) -> Iterator[Path]:
         seal(staging, kind)
         give_umask_permissions(staging)
         move_into_place(staging, out, replace=force)
-    except (OSError, SafetensorError) as error:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
-        if (code := _write_errno(error)) in WRITE_ERRORS:  # say which output failed: a full disk names no file
+        found = re.search(r"os error (\d+)", str(error)) if isinstance(error, SafetensorError) else None
+        code = error.errno if isinstance(error, OSError) else int(found[1]) if found else None
+        if code in WRITE_ERRORS:  # say which output failed: a full disk names no file (safetensors: in its text)
             raise OSError(
                 code,
                 f"writing {out} failed ({os.strerror(code)}); {out} was left as it was and nothing partial remains",
             ) from error
-        raise
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 

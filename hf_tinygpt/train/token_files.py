@@ -203,7 +203,7 @@ def read_token_folder(folder, tokenizer: dict | None = None, what: str = "`Train
     folder = Path(folder)
     manifest = read_manifest(folder)
     problems = [f"{folder.name} is a symbolic link ({os.readlink(folder)})"] if folder.is_symlink() else []
-    problems += unproven(folder, contents=True)
+    problems += unproven(folder)
     if manifest is not None and manifest.get("kind") != KIND:
         problems.append(f"a {manifest.get('kind')} folder, not tokens")
     if manifest is not None and (INFO not in manifest["files"] or TOKENS not in manifest["files"]):
