@@ -39,9 +39,10 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, transformers {transformers.__version__}"
 
 
-def execute(path: Path, out: Path) -> None:
-    """Run the notebook at `path` (from its own folder) and write it, with its outputs, to `out`."""
-    notebook = nbformat.read(path, as_version=4)
+def execute(path: Path, out: Path, notebook=None) -> None:
+    """Run the notebook at `path` (from its own folder), or `notebook` (a shorter copy of it) from there, and write
+    it, with its outputs, to `out`."""
+    notebook = notebook or nbformat.read(path, as_version=4)
     # Streams kept as a reader sees them: a progress bar's carriage returns leave its last state, not every redraw.
     NotebookClient(
         notebook,
