@@ -60,27 +60,24 @@ def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None =
     """Read any supported GPT-2-family source into a TinyGPT config and state dict: every tensor present, shaped
     as the config says, floating-point and finite, or a ValueError naming what is not."""
     refuse_revision_of_a_local_path(src, hub_kwargs)
+    path = Path(src)
     with reading_checkpoint(src):
-        source = _read_source(src, n_head=n_head, trim_vocab=trim_vocab, **at_one_revision(src, hub_kwargs))
+        hub_kwargs = at_one_revision(src, hub_kwargs)
+        if path.is_file() and path.suffix in (".safetensors", ".bin") and not _is_nanogpt_file(path):
+            source = _read_gpt2_weights_file(path, n_head=n_head)
+        elif path.is_file() and path.suffix in (".pt", ".pth", ".ckpt", ".bin"):
+            source = _read_nanogpt(path, trim_vocab=trim_vocab)
+        elif path.is_file():
+            raise ValueError(f"{src}: unknown checkpoint format {path.suffix!r} (expected .safetensors, .bin or .pt)")
+        else:
+            config_dict = read_config_dict(src, **hub_kwargs)  # the one read of config.json: the model is built from it
+            if config_dict.get("model_type") != "gpt2":
+                raise ValueError(f"{src}: model_type is {config_dict.get('model_type')!r}, not 'gpt2'")
+            model = load_strictly(src, config=config_dict, **hub_kwargs)  # the weights, read once; each tensor checked
+            tokenizer_from = src if has_tokenizer(src, **hub_kwargs) else None
+            source = Source(model.config, dict(model.state_dict()), "gpt2", tokenizer_from)
     check_finite(source.state_dict, str(src))
     return source
-
-
-def _read_source(src: str, *, n_head: int | None, trim_vocab: int | None, **hub_kwargs) -> Source:
-    path = Path(src)
-    if path.is_file():
-        if path.suffix in (".safetensors", ".bin") and not _is_nanogpt_file(path):
-            return _read_gpt2_weights_file(path, n_head=n_head)
-        if path.suffix in (".pt", ".pth", ".ckpt", ".bin"):
-            return _read_nanogpt(path, trim_vocab=trim_vocab)
-        raise ValueError(f"{src}: unknown checkpoint format {path.suffix!r} (expected .safetensors, .bin or .pt)")
-
-    config_dict = read_config_dict(src, **hub_kwargs)  # the one read of config.json: the model is built from it
-    if config_dict.get("model_type") != "gpt2":
-        raise ValueError(f"{src}: model_type is {config_dict.get('model_type')!r}, not 'gpt2'")
-    model = load_strictly(src, config=config_dict, **hub_kwargs)  # the weights, read once; every tensor checked
-    state_dict = dict(model.state_dict())
-    return Source(model.config, state_dict, "gpt2", src if has_tokenizer(src, **hub_kwargs) else None)
 
 
 def _is_nanogpt_file(path: Path) -> bool:
@@ -254,17 +251,15 @@ def gpt2_to_tinygpt(
             raise ValueError(f"{src} has no tokenizer files; pass `tokenizer='gpt2'` to bundle the GPT-2 BPE tokenizer")
         if base_model is None and source.kind == "gpt2" and not Path(src).exists():
             base_model = src  # a Hub id
+        description = _source_description(src, source)
         model = model_from_state_dict(source.config, dict(source.state_dict), DTYPES.get(dtype))
         save_model_folder(model, staging, tokenizer=tokenizer_from)
         delta = None
         if verify_tolerance is not None:
+            reference = reference_gpt2(source)
             converted = load_strictly(staging, dtype=torch.float32).eval()
-            delta = _checked_delta(converted, reference_gpt2(source), staging, verify_tolerance)
-        provenance = {
-            "made_by": "conversion",
-            "source_description": _source_description(src, source),
-            "max_abs_logit_delta": delta,
-        }
+            delta = _checked_delta(converted, reference, staging, verify_tolerance)
+        provenance = {"made_by": "conversion", "source_description": description, "max_abs_logit_delta": delta}
         card = render_model_card(
             model.config, model_id=str(out), provenance=provenance, license=license, base_model=base_model
         )

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 import torch
-from huggingface_hub import file_exists
+from huggingface_hub import file_exists, snapshot_download
 from safetensors import SafetensorError
 from transformers import PreTrainedConfig
 
@@ -117,6 +117,20 @@ def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
             raise FileNotFoundError(f"{path}: no config.json there ({first_line(error)})") from None
     refuse_foreign_code(config_dict, f"{path}/config.json")
     return config_dict
+
+
+def tinygpt_folder(src: str, **hub_kwargs) -> tuple[Path, Path | None] | None:
+    """The local folder of a tinygpt SRC, and for a Hub id (downloaded through the HF cache) the cache folder its
+    links stay in; None if SRC is GPT-2."""
+    config = read_config_dict(src, **hub_kwargs)
+    if config.get("model_type") == "gpt2":
+        return None
+    if config.get("model_type") != TinyGPTConfig.model_type:
+        raise ValueError(f"{src}: model_type {config.get('model_type')!r} is neither tinygpt nor gpt2")
+    if Path(src).is_dir():
+        return Path(src), None
+    snapshot = Path(snapshot_download(src, **hub_kwargs))
+    return snapshot, snapshot.parent.parent
 
 
 def refuse_foreign_code(config: dict, where: str, *, tokenizer: bool = False):

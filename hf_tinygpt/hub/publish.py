@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, get_session, snapshot_download
+from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, get_session
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
@@ -30,11 +30,10 @@ from ..folders.reading import (
     describe,
     has_tokenizer,
     load_strictly,
-    read_config_dict,
     reading_checkpoint,
+    tinygpt_folder,
 )
 from ..folders.training_history import TRAINING_HISTORY, read_history
-from ..model.configuration_tinygpt import TinyGPTConfig
 from .settings import PushSettings, SpacePushSettings
 
 # Every file of a model folder that staging reads (and so could publish, in some form): each must be a regular file.
@@ -119,20 +118,6 @@ def _weights_layout(folder: Path, inside: Path | None) -> str:
             raise FileNotFoundError(f"{folder}: cannot publish, missing: {', '.join(missing)} (named by {present[0]})")
         refuse_links(folder, shards, inside=inside)
     return present[0]
-
-
-def _tinygpt_folder(src: str, **hub_kwargs) -> tuple[Path, Path | None] | None:
-    """The local folder of a tinygpt SRC, and for a Hub id (downloaded through the HF cache) the cache folder its
-    links stay in; None if SRC is GPT-2."""
-    config = read_config_dict(src, **hub_kwargs)
-    if config.get("model_type") == "gpt2":
-        return None
-    if config.get("model_type") != TinyGPTConfig.model_type:
-        raise ValueError(f"{src}: model_type {config.get('model_type')!r} is neither tinygpt nor gpt2")
-    if Path(src).is_dir():
-        return Path(src), None
-    snapshot = Path(snapshot_download(src, **hub_kwargs))
-    return snapshot, snapshot.parent.parent
 
 
 @torch.no_grad()
@@ -260,7 +245,7 @@ def stage_for_hub(
             f"`hf-tinygpt push-space` (`push_space` in Python)"
         )
     with output_folder(staging, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}, kind="staged") as work:
-        found = None if Path(src).is_file() else _tinygpt_folder(src, **hub_kwargs)
+        found = None if Path(src).is_file() else tinygpt_folder(src, **hub_kwargs)
         converted = work / "converted"
         if found is None:  # GPT-2, nanoGPT or a lone weights file: the converter writes a tinygpt folder (verified)
             if Path(src).is_dir():
