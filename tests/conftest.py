@@ -47,11 +47,11 @@ TRANSFORMERS_SUITE = Path(
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto` (pyproject.toml's addopts): a worker per core for the fast tier and the slow tier (whose time goes
-    mostly to starting interpreters, servers and tokenizers, one thread each: OMP_NUM_THREADS above); none where the
-    engines' or the benchmarks' tier is asked for (`-m engines`, `-m bench`), whose tests build venvs or time
-    scripts."""
-    serial = any(re.search(rf"(?<!not ){tier}\b", config.option.markexpr) for tier in ("engines", "bench"))
+    """`-n auto` (pyproject.toml's addopts): a worker per core for the fast, slow and benchmarks' tiers (whose time
+    goes mostly to starting interpreters, servers, tokenizers and compilers, one thread each: OMP_NUM_THREADS above;
+    the benchmarks' smoke runs check what the scripts print, never a speed); none where the engines' tier is asked
+    for (`-m engines`), whose tests build venvs."""
+    serial = re.search(r"(?<!not )engines\b", config.option.markexpr) is not None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # ours to run on
     return 0 if serial else cores
 
