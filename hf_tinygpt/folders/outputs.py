@@ -116,9 +116,13 @@ def _matches_a_version(path: Path, versions: list) -> bool:
     return any(isinstance(v, dict) and v.get("size") == size for v in versions) and _file_record(path) in versions
 
 
-def read_manifest(folder: Path, name: str = MANIFEST) -> dict | None:
-    """The manifest `name` in `folder`, or None when it has none that this tool wrote (absent, a link, not ours)."""
-    path = folder / name
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest of `folder`, or None when it has none that this tool wrote (absent, a link, not ours)."""
+    return read_manifest_file(folder / MANIFEST)
+
+
+def read_manifest_file(path: Path) -> dict | None:
+    """The manifest at `path` (`read_manifest`), or None."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return None
@@ -244,7 +248,7 @@ def _is_leftover_of_ours(entry: Path) -> bool:
     if entry.name.startswith(".") and entry.name.endswith(".lock"):
         return stat.S_ISREG(info.st_mode) and info.st_size == 0  # nothing to lose
     if _MANIFEST_PARTIAL.match(entry.name):
-        return read_manifest(entry.parent, entry.name) is not None
+        return read_manifest_file(entry) is not None
     found = _TEMPORARY.match(entry.name)
     if found is not None and found["tag"] == "partial" and stat.S_ISREG(info.st_mode):
         versions = (read_manifest(entry.parent) or {"files": {}})["files"].get(found["name"], [])
