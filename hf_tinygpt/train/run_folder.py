@@ -142,10 +142,10 @@ class RunFolder:
         every `save_every` steps or when the run is `stopping` (the trackers then end too)."""
         progress.history.append(logged)
         self._report(logged)
+        if progress.step % self.settings.save_every == 0 or stopping:
+            self._save_checkpoint(state, progress)  # first: what resuming needs
         if "validation_perplexity" in logged:
             self._draw_curve(progress.history)
-        if progress.step % self.settings.save_every == 0 or stopping:
-            self._save_checkpoint(state, progress)
         if stopping:
             self._end_trackers()
 
@@ -286,13 +286,9 @@ class RunFolder:
         }
         if self.main:
             record(self.out, outputs=[FINAL])
+            training = _card_training(settings, data, summary, hardware(settings, self.accelerator))
             summary["validation_perplexity"] = write_final_model(
-                model,
-                self.out / FINAL,
-                settings,
-                data,
-                training=_card_training(settings, data, summary, hardware(settings, self.accelerator)),
-                history=progress.history,
+                model, self.out / FINAL, settings, data, training=training, history=progress.history
             )
             write_recorded_file(self.out, SUMMARY, (json.dumps(summary, indent=2) + "\n").encode())
         return summary
