@@ -280,7 +280,7 @@ def test_rope_rotates_q_and_k_like_llama(rope_parameters):
     q, k = torch.randn(2, 4, 80, 16), torch.randn(2, 4, 80, 16)
     position_ids = torch.arange(80).expand(2, 80)  # 80 > n_positions: dynamic NTK rescales here
     expected_q, expected_k = apply_rotary_pos_emb(q, k, *llama(q, position_ids))
-    got_q, got_k = apply_rotary(q, k, *ours(q, position_ids))
+    got_q, got_k = apply_rotary(q, k, ours(q, position_ids))
     assert (got_q - expected_q).abs().max() <= 1e-5
     assert (got_k - expected_k).abs().max() <= 1e-5
 
@@ -290,7 +290,7 @@ def test_partial_rotary_leaves_the_tail_of_each_head_alone():
     rotary = RotaryPositions(config)
     assert rotary.rotary_dim == 8
     q, k = torch.randn(1, 4, 10, 16), torch.randn(1, 4, 10, 16)
-    got_q, got_k = apply_rotary(q, k, *rotary(q, torch.arange(10)[None]))
+    got_q, got_k = apply_rotary(q, k, rotary(q, torch.arange(10)[None]))
     assert torch.equal(got_q[..., 8:], q[..., 8:]) and torch.equal(got_k[..., 8:], k[..., 8:])
     # the rotated part is LLaMA's rotation of an 8-dim head
     full = tiny_config("rope", n_embd=32, n_head=4)  # head_dim 8, fully rotated
@@ -330,7 +330,7 @@ def test_p_rope_rotates_q_and_k_like_gemma_4(kept):
     q, k = torch.randn(2, 4, 80, 16), torch.randn(2, 4, 80, 16)
     position_ids = torch.arange(80).expand(2, 80)
     cos, sin = gemma4(q, position_ids, "full_attention")
-    got_q, got_k = apply_rotary(q, k, *ours(q, position_ids))
+    got_q, got_k = apply_rotary(q, k, ours(q, position_ids))
     assert (got_q - rotate(q, cos, sin)).abs().max() <= 1e-5 and (got_k - rotate(k, cos, sin)).abs().max() <= 1e-5
     turning = int(8 * kept)
     for x, got in ((q, got_q), (k, got_k)):
@@ -367,7 +367,7 @@ def test_modded_nanogpts_half_truncated_rope_is_p_rope_with_half_kept():
     ours = RotaryPositions(tiny_config("rope", n_embd=64, n_head=4, rope_parameters=rope_parameters))
     q, k = torch.randn(2, 4, 96, head_dim), torch.randn(2, 4, 96, head_dim)
     flip = torch.cat([torch.ones(head_dim // 2), -torch.ones(head_dim // 2)])  # S
-    got_q, got_k = apply_rotary(q * flip, k * flip, *ours(q, torch.arange(96).expand(2, 96)))
+    got_q, got_k = apply_rotary(q * flip, k * flip, ours(q, torch.arange(96).expand(2, 96)))
     for x, got in ((q, got_q), (k, got_k)):
         theirs = modded_nanogpt_rotary(x.transpose(1, 2)).transpose(1, 2)
         assert (got * flip - theirs).abs().max() <= 1e-5
@@ -379,8 +379,8 @@ def test_rope_dot_product_depends_only_on_the_offset():
 
     def score(query_position, key_position):
         cos, sin = rotary(q, torch.tensor([[query_position, key_position]]))
-        rq, _ = apply_rotary(q, q, cos[:, :1], sin[:, :1])
-        rk, _ = apply_rotary(k, k, cos[:, 1:], sin[:, 1:])
+        rq, _ = apply_rotary(q, q, (cos[:, :1], sin[:, :1]))
+        rk, _ = apply_rotary(k, k, (cos[:, 1:], sin[:, 1:]))
         return (rq * rk).sum().item()
 
     for offset in (0, 3, 17):
@@ -613,7 +613,7 @@ def test_xpos_scores_equal_x_transformers_rotary_embedding_with_xpos():
     xpos = tiny_model("xpos", xpos_scale_base=32.0).transformer.positions
     q, k = torch.randn(2, 1, 4, 90, 8, generator=torch.Generator().manual_seed(0)).unbind(0)
     cos, sin, key_cos, key_sin = xpos.rotary_cos_sin(q[:, 0], torch.arange(90)[None])
-    ours_q, ours_k = apply_rotary(q, k, cos, sin, key_cos, key_sin)
+    ours_q, ours_k = apply_rotary(q, k, (cos, sin, key_cos, key_sin))
     freqs, scale = RotaryEmbedding(8, use_xpos=True, scale_base=32.0)(torch.arange(90))
     rows = interleaved(8)
     their_q, their_k = (
@@ -645,7 +645,7 @@ def test_xpos_shrinks_each_pairs_product_by_zeta_to_the_distance_over_gamma():
     d, k = 8, 1
     unit = torch.zeros(1, 1, 50, d)
     unit[..., k] = 1.0
-    q, key = apply_rotary(unit, unit, *xpos.rotary_cos_sin(unit[:, 0], torch.arange(50)[None]))
+    q, key = apply_rotary(unit, unit, xpos.rotary_cos_sin(unit[:, 0], torch.arange(50)[None]))
     products = (q @ key.transpose(-1, -2))[0, 0]
     zeta, theta = (2 * k / d + 0.4) / 1.4, 10000 ** (-2 * k / d)
     for i, j in ((49, 0), (30, 29), (12, 5)):

@@ -97,7 +97,7 @@ def test_with_rope_it_equals_x_transformers_rotary_and_data_dependent_alibi():
     scheme = ForgetGate(tiny_config("fox", fox_rope_theta=500.0))
     x, positions = torch.randn(2, 40, 32), torch.arange(40)
     q, k, v = (torch.randn(2, 4, 40, 8) for _ in range(3))
-    turned_q, turned_k = apply_rotary(q, k, *scheme.rotary_cos_sin(x, positions[None]))
+    turned_q, turned_k = apply_rotary(q, k, scheme.rotary_cos_sin(x, positions[None]))
     output = attend(scheme, x, turned_q, turned_k, v)
 
     paired = torch.stack((torch.arange(3), torch.arange(3) + 3), dim=-1).flatten().tolist() + [6]  # 0,3,1,4,2,5,6

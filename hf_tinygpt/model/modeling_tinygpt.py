@@ -68,7 +68,7 @@ class TinyGPTAttention(nn.Module):
         heads = (batch, length, -1, self.head_dim)
         query, key, value = (t.view(heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))  # (B, H, T, D) each
         if rotary is not None:
-            query, key = apply_rotary(query, key, *rotary)
+            query, key = apply_rotary(query, key, rotary)
         if self.keys_carry is not None:
             key = self.keys_carry(hidden_states, key)  # some of k's features carry the scheme's own
         if cache is not None:

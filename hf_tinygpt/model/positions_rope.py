@@ -25,9 +25,11 @@ def rotation_angles(position_ids: torch.Tensor, inv_freq: torch.Tensor) -> torch
     return torch.cat((freqs, freqs), dim=-1)
 
 
-def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, key_cos=None, key_sin=None):
-    """Rotate the first `cos.shape[-1]` dims of each head of q and k (B, H, T, head_dim); the rest pass through.
-    Keys take `key_cos`/`key_sin` where given (xPos scales queries and keys oppositely), else `cos`/`sin`."""
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, rotary: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate the first `cos.shape[-1]` dims of each head of q and k (B, H, T, head_dim) by `rotary`, as a scheme's
+    `rotary_cos_sin` gives it: (cos, sin), or (cos, sin, key_cos, key_sin) where keys turn by their own (xPos scales
+    queries and keys oppositely). The rest of each head passes through."""
+    cos, sin, key_cos, key_sin = rotary if len(rotary) == 4 else (*rotary, *rotary)
     rotary_dim = cos.shape[-1]
 
     def rotate(x, cos, sin):
@@ -35,7 +37,7 @@ def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch
         x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
         return torch.cat((x_rot * cos + rotate_half(x_rot) * sin, x_pass), dim=-1)
 
-    return rotate(q, cos, sin), rotate(k, cos if key_cos is None else key_cos, sin if key_sin is None else key_sin)
+    return rotate(q, cos, sin), rotate(k, key_cos, key_sin)
 
 
 class RotaryPositions(PositionScheme):

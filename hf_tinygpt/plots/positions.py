@@ -334,7 +334,7 @@ def rope_similarity(model, max_offset: int | None = None) -> tuple[np.ndarray, n
     body = _body(model)
     n = _positions(model, max_offset)
     ones = torch.ones(1, 1, n, body.positions.rotary_dim)  # (batch, heads, positions, rotary_dim)
-    query, key = apply_rotary(ones, ones, *body.positions.rotary_cos_sin(ones, torch.arange(n)[None]))  # xPos: 4
+    query, key = apply_rotary(ones, ones, body.positions.rotary_cos_sin(ones, torch.arange(n)[None]))  # xPos: 4
     scores = query[0, 0] @ key[0, 0, 0]  # query at every position m · key at position 0
     return np.arange(n), _numpy(scores / scores[0])
 
