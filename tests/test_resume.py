@@ -278,6 +278,16 @@ def test_resume_goes_on_past_a_file_killed_before_its_rename_and_removes_it(corp
     assert (run / "summary.json").is_file() and not leftover.exists()
 
 
+def test_an_empty_folder_named_like_a_recorded_files_leftover_does_not_stop_its_next_write(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    os.remove(run / "summary.json")
+    (run / ".summary.json.partial-1-deadbeef").mkdir()  # an empty staging folder of ours, by its name
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 0, err
+    assert (run / "summary.json").is_file()
+
+
 def test_resume_keeps_a_file_named_like_a_leftover_that_is_not_a_recorded_version(corpus, tmp_path, capsys):
     run = tmp_path / "run"
     assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0

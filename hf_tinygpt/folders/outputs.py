@@ -223,9 +223,7 @@ def record_tree(folder: Path, name: str):
 def write_recorded_file(folder: Path, name: str, data: bytes):
     """Write `folder/name` atomically, recorded in the folder's manifest (the old and new contents are both listed
     while the file is replaced)."""
-    for leftover in folder.glob(f".{glob.escape(name)}.partial-*"):  # an earlier write of it that a kill cut short
-        if _is_leftover_of_ours(leftover):
-            leftover.unlink()
+    remove_leftovers_in(folder, f".{glob.escape(name)}.partial-*")  # an earlier write of it that a kill cut short
     new = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     old = (read_manifest(folder) or {}).get("files", {}).get(name, [])
     record(folder, files={name: [*old, new]})
@@ -449,9 +447,10 @@ def _locked(out: Path, wait: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
-def remove_leftovers_in(folder: Path):
-    """Remove every temporary entry a killed writer of this tool left in `folder` (each one proven ours)."""
-    for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
+def remove_leftovers_in(folder: Path, pattern: str = "*"):
+    """Remove every temporary entry a killed writer of this tool left in `folder` (each one proven ours), or those
+    whose names match `pattern`."""
+    for entry in sorted(folder.glob(pattern)) if folder.is_dir() else ():
         if _is_leftover_of_ours(entry):
             if entry.is_dir():
                 shutil.rmtree(entry)
