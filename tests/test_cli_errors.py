@@ -560,6 +560,29 @@ def test_a_fifo_given_as_a_file_is_refused_instead_of_read_forever(option, corpu
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("field", ["train", "validation"])
+def test_a_text_file_that_became_a_fifo_after_the_settings_were_checked_is_refused_when_read(field, corpus, tmp_path):
+    from hf_tinygpt.train.loop import train
+    from hf_tinygpt.train.settings import TrainingSettings
+
+    text = tmp_path / "text.txt"
+    text.write_text("To be, or not to be, that is the question. " * 40)
+    paths = {"train": [str(text)]} if field == "train" else {"train": [str(corpus)], "validation": [str(text)]}
+    shape = {"n_layer": 1, "n_embd": 16, "n_head": 2}
+    settings = TrainingSettings(out=str(tmp_path / "run"), **paths, config=shape, block_size=16, batch_size=2, steps=1)
+    text.unlink()
+    os.mkfifo(text)
+
+    def refused():
+        try:
+            train(settings)
+        except ValueError as error:
+            return str(error)
+
+    assert "is not a regular file" in finishes(refused, seconds=60)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_tokenizer_file_that_is_a_fifo_is_named_not_skipped_for_the_bundled_one(tmp_path, capsys):
     folder = save_with_tokenizer(text_model(), tmp_path / "model")
     (folder / "tokenizer.json").unlink()

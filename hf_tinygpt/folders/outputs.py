@@ -18,7 +18,8 @@
   complete new folder). The old folder is deleted last. Where the kernel or file system lacks renameat2, two
   renames do it, and the next writer puts the old folder back if a kill fell between them.
 - The next writer of OUT removes what a killed one left: only entries with exactly those temporary names that
-  carry our manifest, never a mere pattern match on a user's names.
+  carry our manifest, or (a recorded file written beside its place, `write_recorded_file`) hold a version of the
+  file that the folder's manifest lists; never a mere pattern match on a user's names.
 """
 
 import contextlib

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -232,7 +233,10 @@ def read_token_folder(folder, tokenizer: dict | None = None, what: str = "`Train
 
 
 def _source(path: Path) -> dict:
-    return {"path": str(path.resolve()), "size": path.stat().st_size, "sha256": sha256_file(path)}
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):  # a FIFO would be read forever (the settings refuse one; it may come after)
+        raise ValueError(f"{path} is not a regular file (a FIFO, device or socket?): give a file")
+    return {"path": str(path.resolve()), "size": info.st_size, "sha256": sha256_file(path)}
 
 
 def cached(cache: Path, info: dict, ids, first_ids=None) -> TokenFile:
