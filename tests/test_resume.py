@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -276,6 +277,33 @@ def test_resume_goes_on_past_a_file_killed_before_its_rename_and_removes_it(corp
     code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
     assert code == 0, err
     assert (run / "summary.json").is_file() and not leftover.exists()
+
+
+def test_resume_goes_on_past_a_file_cut_short_by_a_kill_while_it_was_written(corpus, tmp_path, capsys, monkeypatch):
+    """A kill in the middle of writing summary.json's temporary file leaves part of it: the manifest listed that
+    file's name before it was written, so it is ours whatever it holds, and the next write removes it."""
+    from hf_tinygpt.folders.outputs import read_manifest
+
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    os.remove(run / "summary.json")
+
+    def killed(self, data):
+        if not self.name.startswith(".summary.json.partial-"):
+            return self.write_bytes_as_it_was(data)
+        self.write_bytes_as_it_was(data[:7])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("pathlib.Path.write_bytes_as_it_was", Path.write_bytes, raising=False)
+    monkeypatch.setattr("pathlib.Path.write_bytes", killed)
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")[0] == 130
+    monkeypatch.undo()
+    [leftover] = run.glob(".summary.json.partial-*")
+    assert leftover.stat().st_size == 7
+    code, err = run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--resume")
+    assert code == 0, err
+    assert (run / "summary.json").is_file() and not leftover.exists()
+    assert not [name for name in read_manifest(run)["files"] if ".partial-" in name]
 
 
 def test_an_empty_folder_named_like_a_recorded_files_leftover_does_not_stop_its_next_write(corpus, tmp_path, capsys):

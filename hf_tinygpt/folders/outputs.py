@@ -18,8 +18,8 @@
   complete new folder). The old folder is deleted last. Where the kernel or file system lacks renameat2, two
   renames do it, and the next writer puts the old folder back if a kill fell between them.
 - The next writer of OUT removes what a killed one left: only entries with exactly those temporary names that
-  carry our manifest, or (a recorded file written beside its place, `write_recorded_file`) hold a version of the
-  file that the folder's manifest lists; never a mere pattern match on a user's names.
+  carry our manifest, or (a recorded file written beside its place, `write_recorded_file`) that the folder's
+  manifest lists by name or whose contents are a version it lists; never a mere pattern match on a user's names.
 """
 
 import contextlib
@@ -222,24 +222,27 @@ def record_tree(folder: Path, name: str):
 
 
 def write_recorded_file(folder: Path, name: str, data: bytes):
-    """Write `folder/name` atomically, recorded in the folder's manifest (the old and new contents are both listed
-    while the file is replaced)."""
-    remove_leftovers_in(folder, f".{glob.escape(name)}.partial-*")  # an earlier write of it that a kill cut short
+    """Write `folder/name` atomically, recorded in the folder's manifest: the old and new contents are both listed
+    while the file is replaced, and so is the temporary file it is written to, so that whatever a kill leaves of
+    it is provably ours (the next write of `name` removes it)."""
+    earlier = f".{glob.escape(name)}.partial-*"
+    remove_leftovers_in(folder, earlier)  # what a kill left of an earlier write of it
     new = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    old = (read_manifest(folder) or {}).get("files", {}).get(name, [])
-    record(folder, files={name: [*old, new]})
+    files = (read_manifest(folder) or {}).get("files", {})
     partial = folder / f".{name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    record(folder, files={name: [*files.get(name, []), new], partial.name: [new]})
     partial.write_bytes(data)
     os.replace(partial, folder / name)
-    record(folder, files={name: [new]})
+    gone = [listed for listed in files if fnmatch.fnmatchcase(listed, earlier)] + [partial.name]
+    record(folder, files={name: [new]}, forget=gone)
 
 
 def _is_leftover_of_ours(entry: Path) -> bool:
     """A temporary entry a writer of this tool left beside its output: an empty lock file, our manifest's own
     temporary file (`.MANIFEST.partial-PID-HEX`, a manifest itself), a recorded file's (`write_recorded_file`
-    killed before its rename: a version of the file that the manifest lists), a staging folder (empty, or still
-    holding the staging manifest it was made with, or sealed and proven), or a replaced folder proven ours,
-    contents included."""
+    killed: the manifest lists its name, or it holds a version of the file that the manifest lists), a staging
+    folder (empty, or still holding the staging manifest it was made with, or sealed and proven), or a replaced
+    folder proven ours, contents included."""
     try:
         info = os.lstat(entry)
     except FileNotFoundError:
@@ -250,8 +253,8 @@ def _is_leftover_of_ours(entry: Path) -> bool:
         return read_manifest_file(entry) is not None
     found = _TEMPORARY.match(entry.name)
     if found is not None and found["tag"] == "partial" and stat.S_ISREG(info.st_mode):
-        versions = (read_manifest(entry.parent) or {"files": {}})["files"].get(found["name"], [])
-        return _matches_a_version(entry, versions)
+        files = (read_manifest(entry.parent) or {"files": {}})["files"]
+        return entry.name in files or _matches_a_version(entry, files.get(found["name"], []))
     if found is None or not stat.S_ISDIR(info.st_mode):
         return False
     manifest = read_manifest(entry)
