@@ -95,6 +95,14 @@ except (OSError, AttributeError):  # not glibc/Linux
     _renameat2 = None
 
 
+def _write_errno(error: Exception) -> int | None:
+    """The OS error number behind a failed write (safetensors reports it inside its own exception's text)."""
+    if isinstance(error, OSError):
+        return error.errno
+    found = re.search(r"os error (\d+)", str(error))
+    return int(found.group(1)) if found else None
+
+
 # ---- the manifest: what a folder of ours holds ---------------------------------------------------------------
 
 
@@ -567,15 +575,16 @@ def _staged_into_place(out: Path, force: bool, kind: str) -> Iterator[Path]:
         seal(staging, kind)
         give_umask_permissions(staging)
         move_into_place(staging, out, replace=force)
-    except BaseException as error:
+    except (OSError, SafetensorError) as error:
         shutil.rmtree(staging, ignore_errors=True)
-        found = re.search(r"os error (\d+)", str(error)) if isinstance(error, SafetensorError) else None
-        code = error.errno if isinstance(error, OSError) else int(found[1]) if found else None
-        if code in WRITE_ERRORS:  # say which output failed: a full disk names no file (safetensors: in its text)
+        if (code := _write_errno(error)) in WRITE_ERRORS:  # say which output failed: a full disk names no file
             raise OSError(
                 code,
                 f"writing {out} failed ({os.strerror(code)}); {out} was left as it was and nothing partial remains",
             ) from error
+        raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 

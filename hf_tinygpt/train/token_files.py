@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from tqdm.auto import tqdm
 
 from ..folders.errors import needs_extra
 from ..folders.outputs import output_folder, read_manifest, sha256_file, unproven
+from ..folders.reading import refuse_what_is_not_a_file
 
 TOKENS, INFO, KIND = "tokens.bin", "tokens.json", "tokens"
 FORMAT = 2  # of tokens.json: a change of layout gets new cache keys (2: sources by sha256, not size and mtime)
@@ -233,10 +233,8 @@ def read_token_folder(folder, tokenizer: dict | None = None, what: str = "`Train
 
 
 def _source(path: Path) -> dict:
-    info = path.stat()
-    if not stat.S_ISREG(info.st_mode):  # a FIFO would be read forever (the settings refuse one; it may come after)
-        raise ValueError(f"{path} is not a regular file (a FIFO, device or socket?): give a file")
-    return {"path": str(path.resolve()), "size": info.st_size, "sha256": sha256_file(path)}
+    refuse_what_is_not_a_file(path)  # a FIFO would be read forever (the settings refuse one; it may come after)
+    return {"path": str(path.resolve()), "size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
 def cached(cache: Path, info: dict, ids, first_ids=None) -> TokenFile:
@@ -402,12 +400,11 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[str] = ()) -
         raise ValueError(f"`glob` must be a pattern inside each folder of `paths`, such as '*.txt', got {glob!r}")
     files = []
     for path in map(Path, paths):
+        refuse_what_is_not_a_file(path)  # a FIFO would be read forever
         if path.is_dir():
             files += sorted(f for f in path.glob(glob) if f.is_file())
         elif path.is_file():
             files.append(path)
-        elif path.exists():  # a FIFO, device or socket, which would be read forever
-            raise ValueError(f"{path} is not a regular file (a FIFO, device or socket?): give a file")
         else:
             raise FileNotFoundError(f"{path}: no such file or folder")
     files = [f for f in files if f.resolve() not in held_out]
