@@ -29,11 +29,19 @@ import pytest
 from conftest import SCHEME_VARIANTS, TRANSFORMERS_SUITE
 
 SUITE = TRANSFORMERS_SUITE
+
+
+def not_run(why: str):
+    """Skip the whole suite, loudly; a failure where .ci/run sets HF_TINYGPT_SUITE_MUST_RUN (there it must run)."""
+    if os.environ.get("HF_TINYGPT_SUITE_MUST_RUN"):
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why, allow_module_level=True)
+
+
 if not (SUITE / "tests" / "causal_lm_tester.py").is_file():
-    pytest.skip(
+    not_run(
         f"TRANSFORMERS' MODEL TEST SUITE NOT FOUND at {SUITE}: none of its tests ran. Put the suite there (see "
-        "../shared/transformers-tests/SOURCE.md) or point HF_TINYGPT_TRANSFORMERS_TESTS at it.",
-        allow_module_level=True,
+        "../shared/transformers-tests/SOURCE.md) or point HF_TINYGPT_TRANSFORMERS_TESTS at it."
     )
 
 
@@ -70,16 +78,12 @@ except ImportError as error:
     # The suite is transformers' own tests from one version (its SOURCE.md); they import that version's internals,
     # so an older installed transformers cannot run it. Skipped loudly, as above, rather than a collection error
     # that would stop the fast tier too.
-    # .ci/run sets HF_TINYGPT_SUITE_MUST_RUN where it runs the suite on that transformers: there a skip is a failure.
     import transformers
 
-    why = (
+    not_run(
         f"TRANSFORMERS' MODEL TEST SUITE at {SUITE} DOES NOT IMPORT on the installed transformers "
         f"{transformers.__version__} ({error}): none of its tests ran. Run it on the transformers it was copied from."
     )
-    if os.environ.get("HF_TINYGPT_SUITE_MUST_RUN"):
-        pytest.fail(why, pytrace=False)
-    pytest.skip(why, allow_module_level=True)
 
 pytestmark = pytest.mark.slow
 
