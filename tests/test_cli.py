@@ -120,6 +120,24 @@ def test_python_m_hf_tinygpt_is_the_console_script_and_prints_no_start_up_noise(
     assert runs["params", "nowhere"].returncode != 0
 
 
+@pytest.mark.slow  # a fresh interpreter
+def test_importing_the_package_leaves_a_program_as_it_was(tmp_path):
+    """Only the command's own start-up sets a Ctrl-C handler and filters start-up logs (the package's `__init__`
+    runs `start_the_command` first, which returns at once in any other process): a program that imports the library
+    keeps Python's own Ctrl-C and every log line, whatever its arguments."""
+    program = tmp_path / "my_program.py"
+    program.write_text(
+        "import logging, signal\n"
+        "import hf_tinygpt\n"
+        "from hf_tinygpt.cli.start_up import START_UP_NOISE\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+        "assert not any(logging.getLogger(name).filters for name in START_UP_NOISE)\n"
+        "print('as it was')\n"
+    )
+    run = subprocess.run([sys.executable, str(program), "train", "--help"], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout == "as it was\n", run.stderr[-2000:]
+
+
 def test_the_start_up_filter_drops_only_the_known_lines():
     import logging
 
