@@ -128,6 +128,23 @@ def test_a_model_it_cannot_serve_is_one_error_before_the_server_starts(tmp_path,
     assert "names code that came with the model; hf-tinygpt never runs a folder's code" in capsys.readouterr().err
 
 
+def test_a_kernel_the_scheme_cannot_take_is_one_error_before_the_server_starts(tmp_path, capsys):
+    """ALiBi adds a bias to the scores, which flex attention cannot take: refused by the scheme, by name, before the
+    model's process and the server start (not as that process's traceback). transformers' own refusal of a kernel
+    it does not have here comes the same way."""
+    from hf_tinygpt.cli.commands import main
+
+    text_model("alibi").save_pretrained(tmp_path / "alibi")
+    gpt2_tokenizer().save_pretrained(tmp_path / "alibi")
+    capsys.readouterr()  # transformers' progress bar of the save
+    assert main(["serve", str(tmp_path / "alibi"), "--attn-implementation", "flex_attention", "--port", "1"]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said.startswith("hf-tinygpt serve: error: position_embedding_type='alibi' adds a per-head bias"), said
+    assert "attn_implementation='flex_attention' cannot take" in said and len(said.splitlines()) == 1, said
+    assert main(["serve", str(tmp_path / "alibi"), "--attn-implementation", "flash_attention_2", "--port", "1"]) == 2
+    assert "FlashAttention2 has been toggled on, but it cannot be used" in capsys.readouterr().err
+
+
 @pytest.mark.slow  # a server process
 def test_the_readme_serve_blocks_answer_generates_text(tmp_path):
     """The README's ```bash serve command (with a port of its own and a small paged cache) on its `my-tinygpt` (the

@@ -9,6 +9,7 @@ generation, the paged cache) is transformers' own.
 
 import sys
 
+import torch
 import typer
 
 from ..folders.reading import read_config_dict
@@ -47,17 +48,36 @@ class TinyGPTModelLoader(ModelLoader):
             **({"quantization_config": quantization} if quantization is not None else {}),
         )
 
+    def check_attention(self, model_id: str):
+        """What loading the TinyGPT `model_id` with this loader's attention kernel would raise in the model's
+        process (a kernel transformers does not have here; one that takes no mask, for a scheme that needs the full
+        one), raised now: the model is built on the meta device, which allocates nothing."""
+        repo, revision, gguf_file = parse_model_id(model_id)
+        if gguf_file or not self.attn_implementation:  # the default kernel (sdpa) runs every scheme
+            return
+        config = read_config_dict(repo, **({"revision": revision} if revision else {}))
+        if config.get("model_type") == TinyGPTConfig.model_type:
+            with torch.device("meta"):
+                TinyGPTForCausalLM(TinyGPTConfig.from_dict(config, attn_implementation=self.attn_implementation))
+
 
 class TinyGPTServe(Serve):
     """transformers' `Serve` (its options are its `__init__`'s, which ends by serving), with the loader above."""
 
     def run(self, *args, **kwargs):
-        self.loader.__class__ = TinyGPTModelLoader  # built by Serve.__init__ with the same settings: only loads differ
+        self._load_tinygpts()
         super().run(*args, **kwargs)
 
     def run_api_servers(self, count):
-        self.loader.__class__ = TinyGPTModelLoader
+        self._load_tinygpts()
         super().run_api_servers(count)
+
+    def _load_tinygpts(self):
+        """The loader above (`Serve.__init__` built transformers' with the same settings: only loads differ), and the
+        command line's model checked against its attention kernel before any process starts."""
+        self.loader.__class__ = TinyGPTModelLoader
+        if self.force_model is not None:
+            self.loader.check_attention(self.force_model)
 
 
 def serve(model: str, options: list[str]) -> int:
