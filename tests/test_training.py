@@ -124,6 +124,28 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
     assert again.returncode == 2 and "--force" in again.stderr
 
 
+@pytest.mark.slow  # two runs, each in a fresh interpreter (tqdm reads its settings as it is imported)
+def test_the_progress_bars_follow_tqdms_own_settings(plays, tmp_path):
+    """The tokenizing and training bars are tqdm's, shown by default; TQDM_DISABLE=1 (tqdm's own setting) hides
+    them, as it hides every bar of transformers and datasets."""
+    shown, hidden = (
+        train_cli(
+            "--train",
+            plays,
+            *TINY_TRAINING,
+            "--steps",
+            2,
+            "--out",
+            tmp_path / name,
+            env={**os.environ, "HF_TINYGPT_CACHE": str(tmp_path / f"cache-{name}"), **env},
+        )
+        for name, env in (("shown", {}), ("hidden", {"TQDM_DISABLE": "1"}))
+    )
+    assert shown.returncode == hidden.returncode == 0, shown.stderr[-2000:] + hidden.stderr[-2000:]
+    assert "tokenizing:" in shown.stderr and "training:" in shown.stderr, shown.stderr[-2000:]
+    assert "tokenizing:" not in hidden.stderr and "training:" not in hidden.stderr, hidden.stderr[-2000:]
+
+
 def test_validation_tokens_caps_the_held_out_text_every_validation_scores(plays, tmp_path):
     """`validation_tokens`: the perplexities of the history, the summary and the card are all over the first N
     held-out tokens, and the card says N."""

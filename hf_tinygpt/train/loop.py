@@ -81,13 +81,13 @@ def _train(settings: TrainingSettings, accelerator, run: RunFolder, start, data:
     if progress.finished is not None:
         return accelerator.unwrap_model(state.model, keep_torch_compile=False), progress.finished
 
-    bar = tqdm(
+    bar = tqdm(  # `disable` only where it is off: an argument given wins over tqdm's settings (TQDM_DISABLE=1)
         total=settings.steps,
         initial=progress.step,
-        disable=not run.main,
         desc="training",
         unit="step",
         dynamic_ncols=True,
+        **({} if run.main else {"disable": True}),
     )
     state.model.train()
     progress.started = time.perf_counter()

@@ -160,7 +160,8 @@ def file_token_ids(
     files = list(files)
     piece_bytes = PIECE_BYTES if _pieces_are_exact(tokenizer) else None
     total = sum(file.stat().st_size for file in files)
-    with tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", disable=not progress) as bar:
+    off = {} if progress else {"disable": True}  # not `disable=False`, which would win over TQDM_DISABLE=1
+    with tqdm(total=total, unit="B", unit_scale=True, desc="tokenizing", **off) as bar:
         for index, file in enumerate(files):
             digest = hashlib.sha256()
             for text in text_pieces(file, piece_bytes, digest):
