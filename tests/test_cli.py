@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPOSITORY
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.cli.commands import build_parser, main
@@ -136,6 +137,19 @@ def test_importing_the_package_leaves_a_program_as_it_was(tmp_path):
     )
     run = subprocess.run([sys.executable, str(program), "train", "--help"], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout == "as it was\n", run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("main_file", ["hf_tinygpt/__main__.py", "hf_tinygpt/cli/__main__.py"])
+def test_python_m_is_the_command_once_its_module_runs(monkeypatch, main_file):
+    """While `python -m` runs the module (and in a process the command spawns, which is given its `sys.argv`),
+    `sys.argv[0]` is the module's file: the command still, so that a Ctrl-C while it exits is one line and a spawned
+    process filters the start-up noise, as the console script's do."""
+    from hf_tinygpt.cli.start_up import starting_the_command
+
+    monkeypatch.setattr(sys, "argv", [str(REPOSITORY / main_file), "serve", "my-tinygpt"])
+    assert starting_the_command()
+    monkeypatch.setattr(sys, "argv", [str(REPOSITORY / "my_program.py"), "serve", "my-tinygpt"])
+    assert not starting_the_command()
 
 
 def test_the_start_up_filter_drops_only_the_known_lines():

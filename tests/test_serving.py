@@ -160,6 +160,8 @@ def test_the_readme_serve_blocks_answer_generates_text(tmp_path):
         block = block.replace("http://localhost:8000/v1", str(client.base_url))
         run = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
+    log = (tmp_path / "server.log").read_text()  # the model's process too: no start-up noise (cli/start_up.py)
+    assert "Failed to load" not in log and "is an Enum subclass" not in log, log[-3000:]
     tokenizer = gpt2_tokenizer()
     expected = []
     for prompt in ("ROMEO:", "JULIET:"):

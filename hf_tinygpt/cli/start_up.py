@@ -37,11 +37,16 @@ def interrupted_while_exiting(signum, frame):
     os._exit(130)
 
 
+# `sys.argv[0]` once `python -m hf_tinygpt` (or `hf_tinygpt.cli`) runs: that module's file. A process the command
+# spawns (transformers serve's model process) is given the command's `sys.argv` before it imports this package.
+MAIN_FILES = {os.path.join(os.path.dirname(folder), "__main__.py") for folder in (__file__, os.path.dirname(__file__))}
+
+
 def starting_the_command() -> bool:
-    """Whether this process is the `hf-tinygpt` command starting up: its console script, or `python -m hf_tinygpt`
-    (or `hf_tinygpt.cli`), for which Python sets `sys.argv[0]` to "-m" while it imports this package to find the
-    module, and keeps the module's name in `sys.orig_argv`."""
-    if sys.argv and os.path.basename(sys.argv[0]) == "hf-tinygpt":
+    """Whether this process is the `hf-tinygpt` command (or one it spawned) starting up: its console script, or
+    `python -m hf_tinygpt` (or `hf_tinygpt.cli`), for which Python sets `sys.argv[0]` to "-m" while it imports this
+    package to find the module, and keeps the module's name in `sys.orig_argv`."""
+    if sys.argv and (os.path.basename(sys.argv[0]) == "hf-tinygpt" or sys.argv[0] in MAIN_FILES):
         return True
     if sys.argv[:1] != ["-m"]:
         return False
