@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SCHEME_VARIANTS, readme_blocks, run_module, tiny_config
+from conftest import REPOSITORY, SCHEME_VARIANTS, readme_blocks, run_module, tiny_config
 from transformers import AutoTokenizer
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
@@ -48,6 +48,26 @@ def installed(engine):
         return engine()
     except EngineUnavailable as unavailable:
         pytest.skip(str(unavailable))
+
+
+def test_processes_that_ask_for_one_venv_at_once_build_it_once(tmp_path):
+    """The tier runs a worker per core, and two of them may need an engine that is not built yet: one builds it while
+    the other waits for it, instead of both building (and removing) the same venv."""
+    script = (
+        "import sys, time\n"
+        "from scripts.bench.engines import engine_python\n"
+        "def then(venv):\n"
+        "    with open(sys.argv[1], 'a') as log:\n"
+        "        log.write(f'built {venv.name}\\n')\n"
+        "    time.sleep(2)\n"
+        "print(engine_python('lock-test', then=then))\n"
+    )
+    env = {**os.environ, "HF_TINYGPT_ENGINE_VENVS": str(tmp_path / "venvs")}
+    command = [sys.executable, "-c", script, str(tmp_path / "log")]
+    both = [subprocess.Popen(command, cwd=REPOSITORY, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    pythons = [process.communicate(timeout=600)[0] for process in both]
+    assert [process.returncode for process in both] == [0, 0] and pythons[0] == pythons[1]
+    assert len((tmp_path / "log").read_text().splitlines()) == 1
 
 
 # ---- ONNX Runtime ----------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ path) is what runs inside those venvs. A venv is built once and kept under $HF_T
 blocks for them, and the speed benchmark times llama.cpp beside TinyGPT.
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -35,27 +36,33 @@ class EngineUnavailable(RuntimeError):
     """pip cannot install the engine here (the message ends with pip's last words)."""
 
 
-def engine_python(name: str, *pip_steps: str, env: dict[str, str] | None = None) -> Path:
+def engine_python(name: str, *pip_steps: str, env: dict[str, str] | None = None, then=None) -> Path:
     """The python of a venv built by `pip_steps` (pip commands, in order; `{venv}` is its folder, `env` added to
-    their environment) on first use. A venv that was interrupted while being built is rebuilt; one that pip cannot
-    build raises EngineUnavailable."""
+    their environment), then `then(venv)` where given, on first use. A venv that was interrupted while being built is
+    rebuilt; one that pip cannot build raises EngineUnavailable. One process builds it while any other that asks for
+    it waits (the tests run on several workers)."""
     key_parts = [sys.version_info[:2], pip_steps] + ([env] if env else [])
     key = hashlib.sha256(json.dumps(key_parts).encode()).hexdigest()[:12]
     venv = VENVS / f"{name}-{key}"
     python, complete = venv / "bin" / "python", venv / ".complete"
-    if not complete.exists():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        for step in pip_steps:
-            pip = subprocess.run(
-                [str(python), "-m", "pip", *step.format(venv=venv).split(), "-q"],
-                capture_output=True,
-                text=True,
-                env={**os.environ, **(env or {})},
-            )
-            if pip.returncode != 0:
-                raise EngineUnavailable(f"{name}: `pip {step}` fails here:\n{pip.stderr[-2000:]}")
-        complete.touch()
+    VENVS.mkdir(parents=True, exist_ok=True)
+    with open(VENVS / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or the process ends
+        if not complete.exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            for step in pip_steps:
+                pip = subprocess.run(
+                    [str(python), "-m", "pip", *step.format(venv=venv).split(), "-q"],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, **(env or {})},
+                )
+                if pip.returncode != 0:
+                    raise EngineUnavailable(f"{name}: `pip {step}` fails here:\n{pip.stderr[-2000:]}")
+            if then is not None:
+                then(venv)
+            complete.touch()
     return python
 
 
@@ -83,18 +90,20 @@ def llama_cpp_engine(avx2_only: bool = False) -> tuple[Path, Path]:
     GPT-NeoX path fails: 5.x configs drop `rotary_pct`). `avx2_only`: compiled for AVX2 CPUs (`AVX2_ONLY_CMAKE`), in a
     venv of its own and past pip's wheel cache, which would hand back the build made for this CPU."""
     cmake = "-DLLAVA_BUILD=OFF" + (f" {AVX2_ONLY_CMAKE}" if avx2_only else "")  # no multimodal library: text only
+
+    def unpack_the_source(venv: Path):
+        with tarfile.open(next((venv / "sdist").glob("llama_cpp_python-*.tar.gz"))) as sdist:
+            sdist.extractall(venv / "src", filter="data")
+
     python = engine_python(
         "llama.cpp-avx2" if avx2_only else "llama.cpp",
         f"install {'--no-cache-dir ' * avx2_only}{LLAMA_CPP}",
         f"install {TORCH} transformers==4.57.6",
         f"download --no-deps --no-binary :all: {LLAMA_CPP} -d {{venv}}/sdist",
         env={"CMAKE_ARGS": cmake},
+        then=unpack_the_source,
     )
-    venv = python.parent.parent
-    converter = venv / "src" / f"llama_cpp_python-{LLAMA_CPP.split('==')[1]}" / "vendor" / "llama.cpp"
-    if not (converter / "convert_hf_to_gguf.py").exists():
-        with tarfile.open(next((venv / "sdist").glob("llama_cpp_python-*.tar.gz"))) as sdist:
-            sdist.extractall(venv / "src", filter="data")
+    converter = python.parent.parent / "src" / f"llama_cpp_python-{LLAMA_CPP.split('==')[1]}" / "vendor" / "llama.cpp"
     return python, converter / "convert_hf_to_gguf.py"
 
 
