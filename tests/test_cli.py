@@ -1,12 +1,13 @@
 """`hf-tinygpt`: one convention across verbs, help that shows defaults and an example, and a version."""
 
 import importlib.metadata
+import importlib.util
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import REPOSITORY
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM
 from hf_tinygpt.cli.commands import build_parser, main
@@ -139,16 +140,17 @@ def test_importing_the_package_leaves_a_program_as_it_was(tmp_path):
     assert run.returncode == 0 and run.stdout == "as it was\n", run.stderr[-2000:]
 
 
-@pytest.mark.parametrize("main_file", ["hf_tinygpt/__main__.py", "hf_tinygpt/cli/__main__.py"])
-def test_python_m_is_the_command_once_its_module_runs(monkeypatch, main_file):
+@pytest.mark.parametrize("module", ["hf_tinygpt.__main__", "hf_tinygpt.cli.__main__"])
+def test_python_m_is_the_command_once_its_module_runs(monkeypatch, module):
     """While `python -m` runs the module (and in a process the command spawns, which is given its `sys.argv`),
     `sys.argv[0]` is the module's file: the command still, so that a Ctrl-C while it exits is one line and a spawned
     process filters the start-up noise, as the console script's do."""
     from hf_tinygpt.cli.start_up import starting_the_command
 
-    monkeypatch.setattr(sys, "argv", [str(REPOSITORY / main_file), "serve", "my-tinygpt"])
+    main_file = importlib.util.find_spec(module).origin  # where Python finds it, as `python -m` does
+    monkeypatch.setattr(sys, "argv", [main_file, "serve", "my-tinygpt"])
     assert starting_the_command()
-    monkeypatch.setattr(sys, "argv", [str(REPOSITORY / "my_program.py"), "serve", "my-tinygpt"])
+    monkeypatch.setattr(sys, "argv", [str(Path(main_file).with_name("my_program.py")), "serve", "my-tinygpt"])
     assert not starting_the_command()
 
 

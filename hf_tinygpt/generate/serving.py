@@ -49,9 +49,9 @@ class TinyGPTModelLoader(ModelLoader):
         )
 
     def check_attention(self, model_id: str):
-        """What loading the TinyGPT `model_id` with this loader's attention kernel would raise in the model's
-        process (a kernel transformers does not have here; one that takes no mask, for a scheme that needs the full
-        one), raised now: the model is built on the meta device, which allocates nothing."""
+        """What building the TinyGPT `model_id` with this loader's attention kernel raises (transformers' check of
+        the kernel, the scheme's of a kernel that takes no mask), raised now rather than in the model's process: it
+        is built on the meta device, which allocates nothing."""
         repo, revision, gguf_file = parse_model_id(model_id)
         if gguf_file or not self.attn_implementation:  # the default kernel (sdpa) runs every scheme
             return
@@ -64,19 +64,19 @@ class TinyGPTModelLoader(ModelLoader):
 class TinyGPTServe(Serve):
     """transformers' `Serve` (its options are its `__init__`'s, which ends by serving), with the loader above."""
 
-    def run(self, *args, **kwargs):
-        self._load_tinygpts()
-        super().run(*args, **kwargs)
+    def run(self, socket=None, engine_connection=None):
+        self._load_tinygpts(check=engine_connection is None)  # an API server's process: its parent checked
+        super().run(socket, engine_connection)
 
     def run_api_servers(self, count):
         self._load_tinygpts()
         super().run_api_servers(count)
 
-    def _load_tinygpts(self):
+    def _load_tinygpts(self, check: bool = True):
         """The loader above (`Serve.__init__` built transformers' with the same settings: only loads differ), and the
         command line's model checked against its attention kernel before any process starts."""
         self.loader.__class__ = TinyGPTModelLoader
-        if self.force_model is not None:
+        if check and self.force_model is not None:
             self.loader.check_attention(self.force_model)
 
 

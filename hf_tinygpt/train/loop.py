@@ -81,7 +81,7 @@ def _train(settings: TrainingSettings, accelerator, run: RunFolder, start, data:
     if progress.finished is not None:
         return accelerator.unwrap_model(state.model, keep_torch_compile=False), progress.finished
 
-    bar = tqdm(  # `disable` only where it is off: an argument given wins over tqdm's settings (TQDM_DISABLE=1)
+    bar = tqdm(  # disable=True off the main process only: a given disable=False would win over TQDM_DISABLE=1
         total=settings.steps,
         initial=progress.step,
         desc="training",
