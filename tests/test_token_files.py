@@ -293,6 +293,23 @@ def test_a_file_tokenized_in_pieces_gives_the_ids_of_the_whole_text(newline, tok
     )
 
 
+def test_only_byte_level_bpe_without_a_normalizer_is_cut_into_pieces():
+    """GPT-2's tokenizer is; with a prefix space added, a pre-tokenizer of another kind or a normalizer, a file goes
+    to the tokenizer whole."""
+    from tokenizers import normalizers, pre_tokenizers
+
+    def changed(**parts):
+        changed = gpt2_tokenizer()
+        for name, part in parts.items():
+            setattr(changed.backend_tokenizer, name, part)
+        return changed
+
+    assert token_files._pieces_are_exact(gpt2_tokenizer())
+    assert not token_files._pieces_are_exact(changed(pre_tokenizer=pre_tokenizers.ByteLevel(add_prefix_space=True)))
+    assert not token_files._pieces_are_exact(changed(pre_tokenizer=pre_tokenizers.Whitespace()))
+    assert not token_files._pieces_are_exact(changed(normalizer=normalizers.NFKC()))
+
+
 def test_text_that_is_not_utf8_is_named_with_the_byte_where_it_fails(tmp_path, tokenizer, monkeypatch):
     (tmp_path / "latin1.txt").write_bytes(("to be or not to be\n" * 1000).encode() + "Ophélie".encode("latin-1"))
     monkeypatch.setattr(token_files, "PIECE_BYTES", 4096)  # the byte is counted from the start of the file

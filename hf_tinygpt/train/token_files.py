@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tokenizers import pre_tokenizers
 from tqdm.auto import tqdm
 
 from ..folders.errors import needs_extra
@@ -107,13 +108,12 @@ def _pieces_are_exact(tokenizer) -> bool:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return False
-    definition = json.loads(backend.to_str())
-    pre = definition.get("pre_tokenizer") or {}
+    pre = backend.pre_tokenizer  # its own settings, not the whole definition (megabytes of vocabulary) parsed again
     return (
-        definition.get("normalizer") is None
-        and pre.get("type") == "ByteLevel"
-        and pre.get("use_regex", True)
-        and not pre.get("add_prefix_space")
+        backend.normalizer is None
+        and isinstance(pre, pre_tokenizers.ByteLevel)
+        and pre.use_regex
+        and not pre.add_prefix_space
         and tokenizer("a").input_ids == tokenizer("a", add_special_tokens=False).input_ids
     )
 
