@@ -48,9 +48,9 @@ TRANSFORMERS_SUITE = Path(
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pyproject.toml's addopts): a worker per core for every tier, whose time goes mostly to starting
-    interpreters, servers, engines, tokenizers and compilers, mostly one thread each (OMP_NUM_THREADS above; the benchmarks'
-    smoke runs check what the scripts print, never a speed). An engine's venv is built by one worker while any other
-    that needs it waits (scripts/bench/engines.py)."""
+    interpreters, servers, engines, tokenizers and compilers, mostly one thread each (OMP_NUM_THREADS above; the
+    benchmarks' smoke runs check what the scripts print, never a speed). An engine's venv is built by one worker
+    while any other that needs it waits (scripts/bench/engines.py)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # ours to run on
 
 

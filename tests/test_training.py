@@ -128,6 +128,7 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
 def test_the_progress_bars_follow_tqdms_own_settings(plays, tmp_path):
     """The tokenizing and training bars are tqdm's, shown by default; TQDM_DISABLE=1 (tqdm's own setting) hides
     them, as it hides every bar of transformers and datasets."""
+    untouched = {name: value for name, value in os.environ.items() if not name.startswith("TQDM_")}
     shown, hidden = (
         train_cli(
             "--train",
@@ -137,7 +138,7 @@ def test_the_progress_bars_follow_tqdms_own_settings(plays, tmp_path):
             2,
             "--out",
             tmp_path / name,
-            env={**os.environ, "HF_TINYGPT_CACHE": str(tmp_path / f"cache-{name}"), **env},
+            env={**untouched, "HF_TINYGPT_CACHE": str(tmp_path / f"cache-{name}"), **env},
         )
         for name, env in (("shown", {}), ("hidden", {"TQDM_DISABLE": "1"}))
     )
