@@ -39,7 +39,8 @@ def interrupted_while_exiting(signum, frame):
 
 # `sys.argv[0]` once `python -m hf_tinygpt` (or `hf_tinygpt.cli`) runs: that module's file. A process the command
 # spawns (transformers serve's model process) is given the command's `sys.argv` before it imports this package.
-MAIN_FILES = {os.path.join(os.path.dirname(folder), "__main__.py") for folder in (__file__, os.path.dirname(__file__))}
+_CLI = os.path.dirname(__file__)  # hf_tinygpt/cli, beside hf_tinygpt
+MAIN_FILES = {os.path.join(_CLI, "__main__.py"), os.path.join(os.path.dirname(_CLI), "__main__.py")}
 
 
 def starting_the_command() -> bool:
