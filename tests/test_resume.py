@@ -17,7 +17,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from hf_tinygpt.folders.outputs import MANIFEST, _new_staging, seal
-from hf_tinygpt.train.data import batch_indices
+from hf_tinygpt.train.loop import batch_indices
 
 # A run of two steps with a checkpoint after each.
 TWO_STEPS = [*TINY_RUN, "--steps", "2", "--save-every", "1"]
@@ -35,7 +35,7 @@ def train_run(capsys, corpus, out, *extra):
 def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(plays, tmp_path, cli, monkeypatch):
     """A real SIGINT, sent while step 7 is being prepared: the step finishes, a checkpoint is saved, exit 130. Dropout
     is on, so resuming must restore the RNG state too, not only weights, optimizer and schedule."""
-    from hf_tinygpt.train import data as training
+    from hf_tinygpt.train import loop as training
 
     args = [
         "--train",
@@ -368,7 +368,7 @@ def test_a_run_whose_folder_vanishes_saves_its_model_elsewhere_and_says_where_it
 ):
     """The run folder deleted while step 3 is prepared: the run lost everything with only "[Errno 2]"."""
     from hf_tinygpt import TinyGPTForCausalLM
-    from hf_tinygpt.train import data as training
+    from hf_tinygpt.train import loop as training
 
     run = tmp_path / "runs" / "run"
 
@@ -392,7 +392,7 @@ def test_a_run_whose_folder_vanishes_saves_its_model_elsewhere_and_says_where_it
 def test_sigterm_or_sighup_saves_a_checkpoint_as_ctrl_c_does(number, corpus, tmp_path, capsys, monkeypatch):
     """`kill PID` (or a batch system's preemption, or a closed terminal) ended the run with nothing saved since the
     last --save-every."""
-    from hf_tinygpt.train import data as training
+    from hf_tinygpt.train import loop as training
 
     def signalled_at_step_3(step, *rest):
         if step == 3:

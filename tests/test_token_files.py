@@ -19,13 +19,15 @@ from conftest import HAMLET, TINY_RUN, run_module, tiny_model
 from hf_tinygpt import gpt2_tokenizer
 from hf_tinygpt.folders.outputs import MANIFEST, seal, unproven
 from hf_tinygpt.train import token_files
-from hf_tinygpt.train.data import batch_indices, pack, read_blocks, tokenize_files
+from hf_tinygpt.train.data import tokenize_files
 from hf_tinygpt.train.evaluate import perplexity
+from hf_tinygpt.train.loop import batch_indices, read_blocks
 from hf_tinygpt.train.token_files import (
     INFO,
     TOKENS,
     dataset_tokens,
     file_token_ids,
+    pack,
     read_token_folder,
     text_tokens,
     token_dtype,

@@ -21,11 +21,11 @@ from safetensors.torch import load_file
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.folders.outputs import unproven
 from hf_tinygpt.folders.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png
-from hf_tinygpt.train.data import batch_indices, pack, tokenize_files
+from hf_tinygpt.train.data import tokenize_files
 from hf_tinygpt.train.evaluate import perplexity
-from hf_tinygpt.train.loop import adamw, train
+from hf_tinygpt.train.loop import batch_indices, train
 from hf_tinygpt.train.settings import TrainingSettings
-from hf_tinygpt.train.token_files import text_files
+from hf_tinygpt.train.token_files import pack, text_files
 
 
 def train_cli(*args, cwd=None, **popen):
@@ -427,25 +427,42 @@ def test_kept_freed_memory_is_reused_instead_of_faulted_in_again():
     assert faulted["default"] > pages // 2 and faulted["kept"] < pages // 100, faulted
 
 
-def test_the_fused_adamw_makes_torchs_own_adamw_update():
+def test_training_takes_the_fused_adamw_which_makes_torchs_own_adamw_update():
     """Where torch has a fused AdamW kernel for the device (CPU and CUDA have one), training uses it: one pass over
     the weights instead of several, the same update as torch's default AdamW (the single-tensor loop on a CPU) within
-    fp32 rounding."""
-    torch.manual_seed(0)
-    weights = [torch.randn(50, 16), torch.randn(16)]
-    runs = []
-    for make in (lambda groups: adamw(groups, 1e-2), lambda groups: torch.optim.AdamW(groups, 1e-2, betas=(0.9, 0.95))):
-        params = [torch.nn.Parameter(w.clone()) for w in weights]
-        optimizer = make([{"params": params[:1], "weight_decay": 0.1}, {"params": params[1:], "weight_decay": 0.0}])
-        for step in range(5):
-            for param in params:
-                param.grad = torch.sin(param.detach() * (step + 1))
-            optimizer.step()
-        runs.append((optimizer, params))
-    (fused, ours), (_, reference) = runs
+    fp32 rounding, matrices decayed and biases and LayerNorms not."""
+    from accelerate import Accelerator
+
+    from hf_tinygpt.train.state import BETAS, training_state
+
+    settings = TrainingSettings(
+        out="run",
+        train=["texts"],
+        block_size=16,
+        learning_rate=1e-2,
+        warmup_steps=0,
+        config={"n_layer": 1, "n_embd": 16, "n_head": 2},
+    )
+    state = training_state(settings, Accelerator(cpu=not torch.accelerator.is_available()), gpt2_tokenizer())
+    fused = state.optimizer.optimizer  # accelerate's wrapper holds torch's
     assert fused.defaults["fused"] is True
-    for a, b in zip(ours, reference, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    ours = [p for group in fused.param_groups for p in group["params"]]
+    copies = {id(p): torch.nn.Parameter(p.detach().clone()) for p in ours}
+    groups = [{**group, "params": [copies[id(p)] for p in group["params"]]} for group in fused.param_groups]
+    assert [group["weight_decay"] for group in groups] == [settings.weight_decay, 0.0]
+    assert all(p.dim() >= 2 for p in groups[0]["params"]) and all(p.dim() < 2 for p in groups[1]["params"])
+    assert [group["lr"] for group in groups] == [1e-2, 1e-2]  # no warmup: the schedule starts at the full rate
+    reference = torch.optim.AdamW(
+        [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in groups], 1e-2, betas=BETAS
+    )
+    for step in range(5):
+        for param in ours:
+            param.grad = torch.sin(param.detach() * (step + 1))
+            copies[id(param)].grad = param.grad.clone()
+        fused.step()
+        reference.step()
+    for param in ours:
+        torch.testing.assert_close(param, copies[id(param)], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -482,7 +499,7 @@ def test_init_from_a_private_hub_repo_at_a_revision_with_a_token_that_no_file_ke
 def test_bf16_on_a_cpu_without_bf16_instructions_warns_once_naming_the_flag(
     plays, tmp_path, cli, monkeypatch, has_bf16
 ):
-    monkeypatch.setattr("hf_tinygpt.train.loop.cpu_has_bf16_instructions", lambda: has_bf16)
+    monkeypatch.setattr("hf_tinygpt.train.state.cpu_has_bf16_instructions", lambda: has_bf16)
     run = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--bf16", "--out", tmp_path / "run")
     assert run.returncode == 0, run.stderr[-3000:]
     warned = [line for line in run.stderr.splitlines() if "warning" in line]

@@ -1,35 +1,31 @@
 """Train a TinyGPT from scratch (or from a checkpoint) with accelerate: one CPU process, or data-parallel on many
 processes/GPUs/machines through `accelerate launch` or `torchrun`, with no change to the code.
 
-`train` finds everything that can be wrong with the settings, OUT or the data before OUT is touched; `_train` is
-the loop, as nanoGPT's train.py reads: data → step → log → evaluate → save. The run folder (`RunFolder`) keeps
-the books of what is written; the data (`RunData`) hands out each step's batch.
+`train` reads as nanoGPT's train.py: the data (`RunData`) and the model with its optimizer (`TrainingState`) are made
+before OUT is touched, so that everything that can be wrong with the settings, OUT or the data is found first; then
+the loop: data → step → log → evaluate → save. The run folder (`RunFolder`) keeps the books of what is written.
 """
 
 import signal
 import sys
 import time
-import warnings
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
-from ..folders.bundled import load_tokenizer
 from ..folders.errors import needs_extra
-from ..folders.reading import load_strictly, read_config_dict
-from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
-from ..model.positions import positions_reach
-from .data import RunData, batch, run_data
+from .data import RunData, run_data
 from .evaluate import perplexity
-from .settings import DROPOUT_FIELDS, SMALL_MODEL, TrainingSettings, inputs_of
+from .settings import TrainingSettings, inputs_of
 
 try:
     from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration, set_seed
+    from accelerate.utils import ProjectConfiguration
 
-    from .run_folder import TRACKERS, RunFolder, TrainingState
+    from .run_folder import TRACKERS, RunFolder
+    from .state import TrainingState, training_state
 except ImportError as error:
     raise needs_extra("train", error) from error
 
@@ -50,49 +46,26 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
         log_with=settings.report_to or None,
         project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / TRACKERS)),
     )
-    if settings.batch_size % (accelerator.num_processes * settings.grad_accum):
-        raise ValueError(
-            f"`TrainingSettings.batch_size` {settings.batch_size} does not split over {accelerator.num_processes} "
-            f"process(es) × {settings.grad_accum} micro-batches (`TrainingSettings.grad_accum`)"
-        )
-    tokenizer_from = settings.tokenizer or "gpt2"
-    tokenizer = load_tokenizer(tokenizer_from)
-    if tokenizer.eos_token_id is None:
-        raise ValueError(
-            f"the tokenizer {tokenizer_from} (`TrainingSettings.tokenizer`) has no end-of-text (eos) token, which "
-            "training puts after each file: give its tokenizer_config.json an eos_token"
-        )
-    data = run_data(settings, tokenizer, tokenizer_from, accelerator)
-    if not settings.init_from:
-        start = build_config(settings, len(tokenizer), tokenizer.eos_token_id)
-    else:
-        start = starting_model(settings, len(tokenizer), token)
-
+    data = run_data(settings, accelerator)
+    state = training_state(settings, accelerator, data.tokenizer, token)
     run = RunFolder(out, accelerator, settings, data)
     with run.held(protect):  # the main process holds OUT's lock for the whole run
         accelerator.wait_for_everyone()
-        return _train(settings, accelerator, run, start, data)
-
-
-def _train(settings: TrainingSettings, accelerator, run: RunFolder, start, data: RunData):
-    """`start`: the model to train (from `init_from`), or the config of a new one."""
-    state = training_state(settings, accelerator, start)
-    progress = run.begin(state)
-    if progress.finished is not None:
-        return accelerator.unwrap_model(state.model, keep_torch_compile=False), progress.finished
-
-    bar = tqdm(  # disable=True off the main process only: a given disable=False would win over TQDM_DISABLE=1
-        total=settings.steps,
-        initial=progress.step,
-        desc="training",
-        unit="step",
-        dynamic_ncols=True,
-        **({} if run.main else {"disable": True}),
-    )
-    state.model.train()
-    progress.started = time.perf_counter()
-    try:  # a run folder that vanishes (deleted, its disk unmounted) loses no training: it is saved elsewhere
-        with StopRequest() as stop:
+        progress = run.begin(state)
+        if progress.finished is not None:
+            return accelerator.unwrap_model(state.model, keep_torch_compile=False), progress.finished
+        state.model.train()
+        progress.started = time.perf_counter()
+        bar = tqdm(  # disable=True off the main process only: a given disable=False would win over TQDM_DISABLE=1
+            total=settings.steps,
+            initial=progress.step,
+            desc="training",
+            unit="step",
+            dynamic_ncols=True,
+            **({} if run.main else {"disable": True}),
+        )
+        # A run folder that vanishes (deleted, its disk unmounted) loses no training: the model is saved elsewhere.
+        with run.rescued(progress, state.model), bar, StopRequest() as stop:
             while progress.step < settings.steps:
                 tick = time.perf_counter()
                 ids = batch(data, progress.step, settings, accelerator)  # data
@@ -117,40 +90,41 @@ def _train(settings: TrainingSettings, accelerator, run: RunFolder, start, data:
                 stop_now = stop.requested_anywhere(accelerator)
                 run.record(progress, logged, state, stopping=stop_now)  # save
                 if stop_now:
-                    bar.close()
                     said = f"checkpoint saved at step {progress.step}; continue with `TrainingSettings.resume=True`"
                     raise TrainingInterrupted(said if run.main else "")
-        bar.close()
         model = accelerator.unwrap_model(state.model, keep_torch_compile=False)
         summary = run.finish(model, progress)
-    except OSError as error:
-        if run.out.is_dir() or not run.main:
-            raise
-        bar.close()
-        model = accelerator.unwrap_model(state.model, keep_torch_compile=False)
-        raise run.rescue(progress.step, model) from error
-    accelerator.wait_for_everyone()
-    return model, summary
+        accelerator.wait_for_everyone()
+        return model, summary
 
 
-def training_state(settings: TrainingSettings, accelerator, start) -> TrainingState:
-    """The model (new from a config, or the one given), AdamW and the cosine schedule, prepared by accelerate."""
-    if accelerator.is_main_process:
-        warn_if_bf16_is_slow_here(settings, accelerator.device)
-    set_seed(settings.seed)
-    model = start if isinstance(start, TinyGPTForCausalLM) else TinyGPTForCausalLM(start)
-    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices decay; biases and LayerNorms do not
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    optimizer = adamw(groups, settings.learning_rate)
-    schedule = get_cosine_with_min_lr_schedule_with_warmup(
-        optimizer, settings.warmup_steps, settings.steps, min_lr_rate=settings.min_lr_ratio
-    )
-    # The schedule is not prepared: accelerate would step it once per process, but our batch size is global.
-    model, optimizer = accelerator.prepare(model, optimizer)
-    if settings.compile:  # not accelerate's dynamo_backend: the first Accelerator of a process fixes that for all
-        model = torch.compile(model)
-    return TrainingState(model, optimizer, schedule)
+def batch(data: RunData, step: int, settings: TrainingSettings, accelerator) -> torch.Tensor:
+    """This process's share of the global batch of `step`, as int64 ids on the run's device. The batch of step s is
+    drawn from a permutation seeded by (seed, epoch), so a resumed run sees exactly the batches an uninterrupted one
+    would, and N processes split exactly the global batch one process would take whole."""
+    indices = batch_indices(step, settings.batch_size, len(data.blocks), settings.seed)
+    share = settings.batch_size // accelerator.num_processes
+    mine = indices[accelerator.process_index * share : (accelerator.process_index + 1) * share]
+    ids = read_blocks(data.blocks, mine)
+    if accelerator.device.type != "cpu":  # pinned host memory lets the copy overlap the previous step
+        ids = ids.pin_memory().to(accelerator.device, non_blocking=True)
+    return ids
+
+
+def read_blocks(blocks, indices: torch.Tensor) -> torch.Tensor:
+    """The blocks at `indices` as int64 ids: only these are read from the token file."""
+    return torch.from_numpy(np.asarray(blocks[indices.numpy()], dtype=np.int64))
+
+
+def batch_indices(step: int, batch_size: int, n_blocks: int, seed: int) -> torch.Tensor:
+    """The block indices of global batch `step`: consecutive slices of a fresh permutation for each epoch."""
+    positions = torch.arange(step * batch_size, (step + 1) * batch_size)
+    epochs, offsets = positions // n_blocks, positions % n_blocks
+    permutations = {
+        int(e): torch.randperm(n_blocks, generator=torch.Generator().manual_seed(seed * 100_003 + int(e)))
+        for e in epochs.unique()
+    }
+    return torch.stack([permutations[int(e)][o] for e, o in zip(epochs, offsets, strict=True)])
 
 
 def step(state: TrainingState, ids: torch.Tensor, settings: TrainingSettings, accelerator) -> float:
@@ -171,82 +145,6 @@ def step(state: TrainingState, ids: torch.Tensor, settings: TrainingSettings, ac
         step_loss += loss.detach() / settings.grad_accum  # micro-batches hold equally many tokens
     state.schedule.step()
     return accelerator.reduce(step_loss, "mean").item()
-
-
-def adamw(groups: list[dict], learning_rate: float) -> torch.optim.AdamW:
-    """AdamW, fused (one kernel over every parameter) where torch has that kernel for the parameters' device, else
-    its multi-tensor path: the same update, in fewer passes over the weights."""
-    try:
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95), fused=True)
-    except RuntimeError:  # no fused kernel for this device
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95))
-
-
-def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
-    """The config of a new model: the small model, sized for the run's blocks and tokenizer, as `config` changes it."""
-    fields = {
-        **SMALL_MODEL,
-        "n_positions": settings.block_size,
-        "vocab_size": vocab_size,
-        "bos_token_id": eos_token_id,
-        "eos_token_id": eos_token_id,
-        **settings.config,
-    }
-    config = TinyGPTConfig(**fields)
-    if (reach := positions_reach(config)) is not None and reach < settings.block_size:
-        raise ValueError(
-            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} "
-            f"({config.position_embedding_type} positions)"
-        )
-    return config
-
-
-def starting_model(settings: TrainingSettings, vocab_size: int, token: str | None = None) -> TinyGPTForCausalLM:
-    """The model of `init_from`, loaded strictly in float32 (a GPT-2 checkpoint converted as it loads), with the
-    run's dropout; it must take the tokenizer's ids and the run's blocks."""
-    hub = {"revision": settings.init_revision, "token": token}
-    if quantized := read_config_dict(settings.init_from, **hub).get("quantization_config"):
-        method = quantized.get("quant_method", "quantized") if isinstance(quantized, dict) else "quantized"
-        raise ValueError(
-            f"{settings.init_from} (`TrainingSettings.init_from`) holds {method} weights (its config.json has a "
-            "quantization_config): training needs float weights; start from the model it was quantized from"
-        )
-    if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):
-        raise ValueError(
-            f"`TrainingSettings.config` sets {', '.join(fixed)}, which the model of `TrainingSettings.init_from` "
-            f"({settings.init_from}) fixes; only dropout ({', '.join(DROPOUT_FIELDS)}) may change"
-        )
-    model = load_strictly(settings.init_from, dtype=torch.float32, **hub, **settings.config)  # the run's dropout
-    if vocab_size > model.config.vocab_size:
-        raise ValueError(
-            f"the tokenizer has {vocab_size} tokens, more than the {model.config.vocab_size} rows of "
-            f"{settings.init_from} (`TrainingSettings.init_from`): train with the tokenizer it was made with"
-        )
-    if (reach := positions_reach(model.config)) is not None and reach < settings.block_size:
-        raise ValueError(
-            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} of "
-            f"{settings.init_from} (`TrainingSettings.init_from`, {model.config.position_embedding_type} positions)"
-        )
-    return model
-
-
-def cpu_has_bf16_instructions() -> bool:
-    """Whether this CPU multiplies bf16 in hardware (AVX-512 BF16 or AMX), by torch's own probes (private, so a
-    torch without them counts as having the instructions: no warning rather than a wrong one)."""
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    probes = [probe for probe in probes if probe is not None]
-    return not probes or any(probe() for probe in probes)
-
-
-def warn_if_bf16_is_slow_here(settings: TrainingSettings, device: torch.device):
-    """bf16 autocast on a CPU without bf16 instructions trains ~14x slower than float32 (scripts/README.md,
-    "Training speed"): say so once, before the first step, with the way out."""
-    if settings.bf16 and device.type == "cpu" and not cpu_has_bf16_instructions():
-        warnings.warn(
-            "`TrainingSettings.bf16`: this CPU has no bf16 instructions (AVX-512 BF16 or AMX), so bf16 autocast "
-            "trains about 14x slower than float32 here; leave `bf16=True` out to train in float32",
-            stacklevel=5,  # the caller of `train`
-        )
 
 
 class TrainingInterrupted(KeyboardInterrupt):

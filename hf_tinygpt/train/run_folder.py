@@ -11,7 +11,6 @@ at every moment (`folders.outputs`). Only the main process writes; the others wa
 """
 
 import contextlib
-import copy
 import json
 import math
 import pickle
@@ -29,8 +28,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 
-from ..folders.model_card import render_model_card
-from ..folders.model_folder import DTYPES, save_model_folder
+from ..folders.model_folder import save_model_folder
 from ..folders.outputs import (
     check_output,
     output_folder,
@@ -42,11 +40,12 @@ from ..folders.outputs import (
     unproven,
     write_recorded_file,
 )
-from ..folders.reading import describe, load_strictly, read_json_object
+from ..folders.reading import describe, read_json_object
 from ..folders.training_history import LOSS_CURVE, checked_history, loss_curve_png
 from .data import RunData
-from .evaluate import perplexity
+from .final_model import card_training, write_final_model
 from .settings import TrainingSettings
+from .state import TrainingState
 
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-000100: what resuming needs
 FINAL = "model"  # OUT/model: the complete tinygpt folder
@@ -72,15 +71,6 @@ PROGRESS, WEIGHTS, TRAINING_STATE = "progress.json", "model.safetensors", "train
 
 
 @dataclass
-class TrainingState:
-    """What a step changes and a checkpoint saves (the model as accelerate prepared it, perhaps compiled)."""
-
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    schedule: torch.optim.lr_scheduler.LRScheduler
-
-
-@dataclass
 class Progress:
     """How far the run is: the steps taken, one history entry per step, and the training time so far."""
 
@@ -99,7 +89,7 @@ class Progress:
 class RunFolder:
     """OUT of one training run, as the loop sees it, in the loop's order: `begin` (resumed from the newest
     checkpoint, trackers started), `record` after each step (metrics, curve, checkpoints saved and pruned), `finish`
-    (the final model and the summary), or `rescue` where OUT vanished."""
+    (the final model and the summary), and `rescued` around them: where OUT vanished, the model is saved elsewhere."""
 
     def __init__(self, out: Path, accelerator, settings: TrainingSettings, data: RunData):
         self.out, self.accelerator, self.settings, self.data = out, accelerator, settings, data
@@ -144,8 +134,8 @@ class RunFolder:
         self._report(logged)
         if progress.step % self.settings.save_every == 0 or stopping:
             self._save_checkpoint(state, progress)  # first: what resuming needs
-        if "validation_perplexity" in logged:
-            self._draw_curve(progress.history)
+        if "validation_perplexity" in logged and self.main:
+            write_recorded_file(self.out, LOSS_CURVE, loss_curve_png(progress.history))
         if stopping:
             self._end_trackers()
 
@@ -262,11 +252,7 @@ class RunFolder:
         if self.main:
             record_tree(self.out, TRACKERS)
 
-    # ---- the curve, the final model, the summary ---------------------------------------------------------------
-
-    def _draw_curve(self, history: list[dict]):
-        if self.main:
-            write_recorded_file(self.out, LOSS_CURVE, loss_curve_png(history))
+    # ---- the end: the summary, or a rescue --------------------------------------------------------------------
 
     def _finished_summary(self) -> dict | None:
         """The summary of a run that already finished, or None."""
@@ -276,26 +262,37 @@ class RunFolder:
 
     def finish(self, model, progress: Progress) -> dict:
         """The trackers ended, OUT/model and OUT/summary.json (the main process writes them); the summary."""
-        self._end_trackers()
-        settings, data = self.settings, self.data
-        summary = {
-            "steps": progress.step,
-            "final_train_loss": progress.history[-1]["train_loss"] if progress.history else None,
-            "wall_s": progress.wall_s,
-            "history": progress.history,
-        }
-        if self.main:
-            record(self.out, outputs=[FINAL])
-            training = _card_training(settings, data, summary, hardware(settings, self.accelerator))
-            summary["validation_perplexity"] = write_final_model(
-                model, self.out / FINAL, settings, data, training=training, history=progress.history
-            )
-            write_recorded_file(self.out, SUMMARY, (json.dumps(summary, indent=2) + "\n").encode())
-        return summary
+        with self.rescued(progress, model):  # as in the loop: a vanished OUT loses no training
+            self._end_trackers()
+            summary = {
+                "steps": progress.step,
+                "final_train_loss": progress.history[-1]["train_loss"] if progress.history else None,
+                "wall_s": progress.wall_s,
+                "history": progress.history,
+            }
+            if self.main:
+                record(self.out, outputs=[FINAL])
+                training = card_training(self.settings, self.data, summary, self.accelerator)
+                summary["validation_perplexity"] = write_final_model(
+                    model, self.out / FINAL, self.settings, self.data, training=training, history=progress.history
+                )
+                write_recorded_file(self.out, SUMMARY, (json.dumps(summary, indent=2) + "\n").encode())
+            return summary
 
-    def rescue(self, step: int, model) -> OSError:
-        """The run folder is gone: the model as trained so far is written to a folder beside where it was (or the
-        temporary folder, where that is gone too), and the error says where, and at which step the run stopped."""
+    @contextlib.contextmanager
+    def rescued(self, progress: Progress, model):
+        """A run folder that vanishes (deleted, its disk unmounted) loses no training: where writing into it fails
+        because it is gone, `model` as trained so far is saved elsewhere (`_rescue`) and the error says where."""
+        try:
+            yield
+        except OSError as error:
+            if self.out.is_dir() or not self.main:
+                raise
+            raise self._rescue(progress.step, self.accelerator.unwrap_model(model, keep_torch_compile=False)) from error
+
+    def _rescue(self, step: int, model) -> OSError:
+        """The model written to a folder beside where the run folder was (or the temporary folder, where that is gone
+        too); the error to raise, saying where, and at which step the run stopped."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for place in (self.out.parent, Path(tempfile.gettempdir())):
             rescued = place / f"{self.out.name}-rescued-step-{step}-{stamp}"
@@ -417,66 +414,3 @@ def _changed_data(saved, now: dict) -> list[str]:
         paths += sorted(set(sources) - {s["path"] for s in after.get("sources", [])})
         changed += [f"{path} ({split})" for path in paths] or [f"the {split} tokens"]
     return changed
-
-
-# ---- the final model -----------------------------------------------------------------------------------------
-
-
-def hardware(settings: TrainingSettings, accelerator) -> str:
-    """What the run trained on, as the card says it: `2 processes × CPU (4 threads), bf16 autocast`."""
-    device = accelerator.device.type
-    if device == "cpu":
-        device = f"CPU ({torch.get_num_threads()} threads)"
-    processes = accelerator.num_processes
-    return f"{processes} process{'es' if processes > 1 else ''} × {device}{', bf16 autocast' if settings.bf16 else ''}"
-
-
-def _card_training(settings: TrainingSettings, data: RunData, summary: dict, hardware: str) -> dict:
-    """What the model card says of the run (its YAML's `tinygpt.training`); the perplexity is filled in later."""
-    return {
-        "train_description": data.description,  # what the run trained on, as `run_tokens` describes it
-        "train_paths": settings.train or [settings.dataset],  # a published card names them without folders
-        "train_tokens": int(data.blocks.size),
-        "steps": settings.steps,
-        "tokens_per_step": settings.batch_size * settings.block_size,
-        "hardware": hardware,
-        "wall_time": f"{summary['wall_s'] / 60:.1f} min",
-        "validation_perplexity": None,
-        "validation_description": ", ".join(Path(p).name for p in settings.validation) or None,
-        "validation_tokens": int(len(data.validation)) if data.validation is not None else 0,
-        "block_size": settings.block_size,
-        "command": settings.command,
-        "seed": settings.seed,
-        "learning_rate": settings.learning_rate,
-    }
-
-
-def write_final_model(
-    model, folder: Path, settings: TrainingSettings, data: RunData, *, training: dict, history: list[dict]
-) -> float | None:
-    """OUT/model, atomically: weights (in `save_dtype`), tokenizer, generation config, the loss history and its
-    curve, and a card (showing the curve) whose validation perplexity is measured on the weights exactly as written."""
-    if bad := [key for key, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()]:
-        raise ValueError(
-            f"training diverged: {len(bad)} tensors hold inf or NaN ({', '.join(bad[:3])}, ...); nothing "
-            f"written to {folder}; lower `TrainingSettings.learning_rate`"
-        )
-    dtype = DTYPES.get(settings.save_dtype) if settings.save_dtype else None
-    to_save = model if dtype is None else copy.deepcopy(model).to(dtype)
-    with output_folder(folder, force=True) as staging:  # OUT/model is ours: the run folder is locked
-        save_model_folder(to_save, staging, tokenizer=data.tokenizer_from, history=history)
-        if data.validation is not None:
-            written = load_strictly(staging, dtype=torch.float32)
-            training["validation_perplexity"] = perplexity(
-                written, data.validation, settings.block_size, settings.eval_batch_size
-            )
-        hub_id = settings.init_from if settings.init_from and not Path(settings.init_from).exists() else None
-        card = render_model_card(  # a local starting folder is not named: a published card would show its path
-            model.config,
-            model_id=str(folder),
-            provenance={"made_by": "training", "training": training},
-            base_model=hub_id,
-            loss_curve=LOSS_CURVE if history else None,
-        )
-        card.save(staging / "README.md")
-    return training["validation_perplexity"]

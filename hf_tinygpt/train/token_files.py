@@ -97,6 +97,15 @@ class TokenFile:
         return {**made_of, "tokens_sha256": self.sha256}
 
 
+def pack(tokens, block_size: int, what: str = "the training data"):
+    """(n_blocks, block_size) non-overlapping blocks, a view of `tokens` (a tensor or a memory-mapped array): block i
+    is tokens[i * block_size : (i + 1) * block_size]. The ragged tail is dropped."""
+    n_blocks = len(tokens) // block_size
+    if n_blocks == 0:
+        raise ValueError(f"{what}: {len(tokens)} tokens do not fill one block of {block_size} (`block_size`)")
+    return tokens[: n_blocks * block_size].reshape(n_blocks, block_size)
+
+
 # ---- writing ---------------------------------------------------------------------------------------------------
 
 
