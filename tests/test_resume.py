@@ -388,6 +388,31 @@ def test_a_run_whose_folder_vanishes_saves_its_model_elsewhere_and_says_where_it
     assert TinyGPTForCausalLM.from_pretrained(rescued).config.n_layer == 1
 
 
+def test_a_run_folder_that_vanishes_while_the_final_model_is_written_saves_it_elsewhere(
+    corpus, tmp_path, capsys, monkeypatch
+):
+    """The same rescue where OUT goes away after the last step, while the final model is written. (Writing OUT/model
+    made OUT again, without its manifest, and the run ended with "it is not a folder hf-tinygpt is writing".)"""
+    from hf_tinygpt import TinyGPTForCausalLM
+    from hf_tinygpt.train import run_folder
+
+    run = tmp_path / "runs" / "run"
+    card_training = run_folder.card_training
+
+    def deleted_before_the_final_model(*args):
+        shutil.rmtree(run)
+        return card_training(*args)
+
+    monkeypatch.setattr(run_folder, "card_training", deleted_before_the_final_model)
+    code, err = run_cli(capsys, "train", "--train", corpus, *EVERY_TWO, "--steps", 3, "--out", run)
+    [rescued] = list((tmp_path / "runs").iterdir())
+    assert code == 2 and rescued.name.startswith("run-rescued-step-3-"), err[-3000:]
+    assert last_line(err).startswith(
+        f"hf-tinygpt train: error: the run folder {run} vanished during the run, at step 3"
+    )
+    assert TinyGPTForCausalLM.from_pretrained(rescued).config.n_layer == 1
+
+
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_or_sighup_saves_a_checkpoint_as_ctrl_c_does(number, corpus, tmp_path, capsys, monkeypatch):
     """`kill PID` (or a batch system's preemption, or a closed terminal) ended the run with nothing saved since the

@@ -415,15 +415,15 @@ _HELD: set[tuple[int, Path]] = set()  # (thread, OUT) for each lock this process
 
 
 @contextlib.contextmanager
-def _locked(out: Path, wait: bool = False) -> Iterator[None]:
+def _locked(out: Path, wait: bool = False, inside: Path | None = None) -> Iterator[None]:
     """An exclusive lock on OUT for this process (flock on `.OUT.lock`); a second writer fails at once, or with
-    `wait` waits until the first is done."""
+    `wait` waits until the first is done. The folders above OUT are made as needed, down from `inside` where given."""
     path = out.parent / f".{out.name}.lock"
     held = (threading.get_ident(), out.resolve())
     if held in _HELD:  # flock is per open file: a second lock in this thread would wait on the first forever
         raise FileExistsError(f"{out} is already being written by this process; it cannot be written twice at once")
     while True:
-        out.parent.mkdir(parents=True, exist_ok=True)  # again each time: a failed writer removes the folders it made
+        _make_folders_above(out, inside)  # again each time: a failed writer removes the folders it made
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as error:
@@ -457,6 +457,18 @@ def _locked(out: Path, wait: bool = False) -> Iterator[None]:
             if info.st_size == 0 and os.stat(path).st_ino == info.st_ino:  # a lock file, not a file of someone's
                 os.unlink(path)
         os.close(fd)
+
+
+def _make_folders_above(out: Path, inside: Path | None):
+    """The folders that hold OUT, made where missing; with `inside`, only those below it, one level at a time, so
+    that an `inside` that vanished is not made again (a FileNotFoundError instead)."""
+    if inside is None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return
+    if not inside.is_dir():
+        raise FileNotFoundError(errno.ENOENT, f"{inside} is gone", str(inside))
+    for folder in reversed([p for p in out.parents if inside in p.parents]):
+        folder.mkdir(exist_ok=True)
 
 
 def remove_leftovers_in(folder: Path, pattern: str = "*"):
@@ -546,17 +558,25 @@ def move_into_place(staging: Path, out: Path, *, replace: bool):
 
 @contextlib.contextmanager
 def output_folder(
-    out, *, force: bool = False, protect: Mapping = MappingProxyType({}), kind: str = "model", wait: bool = False
+    out,
+    *,
+    force: bool = False,
+    protect: Mapping = MappingProxyType({}),
+    kind: str = "model",
+    wait: bool = False,
+    inside: Path | None = None,
 ) -> Iterator[Path]:
     """Yield an empty staging folder; when the block ends, it gets its manifest (`kind` says what it is) and
     becomes OUT atomically. On an error in the block (or a kill) OUT is untouched and the staging folder is
     removed (by the next writer, after a kill). `force` replaces an OUT proven ours (see `check_output`). Where
     another process is writing OUT, this fails at once, or with `wait` waits for it and then checks OUT again
-    (without `force`, the OUT it wrote is then an error)."""
+    (without `force`, the OUT it wrote is then an error). `inside`: a folder OUT is written within (a run folder)
+    that must still be there: one that vanished is not made again, so the write fails instead of filling a folder
+    that no manifest proves ours."""
     out = check_output(out, force=force, protect=protect)
     missing = [folder for folder in out.parents if not os.path.lexists(folder)]  # made for OUT, below
     try:
-        with _locked(out, wait=wait):
+        with _locked(out, wait=wait, inside=inside):
             clean_leftovers(out)
             check_output(out, force=force, protect=protect)  # a put-back old folder counts too
             yield from _staged_into_place(out, force, kind)

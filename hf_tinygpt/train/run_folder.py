@@ -359,7 +359,7 @@ def save_checkpoint(folder: Path, accelerator, state: TrainingState, progress: d
     rng_states = gather_object([_rng_state()])  # one per process, in rank order
     if accelerator.is_main_process:
         # A checkpoint of ours from an earlier run of the same step (proven unchanged when resuming) is replaced.
-        with output_folder(folder, force=True, kind="checkpoint") as staging:
+        with output_folder(folder, force=True, kind="checkpoint", inside=folder.parents[1]) as staging:  # in OUT
             for rank, rng in enumerate(rng_states):
                 torch.save(rng, _rng_file(staging, rank))
             save_model(accelerator.unwrap_model(state.model, keep_torch_compile=False), str(staging / WEIGHTS))
