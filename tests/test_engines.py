@@ -24,6 +24,7 @@ from transformers import AutoTokenizer
 from hf_tinygpt import DEFAULT_MODEL_DIR, POSITION_SCHEME_CLASSES, TinyGPTConfig, TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.convert.conversions import export_tinygpt
 from hf_tinygpt.folders.reading import load_strictly
+from scripts.bench import engines
 from scripts.bench.engines import (
     HANG,
     LLAMA_CPP,
@@ -68,6 +69,29 @@ def test_processes_that_ask_for_one_venv_at_once_build_it_once(tmp_path):
     pythons = [process.communicate(timeout=600)[0] for process in both]
     assert [process.returncode for process in both] == [0, 0] and pythons[0] == pythons[1]
     assert len((tmp_path / "log").read_text().splitlines()) == 1
+
+
+def test_an_engine_pip_cannot_install_is_tried_once_in_a_test_run(tmp_path, monkeypatch):
+    """Each worker of the tier asks for the engines it needs: where pip fails (which may take minutes), the run's
+    other workers are given pip's reason instead of trying again; the next run, or the benchmark, tries again."""
+    pips = []
+
+    def run(command, **kwargs):
+        if "pip" not in command:
+            return subprocess.CompletedProcess(command, 0)  # `python -m venv`
+        pips.append(command)
+        return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution found for no-such-engine")
+
+    monkeypatch.setattr(engines, "VENVS", tmp_path)
+    monkeypatch.setattr(engines.subprocess, "run", run)
+    for test_run, tries in [("run-1", 1), ("run-1", 1), ("run-2", 2), (None, 3)]:
+        if test_run:
+            monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", test_run)
+        else:
+            monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID")
+        with pytest.raises(EngineUnavailable, match="`pip install no-such-engine` fails here:\n.*No matching"):
+            engines.engine_python("missing", "install no-such-engine")
+        assert len(pips) == tries
 
 
 # ---- ONNX Runtime ----------------------------------------------------------------------------------------------------

@@ -39,15 +39,21 @@ class EngineUnavailable(RuntimeError):
 def engine_python(name: str, *pip_steps: str, env: dict[str, str] | None = None, then=None) -> Path:
     """The python of a venv built by `pip_steps` (pip commands, in order; `{venv}` is its folder, `env` added to
     their environment), then `then(venv)` where given, on first use. A venv that was interrupted while being built is
-    rebuilt; one that pip cannot build raises EngineUnavailable. One process builds it while any other that asks for
-    it waits (the tests run on several workers)."""
+    rebuilt; one that pip cannot build raises EngineUnavailable (pip is tried once per test run). One process builds
+    it while any other that asks for it waits (the tests run on several workers)."""
     key_parts = [sys.version_info[:2], pip_steps] + ([env] if env else [])
     key = hashlib.sha256(json.dumps(key_parts).encode()).hexdigest()[:12]
     venv = VENVS / f"{name}-{key}"
     python, complete = venv / "bin" / "python", venv / ".complete"
     VENVS.mkdir(parents=True, exist_ok=True)
+    # pytest-xdist's id of this test run: an engine pip could not install is not tried again by the run's other workers
+    test_run, failed = os.environ.get("PYTEST_XDIST_TESTRUNUID"), VENVS / f"{venv.name}.failed"
     with open(VENVS / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, or the process ends
+        if test_run and failed.exists():
+            failed_in, _, why = failed.read_text().partition("\n")
+            if failed_in == test_run:
+                raise EngineUnavailable(why)
         if not complete.exists():
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -59,7 +65,9 @@ def engine_python(name: str, *pip_steps: str, env: dict[str, str] | None = None,
                     env={**os.environ, **(env or {})},
                 )
                 if pip.returncode != 0:
-                    raise EngineUnavailable(f"{name}: `pip {step}` fails here:\n{pip.stderr[-2000:]}")
+                    why = f"{name}: `pip {step}` fails here:\n{pip.stderr[-2000:]}"
+                    failed.write_text(f"{test_run or ''}\n{why}")
+                    raise EngineUnavailable(why)
             if then is not None:
                 then(venv)
             complete.touch()
