@@ -29,6 +29,12 @@ def train_run(capsys, corpus, out, *extra):
     return run_cli(capsys, "train", "--train", corpus, *EVERY_TWO, "--steps", 4, "--out", out, *extra)
 
 
+def unfinished(out: Path):
+    """A finished run made one that stopped before its end (a finished one is not trained again: it says so)."""
+    shutil.rmtree(out / "model")
+    (out / "summary.json").unlink()
+
+
 # ---- going on where a run stopped ------------------------------------------------------------------------------------
 
 
@@ -96,6 +102,7 @@ def test_resume_falls_back_past_a_checkpoint_cut_short_by_a_kill(corpus, tmp_pat
     checkpoints = out / "checkpoints"
     (checkpoints / "step-000004" / "progress.json").unlink()  # as a kill during an older save left it
     _new_staging(checkpoints / "step-000005", "checkpoint")  # a save killed midway: never renamed into place
+    unfinished(out)
     code, err = run_cli(capsys, "train", *args, "--resume")
     assert code == 0, err
     assert f"resumed from {checkpoints / 'step-000003'} (step 3)" in err
@@ -110,6 +117,7 @@ def test_resume_skips_a_checkpoint_of_ours_that_does_not_read(corpus, tmp_path, 
     newest = run / "checkpoints" / "step-000004"
     (newest / "progress.json").write_text("[]")
     seal(newest, "checkpoint")  # as if written so
+    unfinished(run)
     code, err = train_run(capsys, corpus, run, "--resume")
     assert code == 0, err
     assert f"skipping {newest}" in err and "(step 2)" in err
@@ -120,6 +128,32 @@ def test_resuming_a_finished_run_says_so(corpus, tmp_path, capsys):
     assert train_run(capsys, corpus, run)[0] == 0
     code, out = train_run(capsys, corpus, run, "--resume")
     assert code == 0 and "already finished at step 4" in out
+
+
+def test_resuming_a_finished_run_whose_last_checkpoint_is_older_trains_nothing_again(corpus, tmp_path, capsys):
+    """A checkpoint every three steps, four steps: the finished run's newest checkpoint is step 3. Resuming it says it
+    finished and leaves its model as it was, instead of training step 4 again and writing the model anew."""
+    run = tmp_path / "run"
+    args = ["train", "--train", corpus, *TINY_RUN, "--save-every", 3, "--steps", 4, "--out", run]
+    assert run_cli(capsys, *args)[0] == 0
+    weights = run / "model" / "model.safetensors"
+    before = weights.stat().st_mtime_ns, weights.read_bytes()
+    code, err = run_cli(capsys, *args, "--resume")
+    assert code == 0 and "already finished at step 4" in err and "resumed from" not in err
+    assert (weights.stat().st_mtime_ns, weights.read_bytes()) == before
+
+
+def test_resuming_a_finished_run_without_a_checkpoint_is_refused_and_keeps_its_model(corpus, tmp_path, capsys):
+    """Four steps, no checkpoint (one every 100): nothing records the settings the run had, so `--resume` with others
+    (another scheme here) must not start over and replace the finished model; `--force` is what trains again."""
+    run = tmp_path / "run"
+    args = ["train", "--train", corpus, *TINY_RUN, "--save-every", 100, "--steps", 4, "--out", run]
+    assert run_cli(capsys, *args)[0] == 0
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    code, err = run_cli(capsys, *args, "--position", "rope", "--resume")
+    assert code == 2 and "finished at step 4 and kept no checkpoint" in last_line(err) and "--force" in err
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert run_cli(capsys, *args, "--position", "rope", "--force")[0] == 0
 
 
 def test_resume_takes_the_same_folder_spelled_differently(corpus, tmp_path, capsys, monkeypatch):
@@ -186,6 +220,7 @@ def test_resume_runs_no_code_from_a_crafted_run_folder(corpus, tmp_path, capsys)
     assert code == 2 and "step-000003/custom_checkpoint_0.pkl" in err  # before any training
     assert "step-000003/training_state.pt (changed since hf-tinygpt wrote it)" in err
     shutil.rmtree(newest)  # the user moves the crafted checkpoint away
+    unfinished(out)
     code, err = run_cli(capsys, "train", *args, "--resume")
     assert not ran.exists()
     assert code == 0, err

@@ -118,12 +118,21 @@ class RunFolder:
         """Where the run starts: the newest checkpoint loaded into `state` (with `resume`), else step 0; the
         trackers started, unless the run had already finished (`Progress.finished`)."""
         settings = self.settings
-        progress = self._resume(state) if settings.resume else Progress(command=settings.command)
+        progress, checkpoint = self._resume(state) if settings.resume else (Progress(command=settings.command), None)
         self.settings = replace(settings, command=progress.command)  # the card records what started the run
-        if progress.step == settings.steps and (summary := self._finished_summary()) is not None:
-            self.say(f"{self.out}: this run already finished at step {progress.step}; nothing to do")
+        if settings.resume and (summary := self._finished_summary()) is not None:
+            # Its newest checkpoint may be older than its last step; the settings were compared with it above.
+            if checkpoint is None:
+                raise ValueError(
+                    f"`TrainingSettings.resume`: {self.out} holds a run that finished at step {summary.get('steps')} "
+                    "and kept no checkpoint to compare these settings with: there is nothing to resume (to train "
+                    "again in its place, set `TrainingSettings.force`)"
+                )
+            self.say(f"{self.out}: this run already finished at step {summary.get('steps')}; nothing to do")
             progress.finished = summary
         else:
+            if checkpoint is not None and self.main:
+                tqdm.write(f"resumed from {checkpoint} (step {progress.step})")
             self._start_trackers()
         return progress
 
@@ -168,9 +177,10 @@ class RunFolder:
                 shutil.rmtree(old)
                 record(self.out, forget=[f"{CHECKPOINTS}/{old.name}"])
 
-    def _resume(self, state: TrainingState) -> Progress:
+    def _resume(self, state: TrainingState) -> tuple[Progress, Path | None]:
         """Load the newest checkpoint that loads (an unreadable one is reported and skipped) into `state`; where the
-        run then stands. Checkpoints a kill cut short are removed first: only those the manifest proves ours."""
+        run then stands, and that checkpoint (None: there was none). Checkpoints a kill cut short are removed first:
+        only those the manifest proves ours."""
         settings, data = self.settings, self.data
         self._remove_checkpoints_cut_short()
         for folder in reversed(self.checkpoints()):
@@ -195,10 +205,8 @@ class RunFolder:
             except ValueError as error:
                 self.say(f"skipping {folder}: {error}")
                 continue
-            if self.main:
-                tqdm.write(f"resumed from {folder} (step {progress.step})")
-            return replace(progress, command=progress.command or settings.command)
-        return Progress(command=settings.command)
+            return replace(progress, command=progress.command or settings.command), folder
+        return Progress(command=settings.command), None
 
     def _remove_checkpoints_cut_short(self):
         if self.main:
