@@ -68,6 +68,10 @@ def empty(folder: Path) -> Path:
     return folder
 
 
+def missing(folder: Path) -> Path:
+    return folder  # a path, not there: not sent to the Hub as a repo id
+
+
 def no_eos(folder: Path) -> Path:
     gpt2_tokenizer().save_pretrained(folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -83,6 +87,7 @@ def no_eos(folder: Path) -> Path:
         (json_list, "transformers cannot read this tokenizer"),
         (empty, "no tokenizer files (tokenizer.json, or vocab.json + merges.txt)"),
         (no_eos, "has no end-of-text (eos) token"),
+        (missing, "no such tokenizer folder (nor a Hub id)"),
     ],
 )
 def test_train_names_a_tokenizer_it_cannot_use(make, message, corpus, tmp_path, capsys):
@@ -460,6 +465,14 @@ def test_a_hub_revision_given_with_a_local_folder_is_refused(verb, tiny_folder, 
     assert code == 2 and "--revision is a revision of a Hub repo, and " in last_line(err), err
     assert f"{tiny_folder} is a local folder" in last_line(err) or f"({tiny_folder}) is a local folder" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_shape_flag_given_with_init_from_is_named_as_the_flag(tiny_folder, corpus, tmp_path, capsys):
+    """The model of --init-from fixes its shape: --n-layer is named, not the --config the user never gave."""
+    argv = ["train", "--train", corpus, "--init-from", tiny_folder, *RUN_ONLY, "--out", tmp_path / "out"]
+    code, err = run_cli(capsys, *argv, "--n-layer", 3)
+    assert code == 2 and f"the model of --init-from ({tiny_folder}) fixes --n-layer: leave it out" in last_line(err)
+    assert "--config" not in err and not (tmp_path / "out").exists()
 
 
 def test_training_from_an_int8_folder_is_refused_before_it_trains(corpus, tmp_path, capsys):

@@ -476,6 +476,31 @@ def test_a_dataset_option_that_cannot_apply_is_named(option, message, datasets, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    "option",
+    [["--dataset-config", "plain"], ["--dataset-split", "test"], ["--text-column", "body"], ["--glob", "*.md"]],
+)
+def test_an_option_for_data_other_than_those_given_is_refused(option, texts, tmp_path, cli):
+    """The dataset's options without `--dataset`, a glob without a folder: an error, not ignored."""
+    run = cli("train", "--train", texts / "a.txt", *option, *TINY_RUN, "--out", tmp_path / "run")
+    assert run.returncode == 2 and f"error: {option[0]} " in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [(["--dataset-split", "test"], 'Unknown split "test"'), (["--dataset-config", "plain"], "'plain' not found")],
+)
+def test_a_dataset_that_does_not_load_with_the_options_given_names_them(option, said, datasets, tmp_path, cli):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "rows.jsonl").write_text("".join(json.dumps({"text": row}) + "\n" for row in ROWS if row))
+    run = cli("train", "--dataset", tmp_path / "data", *option, *TINY_RUN, "--out", tmp_path / "run")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert "does not load with --dataset-config" in line and "--dataset-split" in line and said in line
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_cache_is_kept_where_hf_tinygpt_cache_says(texts, tmp_path, cli, monkeypatch):
     monkeypatch.setenv("HF_TINYGPT_CACHE", str(tmp_path / "elsewhere"))
     run = cli("train", "--train", texts, *TINY_RUN, "--steps", 1, "--out", tmp_path / "run")

@@ -45,6 +45,29 @@ def test_text_files_hold_out_validation_and_follow_the_glob(plays):
         text_files([str(plays)], "*.csv")
 
 
+def test_a_text_file_is_read_once_and_is_trained_on_or_held_out(plays):
+    with pytest.raises(ValueError, match=r"`TrainingSettings.train` names .*a_play.txt twice \(also as .*a_play.txt\)"):
+        text_files([str(plays), str(plays / "a_play.txt")])
+    with pytest.raises(ValueError, match="named by both `TrainingSettings.train` and `TrainingSettings.validation`"):
+        text_files([str(plays / "a_play.txt")], exclude=[plays / "a_play.txt"])
+
+
+def test_a_validation_folder_is_its_files_matching_the_glob(plays, tmp_path, cli):
+    """`--validation FOLDER` scores the folder's files that match `--glob`, as if each were named."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "one.txt").write_text("Whether 'tis nobler in the mind to suffer")
+    (held / "two.txt").write_text("The slings and arrows of outrageous fortune,")
+    (held / "notes.md").write_text("not text the glob takes")
+    perplexities = []
+    for validation in ([held], [held / "one.txt", held / "two.txt"]):
+        out = tmp_path / f"run-{len(perplexities)}"
+        run = cli("train", "--train", plays, "--validation", *validation, *TINY_RUN, "--steps", 1, "--out", out)
+        assert run.returncode == 0, run.stderr[-2000:]
+        perplexities.append(json.loads((out / "summary.json").read_text())["validation_perplexity"])
+    assert perplexities[0] == perplexities[1]
+
+
 def test_every_block_once_per_epoch_in_a_seeded_order():
     n_blocks, batch = 10, 4
     order = torch.cat([batch_indices(step, batch, n_blocks, seed=3) for step in range(5)])  # 20 = two epochs
@@ -294,7 +317,7 @@ def test_init_from_a_gpt2_checkpoint_starts_exactly_where_gpt2lmheadmodel_is(pla
     assert trained.config.n_layer == gpt2.config.n_layer and trained.config.resid_pdrop == 0.0
     assert not torch.equal(trained.transformer.wte.weight, gpt2.transformer.wte.weight)  # it trained
     assert "base_model" not in ModelCard.load(tmp_path / "run" / "model" / "README.md").data.to_dict()
-    with pytest.raises(ValueError, match="sets n_layer, which the model of `TrainingSettings.init_from`"):
+    with pytest.raises(ValueError, match=r"the model of `TrainingSettings.init_from` \(.*\) fixes `n_layer`: leave it"):
         train(replace(settings, out=str(tmp_path / "wider"), config={"n_layer": 3}))
 
 

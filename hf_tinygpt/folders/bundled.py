@@ -38,7 +38,7 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
     transformers without running any code that came with it. A ValueError names what is wrong: no vocabulary files,
     files transformers cannot read, an empty vocabulary, or (with `vocab_size`, the model's) token ids the model has
     no row for."""
-    from .reading import describe, read_json_object, refuse_foreign_code
+    from .reading import cannot_be_a_hub_id, describe, read_json_object, refuse_foreign_code
 
     if str(tokenizer) in ("gpt2", str(GPT2_TOKENIZER_DIR)):
         loaded = gpt2_tokenizer()
@@ -58,6 +58,8 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             if (folder / "tokenizer_config.json").is_file():
                 config = read_json_object(folder / "tokenizer_config.json")
                 refuse_foreign_code(config, f"{folder}/tokenizer_config.json", tokenizer=True)
+        elif cannot_be_a_hub_id(str(tokenizer)):
+            raise FileNotFoundError(f"{tokenizer}: no such tokenizer folder (nor a Hub id)")
         try:
             loaded = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False, **hub_kwargs)
         except (OSError, ImportError):

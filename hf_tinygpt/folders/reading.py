@@ -93,6 +93,12 @@ def at_one_revision(path_or_repo_id, hub_kwargs: dict) -> dict:
     return {**hub_kwargs, "revision": resolve_revision(str(path_or_repo_id), hub_kwargs.get("revision"), **options)}
 
 
+def cannot_be_a_hub_id(path: str) -> bool:
+    """Whether `path`, no folder here, is no Hub id either (a path, deeper than owner/name, or a file): a missing
+    folder, then, to be named as such and not sent to the Hub."""
+    return path.startswith(("/", ".")) or path.count("/") > 1 or Path(path).is_file()
+
+
 def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
     """The `config.json` of a folder or Hub repo as a dict (a FileNotFoundError or ValueError names what is wrong).
     A config that asks for code of its own (`auto_map`) is refused: this package never runs a folder's code."""
@@ -102,7 +108,7 @@ def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
         if not (Path(path) / "config.json").is_file():
             raise FileNotFoundError(f"{path}: no config.json (expected a model folder)")
         config_dict = read_json_object(Path(path) / "config.json", what=f"{path}/config.json")
-    elif path.startswith(("/", ".")) or path.count("/") > 1 or Path(path).is_file():
+    elif cannot_be_a_hub_id(path):
         raise FileNotFoundError(f"{path}: no such model folder (nor a Hub id)")
     else:
         try:

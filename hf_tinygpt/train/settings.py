@@ -5,6 +5,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..folders.errors import needs_extra
 from ..folders.model_folder import DTYPES
@@ -34,11 +35,12 @@ class TrainingSettings:
     )
     validation: list[str] = setting(
         [],
-        "held-out text files (left out of `train` folders), or one token folder (default: none, no perplexity)",
+        "held-out text files or folders (left out of `train` folders), or one token folder (default: none, no "
+        "perplexity)",
         group="data",
         reads=True,
     )
-    glob: str = setting("*.txt", "which files of a `train` folder to use", group="data")
+    glob: str = setting("*.txt", "which files of a `train` or `validation` folder to use", group="data")
     dataset: str | None = setting(
         None,
         "instead of `train`: a Hugging Face dataset ([datasets] extra), a save_to_disk folder or what load_dataset "
@@ -160,6 +162,7 @@ class ModelShape:
         return fields | {name: value for name, value in named.items() if value is not None}
 
 
+_DEFAULTS = {setting.name: setting.default for setting in dataclasses.fields(TrainingSettings)}
 # The settings that are paths a run reads (or, for the data cache, writes besides OUT): those marked `reads`.
 INPUTS = tuple(setting.name for setting in dataclasses.fields(TrainingSettings) if setting.metadata.get("reads"))
 # What a run may change in the config of the model it starts from: dropout acts only while training.
@@ -249,6 +252,16 @@ def _check_data(settings: TrainingSettings):
         raise ValueError(
             "`TrainingSettings.glob` must be a pattern inside each `TrainingSettings.train` folder, such as "
             f"'*.txt', got {settings.glob!r}"
+        )
+    # An option that does not apply to the data given is refused, not ignored.
+    for name in ("dataset_config", "dataset_split", "text_column") if not settings.dataset else ():
+        if getattr(settings, name) != _DEFAULTS[name]:
+            raise ValueError(f"`TrainingSettings.{name}` applies to `TrainingSettings.dataset`, which is not set")
+    folders = [path for path in settings.train + settings.validation if Path(path).is_dir()]
+    if settings.glob != _DEFAULTS["glob"] and not folders:
+        raise ValueError(
+            "`TrainingSettings.glob` picks the files of `TrainingSettings.train` and `TrainingSettings.validation` "
+            "folders, and no folder is given"
         )
 
 

@@ -85,10 +85,11 @@ def starting_model(settings: TrainingSettings, vocab_size: int, token: str | Non
             f"{settings.init_from} (`TrainingSettings.init_from`) holds {method} weights (its config.json has a "
             "quantization_config): training needs float weights; start from the model it was quantized from"
         )
-    if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):
+    if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):  # named as fields: the CLI's flags set some
         raise ValueError(
-            f"`TrainingSettings.config` sets {', '.join(fixed)}, which the model of `TrainingSettings.init_from` "
-            f"({settings.init_from}) fixes; only dropout ({', '.join(DROPOUT_FIELDS)}) may change"
+            f"the model of `TrainingSettings.init_from` ({settings.init_from}) fixes "
+            f"{', '.join(f'`{name}`' for name in fixed)}: leave {'it' if len(fixed) == 1 else 'them'} out of the "
+            f"run's config; only dropout ({', '.join(DROPOUT_FIELDS)}) may change"
         )
     model = load_strictly(settings.init_from, dtype=torch.float32, **hub, **settings.config)  # the run's dropout
     if vocab_size > model.config.vocab_size:

@@ -330,6 +330,13 @@ def load_text_dataset(dataset: str, config: str | None, split: str, text_column:
             f"{dataset} (`TrainingSettings.dataset`) is a loading script ({error}): hf-tinygpt never runs a "
             "dataset's code; give a dataset of data files"
         ) from None
+    except ValueError as error:  # load_dataset's: no such configuration or split
+        if saved:
+            raise
+        raise ValueError(
+            f"the dataset {dataset} does not load with `TrainingSettings.dataset_config` {config!r} and "
+            f"`TrainingSettings.dataset_split` {split!r}: {error}"
+        ) from None
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise ValueError(
@@ -403,23 +410,36 @@ def stays_inside(glob) -> bool:
     return isinstance(glob, str) and bool(glob) and not Path(glob).is_absolute() and ".." not in Path(glob).parts
 
 
-def text_files(paths: list[str], glob: str = "*.txt", exclude: list[str] = ()) -> list[Path]:
-    """Files named directly, plus those matching `glob` in named folders (sorted), minus `exclude` (held out)."""
+def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), what: str = "train") -> list[Path]:
+    """Files named directly, plus those matching `glob` in named folders (sorted), less the held-out files of a
+    folder (`exclude`); each file once. `what`: the setting that names `paths`, for the errors."""
     held_out = {Path(p).resolve() for p in exclude}
     if not stays_inside(glob):
         raise ValueError(f"`glob` must be a pattern inside each folder of `paths`, such as '*.txt', got {glob!r}")
-    files = []
+    files, named = [], {}
     for path in map(Path, paths):
         refuse_what_is_not_a_file(path)  # a FIFO would be read forever
         if path.is_dir():
-            files += sorted(f for f in path.glob(glob) if f.is_file())
+            found = sorted(f for f in path.glob(glob) if f.is_file() and f.resolve() not in held_out)
+        elif path.resolve() in held_out:
+            raise ValueError(
+                f"{path} is named by both `TrainingSettings.{what}` and `TrainingSettings.validation`: a file is "
+                "trained on or held out, not both"
+            )
         elif path.is_file():
-            files.append(path)
+            found = [path]
         else:
             raise FileNotFoundError(f"{path}: no such file or folder")
-    files = [f for f in files if f.resolve() not in held_out]
+        for file in found:
+            if (twice := named.get(file.resolve())) is not None:
+                raise ValueError(
+                    f"`TrainingSettings.{what}` names {file} twice (also as {twice}): its text would be read twice"
+                )
+            named[file.resolve()] = file
+        files += found
     if not files:
-        raise ValueError(f"no text files in {', '.join(paths)} (matching {glob!r}, after holding out validation)")
+        held = ", after holding out validation" if held_out else ""
+        raise ValueError(f"no text files in {', '.join(paths)} (matching {glob!r}{held})")
     return files
 
 
@@ -457,16 +477,23 @@ def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> tuple[
         return data, f"the {settings.dataset_split} split of {settings.dataset} (column `{settings.text_column}`)"
     if data := _token_folder(settings.train, "train", tokenizer, tokenizer_from):
         return data, f"the token folder {settings.train[0]} ({data.info['tokens']:,} tokens)"
-    files = text_files(settings.train, settings.glob, exclude=settings.validation)
+    files = text_files(settings.train, settings.glob, exclude=_held_out_files(settings))
     data = text_tokens(files, tokenizer, tokenizer_from, cache)
     return data, f"{len(files)} text files ({', '.join(settings.train)}, `{settings.glob}`)"
+
+
+def _held_out_files(settings) -> list[Path]:
+    """The text files of `TrainingSettings.validation` (none where it is empty or a token folder)."""
+    if not settings.validation or any(is_token_folder(path) for path in settings.validation):
+        return []
+    return text_files(settings.validation, settings.glob, what="validation")
 
 
 def _validation_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> TokenFile | None:
     if not settings.validation:
         return None
     data = _token_folder(settings.validation, "validation", tokenizer, tokenizer_from) or text_tokens(
-        [Path(p) for p in settings.validation], tokenizer, tokenizer_from, cache
+        _held_out_files(settings), tokenizer, tokenizer_from, cache
     )
     if data.info["tokens"] <= data.info["documents"]:  # nothing but the end-of-text token after each
         raise ValueError(f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on")
