@@ -151,6 +151,31 @@ def test_a_kernel_the_scheme_cannot_take_is_one_error_before_the_server_starts(t
                 assert f"attn_implementation='{kernel}' cannot take" in said, said
 
 
+def test_a_model_whose_weights_or_scheme_it_cannot_serve_is_one_error_before_the_server_starts(tmp_path, capsys):
+    """Weights that do not fit the model are refused, as by every command, not served with a tensor initialised at
+    random; no weights, or PaTH under continuous batching, are one line too, not the model's process's traceback."""
+    from hf_tinygpt.cli.commands import main
+
+    for scheme in ("learned", "rope", "path"):
+        text_model(scheme).save_pretrained(tmp_path / scheme)
+        gpt2_tokenizer().save_pretrained(tmp_path / scheme)
+    (tmp_path / "learned" / "model.safetensors").write_bytes((tmp_path / "rope" / "model.safetensors").read_bytes())
+    (tmp_path / "rope" / "model.safetensors").unlink()
+    capsys.readouterr()
+    with socket.socket() as taken:  # were a check missing, the server would stop at once: its port is taken
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        where = ["--host", "127.0.0.1", "--port", str(taken.getsockname()[1])]
+        for folder, options, said in [
+            ("learned", [], "the checkpoint does not match the model (learned positions"),
+            ("rope", [], "no file named model.safetensors"),
+            ("path", ["--continuous-batching"], "position_embedding_type='path' rewrites the keys its cache holds"),
+        ]:
+            assert main(["serve", str(tmp_path / folder), *options, *where]) == 2, folder
+            err = capsys.readouterr().err.strip()
+            assert said in err.splitlines()[-1] and "Traceback" not in err and "LOAD REPORT" not in err, err
+
+
 @pytest.mark.slow  # a server process
 def test_the_readme_serve_blocks_answer_generates_text(tmp_path):
     """The README's ```bash serve command (with a port of its own and a small paged cache) on its `my-tinygpt` (the

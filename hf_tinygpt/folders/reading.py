@@ -3,6 +3,7 @@
 
 import contextlib
 import json
+import logging
 import os
 import pickle
 import stat
@@ -218,6 +219,12 @@ def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def _no_load_report(record: logging.LogRecord) -> bool:
+    """transformers' report of the tensors a checkpoint lacks or has too many of, left out: `load_strictly` raises
+    an error that lists them (the report would first say they were initialised at random)."""
+    return "LOAD REPORT" not in record.getMessage()
+
+
 def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     """`model_class.from_pretrained(source, **kwargs)`, strictly: a checkpoint whose tensors do not fit the model
     (missing, unexpected or wrongly shaped ones) is a ValueError that lists them, where transformers would warn and
@@ -234,6 +241,8 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
             if given is None and issubclass(model_class, TinyGPTForCausalLM):  # it takes config.json as read
                 kwargs["config"] = config_dict
         check_weights_index(source)
+    report = logging.getLogger("transformers.modeling_utils")
+    report.addFilter(_no_load_report)  # what it reports, the ValueError below names
     try:
         if isinstance(given, dict) and not issubclass(model_class, TinyGPTForCausalLM):
             kwargs["config"] = model_class.config_class.from_dict(given)  # a field it refuses is named below
@@ -244,6 +253,8 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
         if str(source) in str(error):
             raise
         raise ValueError(f"{source}: {error}") from error
+    finally:
+        report.removeFilter(_no_load_report)
     mismatched = [
         f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
         for key, theirs, ours in info["mismatched_keys"]

@@ -12,7 +12,7 @@ import sys
 import torch
 import typer
 
-from ..folders.reading import read_config_dict
+from ..folders.reading import load_strictly, read_config_dict
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 
@@ -38,7 +38,7 @@ class TinyGPTModelLoader(ModelLoader):
         if config.get("model_type") != TinyGPTConfig.model_type:
             return super()._load_model(model_id, tqdm_class, progress_callback)
         quantization = self.get_quantization_config()
-        return TinyGPTForCausalLM.from_pretrained(
+        return load_strictly(  # a checkpoint that does not fit the model is refused, never filled at random
             repo,
             revision=revision,
             attn_implementation=self.attn_implementation,
@@ -48,17 +48,24 @@ class TinyGPTModelLoader(ModelLoader):
             **({"quantization_config": quantization} if quantization is not None else {}),
         )
 
-    def check_attention(self, model_id: str):
-        """What building the TinyGPT `model_id` with this loader's attention kernel raises (transformers' check of
-        the kernel, the scheme's of a kernel that takes no mask), raised now rather than in the model's process: it
-        is built on the meta device, which allocates nothing."""
+    def check(self, model_id: str, generation_state):
+        """What serving the TinyGPT `model_id` raises, raised now rather than as the model's process's traceback:
+        its attention kernel (transformers' check, the scheme's of a kernel that takes no mask: built on the meta
+        device, which allocates nothing), its weights (loaded strictly, on the CPU, then let go) and, where the server
+        batches continuously (`generation_state`, as it decides with the model's processor), whether it can."""
         repo, revision, gguf_file = parse_model_id(model_id)
-        if gguf_file or not self.attn_implementation:  # the default kernel (sdpa) runs every scheme
+        if gguf_file:
             return
-        config = read_config_dict(repo, **({"revision": revision} if revision else {}))
-        if config.get("model_type") == TinyGPTConfig.model_type:
+        hub = {"revision": revision} if revision else {}
+        config = read_config_dict(repo, **hub)
+        if config.get("model_type") != TinyGPTConfig.model_type:
+            return
+        if self.attn_implementation:  # the default kernel (sdpa) runs every scheme
             with torch.device("meta"):
                 TinyGPTForCausalLM(TinyGPTConfig.from_dict(config, attn_implementation=self.attn_implementation))
+        model = load_strictly(repo, dtype=self.dtype, **hub)
+        if generation_state.use_continuous_batching(model.config, self.load_processor(model_id)):
+            model.check_continuous_batching()
 
 
 class TinyGPTServe(Serve):
@@ -74,10 +81,10 @@ class TinyGPTServe(Serve):
 
     def _load_tinygpts(self, check: bool = True):
         """The loader above (`Serve.__init__` built transformers' with the same settings: only loads differ), and the
-        command line's model checked against its attention kernel before any process starts."""
+        command line's model checked before any process starts."""
         self.loader.__class__ = TinyGPTModelLoader
         if check and self.force_model is not None:
-            self.loader.check_attention(self.force_model)
+            self.loader.check(self.force_model, self.generation_state)
 
 
 def serve(model: str, options: list[str]) -> int:

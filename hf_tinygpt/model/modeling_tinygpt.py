@@ -283,11 +283,9 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         quantize_tied_table(loaded[0] if isinstance(loaded, tuple) else loaded)
         return loaded
 
-    def init_continuous_batching(self, generation_config=None, continuous_batching_config=None, workload_hints=None):
-        """transformers' continuous batching (`generate_batch`, `generate(cache_implementation="paged")`, its server),
-        refused at the start before transformers 5.24, and for a scheme whose attention rewrites the keys its cache
-        holds: the paged cache hands attention a copy of them. A scheme that needs the full mask is kept off the
-        flash kernels continuous batching would switch a half-precision model to: they take no mask."""
+    def check_continuous_batching(self):
+        """Continuous batching is refused before transformers 5.24, and for a scheme whose attention rewrites the
+        keys its cache holds: the paged cache hands attention a copy of them."""
         if not MODELS_UPDATE_THE_PAGED_CACHE:
             raise ValueError(
                 f"continuous batching of a TinyGPT needs transformers >= 5.24, where a model updates the paged cache "
@@ -299,6 +297,12 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
                 "as tokens arrive, and continuous batching's paged cache hands attention a copy of them: generate "
                 "with generate() and a DynamicCache or StaticCache instead"
             )
+
+    def init_continuous_batching(self, generation_config=None, continuous_batching_config=None, workload_hints=None):
+        """transformers' continuous batching (`generate_batch`, `generate(cache_implementation="paged")`, its server),
+        where it can run (`check_continuous_batching`). A scheme that needs the full mask is kept off the flash
+        kernels continuous batching would switch a half-precision model to: they take no mask."""
+        self.check_continuous_batching()
         if self.transformer.positions.needs_full_mask:
             given = continuous_batching_config or getattr(generation_config, "continuous_batching_config", None)
             settings = given if isinstance(given, ContinuousBatchingConfig) else ContinuousBatchingConfig()
