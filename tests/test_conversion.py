@@ -4,6 +4,7 @@ every command uses, and bad checkpoints, each named in one line with nothing wri
 
 import collections
 import json
+import logging
 import os
 import re
 import subprocess
@@ -80,6 +81,20 @@ def test_layouts_load_with_gpt2_logits(tmp_path, layout):
     tiny = TinyGPTForCausalLM.from_pretrained(tmp_path).eval()
     assert tiny.lm_head.weight is tiny.transformer.wte.weight
     assert_same_logits(tiny, gpt2)
+
+
+def test_a_lone_weights_file_has_n_embd_over_64_heads_or_the_n_head_given(tmp_path, cli):
+    """n_embd 32 and 4 heads: the shapes do not say how many heads, and 64 per head does not divide 32 (the guess
+    was one head, and verifying against a GPT2LMHeadModel built on the same guess agreed): given, the logits are
+    GPT-2's."""
+    gpt2 = random_gpt2()
+    save_file(gpt2_tensors(gpt2), tmp_path / "w.safetensors", metadata={"format": "pt"})
+    refused = cli("convert", tmp_path / "w.safetensors", "--out", tmp_path / "guessed", "--tokenizer", "gpt2")
+    assert refused.returncode == 2 and not (tmp_path / "guessed").exists()
+    assert "n_embd 32 is not a multiple of 64" in refused.stderr and "give --n-head" in refused.stderr
+    given = cli("convert", tmp_path / "w.safetensors", "--out", tmp_path / "tiny", "--n-head", 4, "--tokenizer", "gpt2")
+    assert given.returncode == 0, given.stderr[-2000:]
+    assert_same_logits(TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").eval(), gpt2)
 
 
 def test_old_non_zip_pickle_loads(tmp_path):
@@ -586,12 +601,22 @@ def test_a_missing_tensor_is_reported_by_from_pretrained_and_refused_by_the_stri
     tensors = load_file(tmp_path / "model.safetensors")
     del tensors["transformer.h.1.mlp.c_fc.bias"]
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    # transformers' contract: the tensor is initialised and reported, as for any model.
-    _, info = TinyGPTForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
-    assert set(info["missing_keys"]) == {"transformer.h.1.mlp.c_fc.bias"}
-    # What this package owns is strict: the library's loader and every command refuse it, naming the tensor.
-    with pytest.raises(ValueError, match=r"Missing: \['transformer.h.1.mlp.c_fc.bias'\]"):
-        load_strictly(tmp_path)
+    reports = []  # transformers' LOAD REPORT, which says the tensor was "newly initialized"
+    handler = logging.Handler()
+    handler.emit = lambda record: reports.append(record.getMessage())
+    logging.getLogger("transformers.modeling_utils").addHandler(handler)
+    try:
+        # transformers' contract: the tensor is initialised and reported, as for any model.
+        _, info = TinyGPTForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+        assert set(info["missing_keys"]) == {"transformer.h.1.mlp.c_fc.bias"}
+        assert len(reports) == 1 and "LOAD REPORT" in reports[0]
+        # What this package owns is strict: the library's loader and every command refuse it, naming the tensor
+        # (and only the error says so: the report would first say the tensor was initialised).
+        with pytest.raises(ValueError, match=r"Missing: \['transformer.h.1.mlp.c_fc.bias'\]"):
+            load_strictly(tmp_path)
+        assert len(reports) == 1
+    finally:
+        logging.getLogger("transformers.modeling_utils").removeHandler(handler)
     result = cli("generate", "hi", "--model", tmp_path, "--max-new-tokens", "2")
     assert result.returncode != 0 and "Missing: ['transformer.h.1.mlp.c_fc.bias']" in result.stderr
 

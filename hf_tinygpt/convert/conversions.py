@@ -108,12 +108,17 @@ def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
         n_layer = 1 + max(int(key.split(".")[2]) for key in state_dict if key.startswith(PREFIX + "h."))
         n_inner = state_dict[PREFIX + "h.0.mlp.c_fc.weight"].shape[0]
         n_embd = wte.shape[1]
+        if n_head is None and n_embd % 64:
+            raise ValueError(
+                f"{path}: n_embd {n_embd} is not a multiple of 64, the head size of every released GPT-2, so the "
+                "shapes do not tell its number of heads: give `n_head` (or put its config.json beside it)"
+            )
         config = TinyGPTConfig(
             vocab_size=wte.shape[0],
             n_positions=wpe.shape[0],
             n_embd=n_embd,
             n_layer=n_layer,
-            n_head=n_head or max(1, n_embd // 64),
+            n_head=n_head or n_embd // 64,
             n_inner=None if n_inner == 4 * n_embd else n_inner,
         )
     check_state_dict(config, state_dict, source=str(path))
@@ -415,7 +420,8 @@ class ConversionSettings:
     )
     n_head: int | None = setting(
         None,
-        "heads, for a lone weights file without config.json (default: n_embd / 64, as every released GPT-2)",
+        "heads, for a lone weights file without config.json (default: n_embd / 64, as every released GPT-2; "
+        "needed where n_embd is not a multiple of 64)",
         minimum=1,
     )
     trim_vocab: int | None = setting(

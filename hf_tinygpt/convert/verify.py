@@ -35,11 +35,15 @@ def within_tolerance(delta: float, scale: float, tolerance: float) -> bool:
 
 @torch.no_grad()
 def compare_with_gpt2(tiny: TinyGPTForCausalLM, gpt2: GPT2LMHeadModel, input_ids: torch.Tensor, new_tokens: int = 16):
-    """max |Δlogits| on `input_ids` (and the logits' scale), and both models' greedy continuations (token ids)."""
+    """max |Δlogits| on `input_ids` (and the logits' scale), and both models' greedy continuations (token ids), of
+    `new_tokens` or as many as the models' context leaves."""
     delta, scale = max_logit_delta(tiny, gpt2, input_ids)
+    new_tokens = min(new_tokens, gpt2.config.n_positions - input_ids.shape[1])
     kwargs = dict(max_new_tokens=new_tokens, do_sample=False, attention_mask=torch.ones_like(input_ids))
     kwargs["pad_token_id"] = gpt2.config.eos_token_id
-    ours, theirs = tiny.generate(input_ids, **kwargs), gpt2.generate(input_ids, **kwargs)
+    ours, theirs = (
+        (tiny.generate(input_ids, **kwargs), gpt2.generate(input_ids, **kwargs)) if new_tokens else 2 * (input_ids,)
+    )
     return {
         "max_abs_logit_delta": delta,
         "logit_scale": scale,
@@ -100,6 +104,11 @@ def verify_gpt2_checkpoint(
             tiny = load_strictly(folder, config=config_dict, **hub_kwargs).eval()
         tokenizer = gpt2_tokenizer()
         ids = torch.tensor([tokenizer(text).input_ids])
+        if ids.shape[1] > gpt2.config.n_positions:
+            raise ValueError(
+                f"`text` is {ids.shape[1]} tokens long, more than the {gpt2.config.n_positions} positions of {folder}: "
+                "give a shorter one"
+            )
         result = compare_with_gpt2(tiny, gpt2, ids)
         result["tinygpt_text"] = tokenizer.decode(result["tinygpt_tokens"])
         result["gpt2_text"] = tokenizer.decode(result["gpt2_tokens"])
