@@ -499,10 +499,25 @@ def test_training_from_an_int8_folder_is_refused_before_it_trains(corpus, tmp_pa
 # ---- resources: running out says what was asked for and what to lower, in one line ----------------------------------
 
 
-def test_a_model_too_big_for_memory_says_what_it_needed_and_what_to_lower(corpus, tmp_path, capsys):
+def test_a_model_bigger_than_the_memory_free_is_refused_before_it_is_made(corpus, tmp_path, capsys):
+    """A billion learned positions (64 GB of weights, 1 TB with gradients and AdamW's moments): refused with the
+    sizes before any of it is allocated, where the system would end the process without a word, OUT left behind."""
+    code, err = run_cli(
+        capsys, "train", "--train", corpus, *TINY_RUN, "--n-positions", 10**9, "--out", tmp_path / "run"
+    )
+    assert code == 2 and "parameters: they, their gradients and AdamW's moments need " in last_line(err), err
+    assert "GiB free on cpu; train a smaller model (--n-positions, --n-embd, --n-layer)" in last_line(err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_too_big_for_memory_says_what_it_needed_and_what_to_lower(corpus, tmp_path, capsys, monkeypatch):
     """A token table of 50,257 × 2^17 floats (24.5 GiB) with the address space held to 8 GiB more than this process
-    maps: torch's allocator raised a 30-line traceback."""
+    maps: torch's allocator raised a 30-line traceback. (The memory free is read as plenty: an address-space limit
+    does not change it, and the check before the model is made would otherwise refuse it first.)"""
     import resource
+    from types import SimpleNamespace
+
+    monkeypatch.setattr("hf_tinygpt.train.state.psutil.virtual_memory", lambda: SimpleNamespace(available=2**50))
 
     shape = ["--n-embd", 2**17, "--n-head", 1, "--n-layer", 1, "--block-size", 16, "--batch-size", 2]
     argv = ["train", "--train", corpus, *shape, "--out", tmp_path / "run"]

@@ -5,6 +5,7 @@ folder is touched: a model that cannot be made or loaded costs nothing there."""
 import warnings
 from dataclasses import dataclass
 
+import psutil
 import torch
 from accelerate.utils import set_seed
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
@@ -12,6 +13,7 @@ from transformers import get_cosine_with_min_lr_schedule_with_warmup
 from ..folders.reading import load_strictly, read_config_dict
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
+from ..model.params import parameter_breakdown
 from ..model.positions import positions_reach
 from .settings import DROPOUT_FIELDS, SMALL_MODEL, TrainingSettings
 
@@ -35,6 +37,7 @@ def training_state(settings: TrainingSettings, accelerator, tokenizer, token: st
     vocab_size = len(tokenizer)
     if not settings.init_from:
         start = build_config(settings, vocab_size, tokenizer.eos_token_id)
+        check_it_fits(start, accelerator.device)
     else:
         start = starting_model(settings, vocab_size, token)
     set_seed(settings.seed)
@@ -73,6 +76,24 @@ def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int)
             f"({config.position_embedding_type} positions)"
         )
     return config
+
+
+def check_it_fits(config: TinyGPTConfig, device: torch.device):
+    """A new model's weights, their gradients and AdamW's two moments (16 bytes a parameter, in float32), checked
+    against the memory free on `device` before they are made: past it, the system may end the process unannounced."""
+    if device.type == "cpu":
+        free = psutil.virtual_memory().available
+    elif device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
+    else:
+        return
+    parameters = parameter_breakdown(config)["total"]
+    if (needed := 16 * parameters) > free:
+        raise ValueError(
+            f"the model has {parameters:,} parameters: they, their gradients and AdamW's moments need "
+            f"{needed / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free on {device}; train a smaller model "
+            "(`n_positions`, `n_embd`, `n_layer`)"
+        )
 
 
 def starting_model(settings: TrainingSettings, vocab_size: int, token: str | None = None) -> TinyGPTForCausalLM:
