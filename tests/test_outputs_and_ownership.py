@@ -332,9 +332,11 @@ def test_a_symlink_or_file_as_output_is_never_replaced(tmp_path):
     from hf_tinygpt.folders.outputs import check_output
 
     (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "file")
-    for name in ("file", "link"):
-        with pytest.raises(FileExistsError, match="not a folder"):
+    (tmp_path / "folder-link").symlink_to(tmp_path / "folder")  # named for what it is, not "not a folder"
+    for name, said in [("file", "not a folder"), ("link", "a symbolic link"), ("folder-link", "a symbolic link")]:
+        with pytest.raises(FileExistsError, match=f"{name} exists and is {said}"):
             check_output(tmp_path / name, force=True)
 
 

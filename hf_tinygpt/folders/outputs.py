@@ -381,9 +381,8 @@ def check_output(out, *, force: bool = False, protect: Mapping = MappingProxyTyp
     out = Path(out).absolute()
     refuse_inputs(out, protect)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise FileExistsError(
-            f"{out} exists and is not a folder; hf-tinygpt will not replace it, even with `force=True`"
-        )
+        what = f"a symbolic link (to {os.readlink(out)})" if out.is_symlink() else "not a folder"
+        raise FileExistsError(f"{out} exists and is {what}; hf-tinygpt will not replace it, even with `force=True`")
     if not out.exists():
         return out
     if reuse:
