@@ -72,6 +72,11 @@ def missing(folder: Path) -> Path:
     return folder  # a path, not there: not sent to the Hub as a repo id
 
 
+def a_file(folder: Path) -> Path:
+    gpt2_tokenizer().save_pretrained(folder)
+    return folder / "tokenizer.json"  # the folder's file, not the folder
+
+
 def no_eos(folder: Path) -> Path:
     gpt2_tokenizer().save_pretrained(folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -88,6 +93,7 @@ def no_eos(folder: Path) -> Path:
         (empty, "no tokenizer files (tokenizer.json, or vocab.json + merges.txt)"),
         (no_eos, "has no end-of-text (eos) token"),
         (missing, "no such tokenizer folder (nor a Hub id)"),
+        (a_file, "tokenizer.json is a file: give the tokenizer folder that holds it"),
     ],
 )
 def test_train_names_a_tokenizer_it_cannot_use(make, message, corpus, tmp_path, capsys):
@@ -468,11 +474,16 @@ def test_a_hub_revision_given_with_a_local_folder_is_refused(verb, tiny_folder, 
 
 
 def test_a_shape_flag_given_with_init_from_is_named_as_the_flag(tiny_folder, corpus, tmp_path, capsys):
-    """The model of --init-from fixes its shape: --n-layer is named, not the --config the user never gave."""
+    """The model of --init-from fixes its shape: the fields set are named, not a --config the user never gave (nor a
+    flag that did not set a config file's field)."""
     argv = ["train", "--train", corpus, "--init-from", tiny_folder, *RUN_ONLY, "--out", tmp_path / "out"]
-    code, err = run_cli(capsys, *argv, "--n-layer", 3)
-    assert code == 2 and f"the model of --init-from ({tiny_folder}) fixes --n-layer: leave it out" in last_line(err)
-    assert "--config" not in err and not (tmp_path / "out").exists()
+    code, err = run_cli(capsys, *argv, "--n-layer", 3, "--position", "rope")
+    said = f"the model of --init-from ({tiny_folder}) fixes its shape, and the run's config sets n_layer, position_embedding_type: leave them out"
+    assert code == 2 and said in last_line(err) and "--config" not in err, err
+    (tmp_path / "shape.json").write_text('{"n_positions": 32}')
+    code, err = run_cli(capsys, *argv, "--config", tmp_path / "shape.json")
+    assert code == 2 and "the run's config sets n_positions: leave it out" in last_line(err), err
+    assert "--n-positions" not in err and not (tmp_path / "out").exists()
 
 
 def test_training_from_an_int8_folder_is_refused_before_it_trains(corpus, tmp_path, capsys):
@@ -506,18 +517,17 @@ def test_a_model_bigger_than_the_memory_free_is_refused_before_it_is_made(corpus
         capsys, "train", "--train", corpus, *TINY_RUN, "--n-positions", 10**9, "--out", tmp_path / "run"
     )
     assert code == 2 and "parameters: they, their gradients and AdamW's moments need " in last_line(err), err
-    assert "GiB free on cpu; train a smaller model (--n-positions, --n-embd, --n-layer)" in last_line(err)
+    assert "GiB free on " in last_line(err) and "; train a smaller model (--n-positions, --n-embd, --n-layer)" in err
     assert not (tmp_path / "run").exists()
 
 
 def test_a_model_too_big_for_memory_says_what_it_needed_and_what_to_lower(corpus, tmp_path, capsys, monkeypatch):
     """A token table of 50,257 × 2^17 floats (24.5 GiB) with the address space held to 8 GiB more than this process
-    maps: torch's allocator raised a 30-line traceback. (The memory free is read as plenty: an address-space limit
-    does not change it, and the check before the model is made would otherwise refuse it first.)"""
+    maps: torch's allocator raised a 30-line traceback. (The check before the model is made is left out: the memory
+    free, which it reads, is not what an address-space limit changes.)"""
     import resource
-    from types import SimpleNamespace
 
-    monkeypatch.setattr("hf_tinygpt.train.state.psutil.virtual_memory", lambda: SimpleNamespace(available=2**50))
+    monkeypatch.setattr("hf_tinygpt.train.state.check_it_fits", lambda config, device: None)
 
     shape = ["--n-embd", 2**17, "--n-head", 1, "--n-layer", 1, "--block-size", 16, "--batch-size", 2]
     argv = ["train", "--train", corpus, *shape, "--out", tmp_path / "run"]

@@ -142,6 +142,18 @@ def test_force_replaces_an_earlier_output_of_any_verb_and_its_manifest_lists_eve
     assert (out / "model.safetensors").is_file() and not list(out.glob("*.png"))
 
 
+def test_force_replaces_a_training_run_only_with_another(gpt2_folder, corpus, tmp_path, capsys):
+    """A run's checkpoints and model may be hours of work: another verb's --force (a typo in --out) leaves it."""
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run)[0] == 0
+    before = contents(run)
+    for argv in (["plot-positions", "rope", "--out", run, "--force"], convert_to(run, gpt2_folder)):
+        code, err = run_cli(capsys, *argv)
+        assert code == 2 and f"{run} is a training run of hf-tinygpt: --force replaces it only with another" in err
+        assert contents(run) == before
+    assert run_cli(capsys, "train", "--train", corpus, *TWO_STEPS, "--out", run, "--force")[0] == 0
+
+
 def test_a_symlink_inside_an_earlier_output_is_not_followed_nor_taken_for_ours(gpt2_folder, tmp_path, capsys):
     out = tmp_path / "out"
     assert run_cli(capsys, *convert_to(out, gpt2_folder))[0] == 0

@@ -352,6 +352,11 @@ def test_a_token_folder_given_as_training_data_trains_like_its_text_files(texts,
     again = cli("train", "--train", folder, *TINY_RUN, "--steps", 3, "--out", tmp_path / "b")
     assert again.returncode == 0, again.stderr[-2000:]
     assert losses(tmp_path / "b") == losses(tmp_path / "a")
+    globbed = cli("train", "--train", folder, "--glob", "*.md", *TINY_RUN, "--out", tmp_path / "c")
+    assert (
+        globbed.returncode == 2
+        and "error: --glob picks the files of --train and --validation folders" in globbed.stderr
+    )
 
 
 def test_a_token_folder_made_with_another_tokenizer_is_refused_by_name(texts, tokenizer, tmp_path, cli):

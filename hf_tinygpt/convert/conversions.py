@@ -92,7 +92,8 @@ def _is_nanogpt_file(path: Path) -> bool:
 
 def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
     """A lone GPT-2 weights file: a config.json beside it wins; otherwise the shapes give everything but the
-    number of heads, which is n_embd / 64 for every released GPT-2 unless `n_head` says otherwise."""
+    number of heads, which is n_embd / 64 for every released GPT-2 unless `n_head` says otherwise (and must say,
+    where 64 does not divide n_embd)."""
     state_dict = gpt2_state_dict_to_tinygpt(read_state_dict(str(path)))
     beside = read_json_object(path.parent / "config.json") if (path.parent / "config.json").is_file() else {}
     if beside.get("model_type") == "gpt2":
@@ -111,7 +112,7 @@ def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
         if n_head is None and n_embd % 64:
             raise ValueError(
                 f"{path}: n_embd {n_embd} is not a multiple of 64, the head size of every released GPT-2, so the "
-                "shapes do not tell its number of heads: give `n_head` (or put its config.json beside it)"
+                "shapes do not tell its number of heads: put its config.json beside it, or convert it with `n_head`"
             )
         config = TinyGPTConfig(
             vocab_size=wte.shape[0],

@@ -41,9 +41,7 @@ def compare_with_gpt2(tiny: TinyGPTForCausalLM, gpt2: GPT2LMHeadModel, input_ids
     new_tokens = min(new_tokens, gpt2.config.n_positions - input_ids.shape[1])
     kwargs = dict(max_new_tokens=new_tokens, do_sample=False, attention_mask=torch.ones_like(input_ids))
     kwargs["pad_token_id"] = gpt2.config.eos_token_id
-    ours, theirs = (
-        (tiny.generate(input_ids, **kwargs), gpt2.generate(input_ids, **kwargs)) if new_tokens else 2 * (input_ids,)
-    )
+    ours, theirs = tiny.generate(input_ids, **kwargs), gpt2.generate(input_ids, **kwargs)
     return {
         "max_abs_logit_delta": delta,
         "logit_scale": scale,
@@ -104,10 +102,10 @@ def verify_gpt2_checkpoint(
             tiny = load_strictly(folder, config=config_dict, **hub_kwargs).eval()
         tokenizer = gpt2_tokenizer()
         ids = torch.tensor([tokenizer(text).input_ids])
-        if ids.shape[1] > gpt2.config.n_positions:
+        if ids.shape[1] >= gpt2.config.n_positions:
             raise ValueError(
-                f"`text` is {ids.shape[1]} tokens long, more than the {gpt2.config.n_positions} positions of {folder}: "
-                "give a shorter one"
+                f"`text` is {ids.shape[1]} tokens long, and {folder} has {gpt2.config.n_positions} positions: no room "
+                "for a continuation to compare; give a shorter one"
             )
         result = compare_with_gpt2(tiny, gpt2, ids)
         result["tinygpt_text"] = tokenizer.decode(result["tinygpt_tokens"])

@@ -58,6 +58,8 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             if (folder / "tokenizer_config.json").is_file():
                 config = read_json_object(folder / "tokenizer_config.json")
                 refuse_foreign_code(config, f"{folder}/tokenizer_config.json", tokenizer=True)
+        elif folder.is_file():
+            raise ValueError(f"{tokenizer} is a file: give the tokenizer folder that holds it")
         elif cannot_be_a_hub_id(str(tokenizer)):
             raise FileNotFoundError(f"{tokenizer}: no such tokenizer folder (nor a Hub id)")
         try:

@@ -372,12 +372,20 @@ def refuse_inputs(out: Path, protect: Mapping):
                 )
 
 
-def check_output(out, *, force: bool = False, protect: Mapping = MappingProxyType({}), reuse: bool = False) -> Path:
+def check_output(
+    out,
+    *,
+    force: bool = False,
+    protect: Mapping = MappingProxyType({}),
+    reuse: bool = False,
+    kind: str | None = None,
+) -> Path:
     """OUT as an absolute path, or an error that says why writing there could lose something. Nothing is touched.
 
     `protect`: the inputs, {name: path} (sources, tokenizers, data; see `refuse_inputs`), that OUT must neither be,
     contain nor lie inside; the working folder is always protected. `reuse`: an existing OUT is continued, not
-    replaced (a resumed training run), which needs it to be a run proven ours."""
+    replaced (a resumed training run), which needs it to be a run proven ours. `kind`: what is to be written there
+    (a training run is replaced only by another)."""
     out = Path(out).absolute()
     refuse_inputs(out, protect)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
@@ -400,6 +408,11 @@ def check_output(out, *, force: bool = False, protect: Mapping = MappingProxyTyp
         raise FileExistsError(
             f"{out} holds {_listed(problems)}: it is not proven to be an earlier output of hf-tinygpt, so `force=True` "
             "will not delete it. Choose another output, or move those files away yourself."
+        )
+    if kind != "run" and (read_manifest(out) or {}).get("kind") == "run":  # hours of training, not a quick output
+        raise FileExistsError(
+            f"{out} is a training run of hf-tinygpt: `force=True` replaces it only with another training run. "
+            "Choose another output, or delete it yourself."
         )
     return out
 
@@ -572,12 +585,12 @@ def output_folder(
     (without `force`, the OUT it wrote is then an error). `inside`: a folder OUT is written within (a run folder)
     that must still be there: one that vanished is not made again, so the write fails instead of filling a folder
     that no manifest proves ours."""
-    out = check_output(out, force=force, protect=protect)
+    out = check_output(out, force=force, protect=protect, kind=kind)
     missing = [folder for folder in out.parents if not os.path.lexists(folder)]  # made for OUT, below
     try:
         with _locked(out, wait=wait, inside=inside):
             clean_leftovers(out)
-            check_output(out, force=force, protect=protect)  # a put-back old folder counts too
+            check_output(out, force=force, protect=protect, kind=kind)  # a put-back old folder counts too
             yield from _staged_into_place(out, force, kind)
     except BaseException:
         for folder in missing:  # the folders made to hold OUT, nearest first, if they hold nothing else
@@ -615,11 +628,11 @@ def run_folder(
     what goes into it is `record`ed in its manifest as it is written. With `resume` an existing run of ours is
     continued; with `force` an earlier output there is swapped for an empty run folder in one step (then deleted);
     otherwise an existing OUT is an error."""
-    out = check_output(out, force=force, protect=protect, reuse=resume)
+    out = check_output(out, force=force, protect=protect, reuse=resume, kind="run")
     with _locked(out):
         clean_leftovers(out)
         if not (resume and out.exists()):
-            check_output(out, force=force, protect=protect)
+            check_output(out, force=force, protect=protect, kind="run")
             staging = _new_staging(out, "run")
             try:
                 give_umask_permissions(staging)

@@ -7,6 +7,7 @@ import logging
 import os
 import pickle
 import stat
+import threading
 from pathlib import Path
 
 import torch
@@ -219,10 +220,18 @@ def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _no_load_report(record: logging.LogRecord) -> bool:
-    """transformers' report of the tensors a checkpoint lacks or has too many of, left out: `load_strictly` raises
-    an error that lists them (the report would first say they were initialised at random)."""
-    return "LOAD REPORT" not in record.getMessage()
+class _NoLoadReport(logging.Filter):
+    """transformers' report of the tensors a checkpoint lacks or has too many of, left out for the thread that loads
+    strictly: `load_strictly` raises an error that lists them (the report would first say they were initialised at
+    random). A report of conversion errors is kept: transformers' error then points to it."""
+
+    def __init__(self):
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = record.getMessage()
+        return record.thread != self.thread or "LOAD REPORT" not in said or "CONVERSION" in said
 
 
 def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
@@ -241,8 +250,8 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
             if given is None and issubclass(model_class, TinyGPTForCausalLM):  # it takes config.json as read
                 kwargs["config"] = config_dict
         check_weights_index(source)
-    report = logging.getLogger("transformers.modeling_utils")
-    report.addFilter(_no_load_report)  # what it reports, the ValueError below names
+    report, no_report = logging.getLogger("transformers.modeling_utils"), _NoLoadReport()
+    report.addFilter(no_report)  # what it reports, the ValueError below names
     try:
         if isinstance(given, dict) and not issubclass(model_class, TinyGPTForCausalLM):
             kwargs["config"] = model_class.config_class.from_dict(given)  # a field it refuses is named below
@@ -254,7 +263,7 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
             raise
         raise ValueError(f"{source}: {error}") from error
     finally:
-        report.removeFilter(_no_load_report)
+        report.removeFilter(no_report)
     mismatched = [
         f"{key} is {tuple(theirs)} in the checkpoint, {tuple(ours)} in the model"
         for key, theirs, ours in info["mismatched_keys"]

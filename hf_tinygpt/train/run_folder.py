@@ -100,7 +100,7 @@ class RunFolder:
     def check(settings: TrainingSettings, protect: dict) -> Path:
         """OUT, checked before anything is read: free, or a run of ours to resume (or to replace, with `force`);
         never one of the run's inputs (`protect`)."""
-        out = check_output(settings.out, force=settings.force, protect=protect, reuse=settings.resume)
+        out = check_output(settings.out, force=settings.force, protect=protect, reuse=settings.resume, kind="run")
         if settings.resume and (out / FINAL).exists():  # written again at the end: say now if that would lose work
             check_output(out / FINAL, force=True)
         return out
@@ -125,7 +125,7 @@ class RunFolder:
             if checkpoint is None:
                 raise ValueError(
                     f"`TrainingSettings.resume`: {self.out} holds a run that finished at step {summary.get('steps')} "
-                    "and kept no checkpoint to compare these settings with: there is nothing to resume (to train "
+                    "and kept no checkpoint that loads to compare these settings with: there is nothing to resume (to train "
                     "again in its place, set `TrainingSettings.force`)"
                 )
             self.say(f"{self.out}: this run already finished at step {summary.get('steps')}; nothing to do")

@@ -13,7 +13,7 @@ from ..folders.reading import read_json_object, refuse_what_is_not_a_file
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.positions import POSITION_SCHEME_CLASSES
 from ..settings import setting
-from .token_files import cache_folder, stays_inside
+from .token_files import cache_folder, is_token_folder, stays_inside
 
 # What `hf-tinygpt train` builds unless told otherwise: small enough to train on a CPU in minutes (the 50,257 × 64
 # tied head is most of its 3.4 M parameters). TinyGPTConfig's own defaults are GPT-2 small's 124 M.
@@ -257,7 +257,9 @@ def _check_data(settings: TrainingSettings):
     for name in ("dataset_config", "dataset_split", "text_column") if not settings.dataset else ():
         if getattr(settings, name) != _DEFAULTS[name]:
             raise ValueError(f"`TrainingSettings.{name}` applies to `TrainingSettings.dataset`, which is not set")
-    folders = [path for path in settings.train + settings.validation if Path(path).is_dir()]
+    folders = [
+        path for path in settings.train + settings.validation if Path(path).is_dir() and not is_token_folder(path)
+    ]
     if settings.glob != _DEFAULTS["glob"] and not folders:
         raise ValueError(
             "`TrainingSettings.glob` picks the files of `TrainingSettings.train` and `TrainingSettings.validation` "

@@ -2,6 +2,7 @@
 `init_from` names), AdamW and the cosine schedule, as accelerate prepared them. `train` builds it before the run
 folder is touched: a model that cannot be made or loaded costs nothing there."""
 
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -81,8 +82,8 @@ def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int)
 def check_it_fits(config: TinyGPTConfig, device: torch.device):
     """A new model's weights, their gradients and AdamW's two moments (16 bytes a parameter, in float32), checked
     against the memory free on `device` before they are made: past it, the system may end the process unannounced."""
-    if device.type == "cpu":
-        free = psutil.virtual_memory().available
+    if device.type == "cpu":  # shared by the processes on this machine
+        free = psutil.virtual_memory().available // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     elif device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     else:
@@ -106,11 +107,10 @@ def starting_model(settings: TrainingSettings, vocab_size: int, token: str | Non
             f"{settings.init_from} (`TrainingSettings.init_from`) holds {method} weights (its config.json has a "
             "quantization_config): training needs float weights; start from the model it was quantized from"
         )
-    if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):  # named as fields: the CLI's flags set some
+    if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):  # fields: flags or a config file may set them
         raise ValueError(
-            f"the model of `TrainingSettings.init_from` ({settings.init_from}) fixes "
-            f"{', '.join(f'`{name}`' for name in fixed)}: leave {'it' if len(fixed) == 1 else 'them'} out of the "
-            f"run's config; only dropout ({', '.join(DROPOUT_FIELDS)}) may change"
+            f"the model of `TrainingSettings.init_from` ({settings.init_from}) fixes its shape, and the run's config "
+            f"sets {', '.join(fixed)}: leave {'it' if len(fixed) == 1 else 'them'} out; only dropout may change"
         )
     model = load_strictly(settings.init_from, dtype=torch.float32, **hub, **settings.config)  # the run's dropout
     if vocab_size > model.config.vocab_size:

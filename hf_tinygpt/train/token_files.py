@@ -331,7 +331,7 @@ def load_text_dataset(dataset: str, config: str | None, split: str, text_column:
             "dataset's code; give a dataset of data files"
         ) from None
     except ValueError as error:  # load_dataset's: no such configuration or split
-        if saved:
+        if saved or (config is None and split == "train"):
             raise
         raise ValueError(
             f"the dataset {dataset} does not load with `TrainingSettings.dataset_config` {config!r} and "
