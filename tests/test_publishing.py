@@ -101,6 +101,25 @@ def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
     assert main(["push", str(folder), REPO, "--dry-run", "--out", str(staged), "--force"]) == 0
 
 
+def test_the_cards_licence_and_base_model_are_the_ones_given_else_the_folders(tmp_path, capsys):
+    """A tinygpt folder's card keeps its own licence and base model, and --license / --base-model replace them (they
+    were left out for a tinygpt folder: a model published under a licence its author did not choose)."""
+    _, folder = tinygpt_folder(tmp_path)
+    staged = {}
+    for name, given in [("kept", []), ("given", ["--license", "apache-2.0", "--base-model", "someone/base"])]:
+        staged[name] = tmp_path / name
+        assert main(["push", str(folder), REPO, "--dry-run", "--out", str(staged[name]), *given]) == 0
+    assert ModelCard.load(staged["kept"] / "README.md").data.license == "mit"
+    card = ModelCard.load(staged["given"] / "README.md").data
+    assert (card.license, card.base_model) == ("apache-2.0", "someone/base")
+    capsys.readouterr()
+    assert main(["push", str(folder), REPO, "--force"]) == 2  # no --dry-run: no --out to replace, nothing sent
+    assert (
+        "error: --out is where --dry-run stages the files (--force: replacing an earlier one)"
+        in capsys.readouterr().err
+    )
+
+
 def test_push_stages_the_installed_code_and_nothing_else(tmp_path):
     import hf_tinygpt
     from hf_tinygpt.hub.publish import stage_for_hub

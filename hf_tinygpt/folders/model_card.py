@@ -207,10 +207,17 @@ def command_without_folders(command: str) -> str:
 
 
 def rerender_for(
-    folder: str | Path, config: TinyGPTConfig, model_id: str, *, keep_local_paths: bool = False
+    folder: str | Path,
+    config: TinyGPTConfig,
+    model_id: str,
+    *,
+    keep_local_paths: bool = False,
+    license: str | None = None,
+    base_model: str | None = None,
 ) -> ModelCard:
-    """The folder's card rendered again for `model_id`, keeping its provenance, licence and base model; the local
-    paths in how it was trained (its data, its command line) are cut to file names unless `keep_local_paths`.
+    """The folder's card rendered again for `model_id`, keeping its provenance, licence and base model (`license`
+    and `base_model` replace them where given); the local paths in how it was trained (its data, its command line)
+    are cut to file names unless `keep_local_paths`.
     A folder without a card (a bare `save_pretrained`) gets a training card that says nothing was recorded."""
     card = read_card(folder)
     data = card.data.to_dict() if card is not None else {}
@@ -234,8 +241,8 @@ def rerender_for(
         config,
         model_id=model_id,
         provenance=provenance,
-        license=data.get("license") or "mit",
-        base_model=data.get("base_model"),
+        license=license or data.get("license") or "mit",
+        base_model=base_model or data.get("base_model"),
         # staging draws it again from the checked numbers
         loss_curve=LOSS_CURVE if (Path(folder) / TRAINING_HISTORY).is_file() else None,
     )

@@ -167,12 +167,15 @@ def stage_tinygpt_folder(
     *,
     inside: Path | None = None,
     keep_local_paths: bool = False,
+    license: str | None = None,
+    base_model: str | None = None,
 ):
     """Write into `staging` what a tinygpt repo needs from `folder`, every file written by the library that read
     and checked it, never copied: the model (config, weights, and the model code *of the installed package*, not
     whatever `.py` files lie in the folder) as loaded strictly by this package, its tokenizer as transformers read
     it (a real vocabulary that fits the model), its generation config as `GenerationConfig` read it, and its card
-    for `repo_id` (without local paths unless `keep_local_paths`). The staged folder is loaded back and must give
+    for `repo_id` (without local paths unless `keep_local_paths`; its `license` and `base_model` where given). The
+    staged folder is loaded back and must give
     the same weights. A training history goes as checked numbers with its curve drawn again from them. Nothing
     else goes: no optimizer states, logs, images, notes, stray or linked files."""
     from ..folders.bundled import load_tokenizer
@@ -202,7 +205,9 @@ def stage_tinygpt_folder(
             "of tokens (tokenizer_config.json): fix it, or remove the field"
         )
     history = read_history(folder)  # checked, then written again with its curve drawn anew
-    card = rerender_for(folder, model.config, repo_id, keep_local_paths=keep_local_paths)
+    card = rerender_for(
+        folder, model.config, repo_id, keep_local_paths=keep_local_paths, license=license, base_model=base_model
+    )
 
     save_model_folder(model, staging, tokenizer=tokens, generation=generation, history=history)
     card.save(staging / "README.md")
@@ -218,21 +223,23 @@ def stage_for_hub(
     *,
     tokenizer: str | None = None,
     base_model: str | None = None,
-    license: str = "mit",
+    license: str | None = None,
     verify_tolerance: float = 1e-5,
     force: bool = False,
     keep_local_paths: bool = False,
     **hub_kwargs,
 ) -> dict[str, int]:
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
-    any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically."""
+    any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically. The card's
+    `license` and `base_model`, where given, replace what a tinygpt folder's card says (a conversion's licence:
+    mit, as GPT-2's weights, unless given)."""
     from ..convert.conversions import gpt2_to_tinygpt
 
     check_repo_id(repo_id)
     for name, value in (("src", src), ("staging", staging), ("tokenizer", tokenizer), ("base_model", base_model)):
         if not (isinstance(value, (str, os.PathLike)) or (value is None and name in ("tokenizer", "base_model"))):
             raise ValueError(f"`{name}` must be a path or Hub id, got {value!r}")
-    if not (isinstance(license, str) and license):
+    if not (license is None or (isinstance(license, str) and license)):
         raise ValueError(f"`license` must be a licence id such as 'mit', got {license!r}")
     if isinstance(verify_tolerance, bool) or not (isinstance(verify_tolerance, (int, float)) and verify_tolerance >= 0):
         raise ValueError(f"`verify_tolerance` must be a number >= 0, got {verify_tolerance!r}")
@@ -255,13 +262,20 @@ def stage_for_hub(
                 converted,
                 tokenizer=tokenizer,
                 base_model=base_model,
-                license=license,
+                license=license or "mit",
                 verify_tolerance=verify_tolerance,
                 **hub_kwargs,
             )
             found, tokenizer = (converted, None), None  # the converted folder holds its tokenizer
         stage_tinygpt_folder(
-            found[0], work, repo_id, tokenizer=tokenizer, inside=found[1], keep_local_paths=keep_local_paths
+            found[0],
+            work,
+            repo_id,
+            tokenizer=tokenizer,
+            inside=found[1],
+            keep_local_paths=keep_local_paths,
+            license=license,
+            base_model=base_model,
         )
         if converted.exists():
             shutil.rmtree(converted)
@@ -307,7 +321,7 @@ def push_to_hub(
     endpoint: str | None = None,
     tokenizer: str | None = None,
     base_model: str | None = None,
-    license: str = "mit",
+    license: str | None = None,
     verify_tolerance: float = 1e-5,
     timeout: float = 60.0,
     keep_local_paths: bool = False,
@@ -366,9 +380,10 @@ def push(settings: PushSettings, *, on_staged=None, on_committed=None) -> Publis
     (checked before anything is staged); with `dry_run`, only `stage_for_hub` into `out`. `on_staged(files)` and
     `on_committed(commit)` hear of each step as it ends (a collection the Hub refuses fails after the commit)."""
     s = settings
-    if s.out is not None and not s.dry_run:
+    if (s.out is not None or s.force) and not s.dry_run:
         raise ValueError(
-            "`out` is where `dry_run` stages the files; without `dry_run` the push stages in a temporary folder"
+            "`out` is where `dry_run` stages the files (`force`: replacing an earlier one); without `dry_run` the "
+            "push stages in a temporary folder"
         )
     if s.collection is not None:
         check_collection(s.collection)  # before the push, not after it

@@ -69,8 +69,11 @@ class PushSettings(_Commit):
         "scale, max(1, max |logit|) (for fp32; bf16 needs ~0.05)",
         minimum=0,
     )
-    base_model: str | None = setting(None, "Hub id of a GPT-2 `src`, for the model card (default: `src` if a Hub id)")
-    license: str = setting("mit", "licence for the model card (default: mit)")
+    base_model: str | None = setting(
+        None,
+        "Hub id of the model `src` came from, for the card (default: the card's; a GPT-2 `src`: `src` if a Hub id)",
+    )
+    license: str | None = setting(None, "licence for the model card (default: the card's, else mit)")
     keep_local_paths: bool = setting(
         False, "publish the card's training data paths and command line as they are (default: cut to file names)"
     )
