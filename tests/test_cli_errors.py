@@ -723,7 +723,7 @@ def test_a_failed_verb_leaves_no_folder_it_made_to_hold_its_output(tmp_path, cap
         ({"src": 5}, "`src` must be a path or Hub id, got 5"),
         ({"staging": None}, "`staging` must be a path or Hub id, got None"),
         ({"verify_tolerance": "x"}, "`verify_tolerance` must be a number >= 0, got 'x'"),
-        ({"license": None}, "`license` must be a licence id such as 'mit', got None"),
+        ({"license": ""}, "`license` must be a licence id such as 'mit', got ''"),
     ],
 )
 def test_staging_for_the_hub_names_an_argument_of_the_wrong_type(arguments, message, tiny_folder, tmp_path):

@@ -575,7 +575,26 @@ def test_a_published_card_names_no_folder_even_with_spaces_commas_or_quotes(tmp_
     assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 0
     card = (tmp_path / "staged" / "README.md").read_text()
     assert "Alice" not in card and "secret" not in card and "plays.txt" in card
+    assert "Trained on 1 text file (plays.txt):" in card  # a file: no glob, which only picks a folder's files
     capsys.readouterr()
+
+
+def test_a_published_command_keeps_the_hub_ids_it_was_given(tmp_path, monkeypatch):
+    """A Hub id given to --init-from, --tokenizer or --dataset is kept whole (cut to its name, it named another
+    repo); a path given to them, as to every other flag, is cut to its last part."""
+    from hf_tinygpt.folders.model_card import command_without_folders
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "bpe").mkdir()  # tok/bpe looks like a Hub id, but it is a folder here
+    command = (
+        "hf-tinygpt train --dataset=owner/corpus --init-from me/tiny --tokenizer tok/bpe --config /home/a/shape.json "
+        "--validation me/held_out.txt --out /home/a/run"
+    )
+    assert command_without_folders(command) == (
+        "hf-tinygpt train --dataset=owner/corpus --init-from me/tiny --tokenizer bpe --config shape.json "
+        "--validation held_out.txt --out run"
+    )
 
 
 def test_push_names_an_index_whose_shard_names_are_not_text(tmp_path, capsys):

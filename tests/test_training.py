@@ -316,7 +316,9 @@ def test_init_from_a_gpt2_checkpoint_starts_exactly_where_gpt2lmheadmodel_is(pla
     trained = TinyGPTForCausalLM.from_pretrained(tmp_path / "run" / "model")
     assert trained.config.n_layer == gpt2.config.n_layer and trained.config.resid_pdrop == 0.0
     assert not torch.equal(trained.transformer.wte.weight, gpt2.transformer.wte.weight)  # it trained
-    assert "base_model" not in ModelCard.load(tmp_path / "run" / "model" / "README.md").data.to_dict()
+    card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
+    assert "base_model" not in card.data.to_dict()  # nor its path: a published card would show it
+    assert "A TinyGPT fine-tuned from a local model with" in card.text and "from scratch" not in card.text
     with pytest.raises(
         ValueError, match=r"`TrainingSettings.init_from` \(.*\) fixes its shape, .* sets n_layer: leave"
     ):
@@ -515,6 +517,7 @@ def test_init_from_a_private_hub_repo_at_a_revision_with_a_token_that_no_file_ke
     assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file() and HUB_TOKEN.encode() in p.read_bytes()]
     card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
     assert card.data.base_model == "me/start" and "--revision v2" in card.data.tinygpt["training"]["command"]
+    assert "A TinyGPT fine-tuned from me/start with" in card.text
 
     without = train_cli("--init-from", "me/start", "--revision", "v2", *args, "--force", cwd=tmp_path, env=env)
     assert without.returncode != 0 and "me/start" in without.stderr  # private: no token, no weights

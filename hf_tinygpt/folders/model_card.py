@@ -16,7 +16,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.params import parameter_breakdown
-from .reading import describe
+from .reading import cannot_be_a_hub_id, describe
 from .training_history import LOSS_CURVE, TRAINING_HISTORY
 
 TEMPLATES = {"conversion": "converted_gpt2.md", "training": "trained.md"}
@@ -156,6 +156,7 @@ TRAINING_FIELDS = {
     "validation_tokens": _COUNT,
     "block_size": _COUNT,
     "command": _TEXT,
+    "fine_tuned_from": _TEXT,
     "seed": _COUNT,
     "learning_rate": _NUMBER,
     "train_paths": (list,),
@@ -191,19 +192,25 @@ def without_folders(text: str) -> str:
     return re.sub(r"[^\s,()`'\"=]*/[^\s,()`'\"=]*", lambda m: Path(m.group()).name or m.group(), text)
 
 
+# The flags whose value may be a Hub id (owner/name), which is kept: cut to `name`, it would name another repo.
+HUB_ID_FLAGS = ("--init-from", "--tokenizer", "--dataset")
+
+
 def command_without_folders(command: str) -> str:
-    """A command line with each argument that is a path (or a `--flag=path`) cut to its last part; split as the
-    shell splits it, so a path with spaces, commas or quotes in it goes whole."""
+    """A command line with each argument that is a path (or a `--flag=path`) cut to its last part, but for a Hub id
+    given to a flag that takes one; split as the shell splits it, so a path with spaces, commas or quotes in it goes
+    whole."""
     try:
         words = shlex.split(command)
     except ValueError:  # not a command line this tool wrote
         return without_folders(command)
 
-    def cut(word: str) -> str:
+    def cut(word: str, after: str) -> str:
         flag, equals, value = word.partition("=") if word.startswith("--") else ("", "", word)
-        return flag + equals + (Path(value).name or value if "/" in value else value)
+        hub_id = (flag or after) in HUB_ID_FLAGS and not cannot_be_a_hub_id(value) and not Path(value).exists()
+        return flag + equals + (Path(value).name or value if "/" in value and not hub_id else value)
 
-    return shlex.join(cut(word) for word in words)
+    return shlex.join(cut(word, after) for after, word in zip(["", *words], words, strict=False))
 
 
 def rerender_for(

@@ -26,6 +26,13 @@ def hardware(settings: TrainingSettings, accelerator) -> str:
     return f"{processes} process{'es' if processes > 1 else ''} × {device}{', bf16 autocast' if settings.bf16 else ''}"
 
 
+def _started_from(settings: TrainingSettings) -> str | None:
+    """What the card says a run from `init_from` started from: its Hub id, or a local model (never its path)."""
+    if not settings.init_from:
+        return None
+    return "a local model" if Path(settings.init_from).exists() else settings.init_from
+
+
 def card_training(settings: TrainingSettings, data: RunData, summary: dict, accelerator) -> dict:
     """What the model card says of the run (its YAML's `tinygpt.training`); the perplexity is filled in later."""
     return {
@@ -41,6 +48,7 @@ def card_training(settings: TrainingSettings, data: RunData, summary: dict, acce
         "validation_tokens": int(len(data.validation)) if data.validation is not None else 0,
         "block_size": settings.block_size,
         "command": settings.command,
+        "fine_tuned_from": _started_from(settings),
         "seed": settings.seed,
         "learning_rate": settings.learning_rate,
     }
@@ -65,7 +73,7 @@ def write_final_model(
             training["validation_perplexity"] = perplexity(
                 written, data.validation, settings.block_size, settings.eval_batch_size
             )
-        hub_id = settings.init_from if settings.init_from and not Path(settings.init_from).exists() else None
+        hub_id = settings.init_from if _started_from(settings) == settings.init_from else None
         card = render_model_card(  # a local starting folder is not named: a published card would show its path
             model.config,
             model_id=str(folder),

@@ -479,7 +479,8 @@ def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> tuple[
         return data, f"the token folder {settings.train[0]} ({data.info['tokens']:,} tokens)"
     files = text_files(settings.train, settings.glob, exclude=_held_out_files(settings))
     data = text_tokens(files, tokenizer, tokenizer_from, cache)
-    return data, f"{len(files)} text files ({', '.join(settings.train)}, `{settings.glob}`)"
+    glob = f", `{settings.glob}`" if any(Path(path).is_dir() for path in settings.train) else ""  # folders only
+    return data, f"{len(files)} text file{'s' * (len(files) != 1)} ({', '.join(settings.train)}{glob})"
 
 
 def _held_out_files(settings) -> list[Path]:
