@@ -51,6 +51,16 @@ def serve(space: Path, env: dict) -> tuple[subprocess.Popen, Client]:
     raise AssertionError("the Space's app.py did not serve within 4 minutes")
 
 
+def test_a_space_loads_its_models_at_the_revision_they_were_checked_at_and_holds_no_token(tmp_path):
+    """`explore me/tiny --revision dev --space-out DIR` checked the models at `dev`: the Space loaded `main`."""
+    from hf_tinygpt.explore.space import write_space
+
+    write_space(tmp_path / "space", ["rope"], hub_kwargs={"revision": "dev", "token": "hf_not_for_the_space"})
+    app = (tmp_path / "space" / "app.py").read_text()
+    assert "hf_not_for_the_space" not in app
+    assert """HUB = json.loads('{"revision": "dev"}')""" in app and "load_models(MODELS, hub_kwargs=HUB)" in app
+
+
 @pytest.mark.slow
 def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp_path):
     from huggingface_hub import HfApi

@@ -43,10 +43,11 @@ from hf_tinygpt.explore.views import load_models
 
 HERE = Path(__file__).resolve().parent
 MODELS = json.loads({models!r})  # Hub ids; none: the shipped model, inside the hf_tinygpt package here
+HUB = json.loads({hub!r})  # the revision the models were checked at, where one was named
 LONG_TEXT = HERE / "long_text.txt"
 
 demo = build_app(
-    load_models(MODELS), long_text=LONG_TEXT.read_text(encoding="utf-8") if LONG_TEXT.is_file() else None
+    load_models(MODELS, hub_kwargs=HUB), long_text=LONG_TEXT.read_text(encoding="utf-8") if LONG_TEXT.is_file() else None
 )
 
 if __name__ == "__main__":
@@ -118,8 +119,8 @@ def write_space(
     hub_kwargs: dict | None = None,
 ) -> dict[str, int]:
     """Write OUT, a Gradio Space folder serving the explorer over `models` (Hub ids or scheme names; none: the
-    shipped model), atomically. Each model is loaded here first, so what the Space could not load is refused now.
-    Returns {relative path: bytes}."""
+    shipped model), atomically. Each model is loaded here first, so what the Space could not load is refused now;
+    the Space loads them at the revision of `hub_kwargs` too. Returns {relative path: bytes}."""
     models = [str(model) for model in models]
     for source in models:
         if os.path.exists(source):
@@ -169,7 +170,8 @@ def write_space(
         ),
     )
     with output_folder(out, force=force, kind="space") as staging:
-        (staging / "app.py").write_text(APP.format(models=json.dumps(models)), encoding="utf-8")
+        at = {"revision": hub_kwargs["revision"]} if (hub_kwargs or {}).get("revision") else {}  # never the token
+        (staging / "app.py").write_text(APP.format(models=json.dumps(models), hub=json.dumps(at)), encoding="utf-8")
         (staging / "requirements.txt").write_text("\n".join(space_requirements()) + "\n", encoding="utf-8")
         card.save(staging / "README.md")
         if long_text is not None:
