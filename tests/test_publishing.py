@@ -478,6 +478,25 @@ def test_push_refuses_a_generation_config_that_does_not_read(tmp_path, capsys):
     assert code == 2 and "generation_config.json" in capsys.readouterr().err
 
 
+def test_a_trained_model_whose_weights_changed_since_is_not_published_with_its_old_card(tmp_path, capsys):
+    """Weights saved over a trained model (fine-tuned elsewhere, or re-initialised): its card's perplexity and loss
+    history are of the weights the run wrote, and were published beside the new ones."""
+    (tmp_path / "plays.txt").write_text("\n".join(f"Line {i}: to be, or not to be." for i in range(80)))
+    run, shape = tmp_path / "run", ["--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size", "16"]
+    assert main(["train", "--train", str(tmp_path / "plays.txt"), "--out", str(run), *shape, "--steps", "1"]) == 0
+    model = hf_tinygpt.TinyGPTForCausalLM.from_pretrained(run / "model")
+    torch.nn.init.normal_(model.transformer.wte.weight)
+    model.save_pretrained(run / "model")
+    capsys.readouterr()
+    assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 2
+    said = capsys.readouterr().err
+    assert "model.safetensors (changed since hf-tinygpt wrote it): its card (README.md) and training history" in said
+    (run / "model" / "README.md").unlink()
+    (run / "model" / "training_history.json").unlink()
+    assert main(["push", str(run / "model"), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 0
+    assert "was not recorded" in (tmp_path / "staged" / "README.md").read_text()
+
+
 def test_a_trained_models_card_is_published_without_local_paths_unless_asked(tmp_path, capsys):
     data = tmp_path / "private" / "corpus"
     data.mkdir(parents=True)

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import math
 import os
+import re
 import shutil
 import stat
 import sys
@@ -183,6 +184,12 @@ def stage_tinygpt_folder(
 
     refuse_links(folder, READ_FILES, inside=inside)
     _weights_layout(folder, inside)
+    if (folder / "README.md").is_file() and (changed := _weights_changed_since_written(folder)):
+        raise ValueError(
+            f"{folder}: {', '.join(changed)}: its card (README.md) and training history describe the weights "
+            "hf-tinygpt wrote there, not these. Publish the folder as it was written, or remove README.md and "
+            f"{TRAINING_HISTORY} to publish these weights without them"
+        )
     if tokenizer is None and not has_tokenizer(folder):
         raise FileNotFoundError(
             f"{folder}: cannot publish, missing: tokenizer files (tokenizer.json or vocab.json + "
@@ -213,6 +220,14 @@ def stage_tinygpt_folder(
     card.save(staging / "README.md")
     if not _same_weights(model, load_strictly(staging)):
         raise RuntimeError(f"staging {folder} for {repo_id}: the staged weights differ from the verified ones")
+
+
+def _weights_changed_since_written(folder: Path) -> list[str]:
+    """The weight files of a folder hf-tinygpt wrote (its manifest says so) that changed, or came, since."""
+    if read_manifest(folder) is None:
+        return []
+    weights = re.compile(r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?")
+    return [problem for problem in unproven(folder) if weights.fullmatch(problem.split(" (")[0].rstrip("/"))]
 
 
 @_staging_says_hub_answers_in_one_line
