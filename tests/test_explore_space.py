@@ -51,14 +51,22 @@ def serve(space: Path, env: dict) -> tuple[subprocess.Popen, Client]:
     raise AssertionError("the Space's app.py did not serve within 4 minutes")
 
 
-def test_a_space_loads_its_models_at_the_revision_they_were_checked_at_and_holds_no_token(tmp_path):
-    """`explore me/tiny --revision dev --space-out DIR` checked the models at `dev`: the Space loaded `main`."""
-    from hf_tinygpt.explore.space import write_space
+def test_a_space_loads_its_models_at_the_revision_they_were_checked_at_and_holds_no_token(tmp_path, monkeypatch):
+    """`explore me/tiny --revision dev --space-out DIR` checked the models at `dev`: the Space loaded `main`. (The
+    check's load stands in for the Hub's: what is tested is what app.py holds.)"""
+    from hf_tinygpt.explore import space
 
-    write_space(tmp_path / "space", ["rope"], hub_kwargs={"revision": "dev", "token": "hf_not_for_the_space"})
+    checked = []
+    monkeypatch.setattr(
+        space, "load_for_plots", lambda source, hub_kwargs: checked.append(hub_kwargs) or (text_model("rope"), source)
+    )
+    space.write_space(tmp_path / "space", ["me/tiny"], hub_kwargs={"revision": "dev", "token": "hf_not_for_the_space"})
+    assert checked == [{"revision": "dev", "token": "hf_not_for_the_space"}]
     app = (tmp_path / "space" / "app.py").read_text()
     assert "hf_not_for_the_space" not in app
     assert """HUB = json.loads('{"revision": "dev"}')""" in app and "load_models(MODELS, hub_kwargs=HUB)" in app
+    with pytest.raises(ValueError, match="`revision` is the revision of the Space's Hub models, and none of its"):
+        space.write_space(tmp_path / "shipped", [], hub_kwargs={"revision": "dev"})  # the shipped model has no revision
 
 
 @pytest.mark.slow

@@ -115,7 +115,7 @@ def test_the_cards_licence_and_base_model_are_the_ones_given_else_the_folders(tm
     capsys.readouterr()
     assert main(["push", str(folder), REPO, "--force"]) == 2  # no --dry-run: no --out to replace, nothing sent
     assert (
-        "error: --out is where --dry-run stages the files (--force: replacing an earlier one)"
+        "error: --force replaces an earlier --out: where --dry-run stages the files; without --dry-run"
         in capsys.readouterr().err
     )
 
@@ -598,21 +598,21 @@ def test_a_published_card_names_no_folder_even_with_spaces_commas_or_quotes(tmp_
     capsys.readouterr()
 
 
-def test_a_published_command_keeps_the_hub_ids_it_was_given(tmp_path, monkeypatch):
-    """A Hub id given to --init-from, --tokenizer or --dataset is kept whole (cut to its name, it named another
-    repo); a path given to them, as to every other flag, is cut to its last part."""
-    from hf_tinygpt.folders.model_card import command_without_folders
+def test_a_published_command_keeps_the_hub_ids_the_run_read_and_what_is_no_path():
+    """The Hub ids a run read (its card records them) stay whole: cut to `name`, `owner/name` named another repo
+    (`--init-from me/tiny` became `tiny`), also where a flag is abbreviated; a revision or a glob is no path; every
+    path is cut to its last part, one that looks like owner/name too."""
+    from hf_tinygpt.folders.model_card import command_without_folders, without_folders
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "tok").mkdir()
-    (tmp_path / "tok" / "bpe").mkdir()  # tok/bpe looks like a Hub id, but it is a folder here
+    described = "the train split of owner/corpus (column `text`), held out: /home/a/held.txt"
+    assert without_folders(described, keep=["owner/corpus"]) == described.replace("/home/a/", "")
     command = (
-        "hf-tinygpt train --dataset=owner/corpus --init-from me/tiny --tokenizer tok/bpe --config /home/a/shape.json "
-        "--validation me/held_out.txt --out /home/a/run"
+        "hf-tinygpt train --dataset=owner/corpus --init me/tiny --tokenizer tok/bpe --config /home/a/shape.json "
+        "--revision refs/pr/3 --glob 'sub/*.txt' --out /home/a/run"
     )
-    assert command_without_folders(command) == (
-        "hf-tinygpt train --dataset=owner/corpus --init-from me/tiny --tokenizer bpe --config shape.json "
-        "--validation held_out.txt --out run"
+    assert command_without_folders(command, keep=["owner/corpus", "me/tiny"]) == (
+        "hf-tinygpt train --dataset=owner/corpus --init me/tiny --tokenizer bpe --config shape.json "
+        "--revision refs/pr/3 --glob 'sub/*.txt' --out run"
     )
 
 

@@ -517,7 +517,9 @@ def test_init_from_a_private_hub_repo_at_a_revision_with_a_token_that_no_file_ke
     assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file() and HUB_TOKEN.encode() in p.read_bytes()]
     card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
     assert card.data.base_model == "me/start" and "--revision v2" in card.data.tinygpt["training"]["command"]
-    assert "A TinyGPT fine-tuned from me/start with" in card.text
+    assert "A TinyGPT fine-tuned from me/start with" in card.text and card.data.tinygpt["training"]["hub_ids"] == [
+        "me/start"
+    ]
 
     without = train_cli("--init-from", "me/start", "--revision", "v2", *args, "--force", cwd=tmp_path, env=env)
     assert without.returncode != 0 and "me/start" in without.stderr  # private: no token, no weights

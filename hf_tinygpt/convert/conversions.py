@@ -112,7 +112,8 @@ def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
         if n_head is None and n_embd % 64:
             raise ValueError(
                 f"{path}: n_embd {n_embd} is not a multiple of 64, the head size of every released GPT-2, so the "
-                "shapes do not tell its number of heads: put its config.json beside it, or convert it with `n_head`"
+                "shapes do not tell its number of heads: put its config.json beside it, or convert it with `n_head` "
+                "(hf-tinygpt convert SRC --n-head N)"
             )
         config = TinyGPTConfig(
             vocab_size=wte.shape[0],

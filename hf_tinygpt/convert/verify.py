@@ -39,6 +39,8 @@ def compare_with_gpt2(tiny: TinyGPTForCausalLM, gpt2: GPT2LMHeadModel, input_ids
     `new_tokens` or as many as the models' context leaves."""
     delta, scale = max_logit_delta(tiny, gpt2, input_ids)
     new_tokens = min(new_tokens, gpt2.config.n_positions - input_ids.shape[1])
+    if new_tokens < 1:
+        raise ValueError(f"no room to continue: {input_ids.shape[1]} tokens of {gpt2.config.n_positions} positions")
     kwargs = dict(max_new_tokens=new_tokens, do_sample=False, attention_mask=torch.ones_like(input_ids))
     kwargs["pad_token_id"] = gpt2.config.eos_token_id
     ours, theirs = tiny.generate(input_ids, **kwargs), gpt2.generate(input_ids, **kwargs)

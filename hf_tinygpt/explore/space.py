@@ -145,6 +145,8 @@ def write_space(
             raise ValueError(f"{source}: the Space could not load it ({describe(error)})") from error
         schemes.append(model.config.position_embedding_type)
     hub_ids = [source for source in models if "/" in source]
+    if (hub_kwargs or {}).get("revision") and not hub_ids:  # the shipped model and scheme names have no revision
+        raise ValueError("`revision` is the revision of the Space's Hub models, and none of its models is a Hub id")
     card = SpaceCard.from_template(
         SpaceCardData(
             title=title,

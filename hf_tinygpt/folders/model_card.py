@@ -16,7 +16,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.params import parameter_breakdown
-from .reading import cannot_be_a_hub_id, describe
+from .reading import describe
 from .training_history import LOSS_CURVE, TRAINING_HISTORY
 
 TEMPLATES = {"conversion": "converted_gpt2.md", "training": "trained.md"}
@@ -157,6 +157,7 @@ TRAINING_FIELDS = {
     "block_size": _COUNT,
     "command": _TEXT,
     "fine_tuned_from": _TEXT,
+    "hub_ids": (list,),
     "seed": _COUNT,
     "learning_rate": _NUMBER,
     "train_paths": (list,),
@@ -186,29 +187,33 @@ def checked_provenance(provenance, where: str) -> dict:
     return provenance
 
 
-def without_folders(text: str) -> str:
+def without_folders(text: str, keep=()) -> str:
     """`text` with every path in it cut to its last part (`/home/me/data/plays.txt` → `plays.txt`): what a card
-    published from this machine says about where its data lay."""
-    return re.sub(r"[^\s,()`'\"=]*/[^\s,()`'\"=]*", lambda m: Path(m.group()).name or m.group(), text)
+    published from this machine says about where its data lay. The Hub ids in `keep` stay whole."""
+    return re.sub(
+        r"[^\s,()`'\"=]*/[^\s,()`'\"=]*",
+        lambda m: m.group() if m.group() in keep else Path(m.group()).name or m.group(),
+        text,
+    )
 
 
-# The flags whose value may be a Hub id (owner/name), which is kept: cut to `name`, it would name another repo.
-HUB_ID_FLAGS = ("--init-from", "--tokenizer", "--dataset")
+# The flags whose value is never a path, though it may hold a "/": a revision (refs/pr/3), a glob (sub/*.txt).
+NOT_PATH_FLAGS = ("--revision", "--glob", "--dataset-config", "--dataset-split", "--text-column")
 
 
-def command_without_folders(command: str) -> str:
-    """A command line with each argument that is a path (or a `--flag=path`) cut to its last part, but for a Hub id
-    given to a flag that takes one; split as the shell splits it, so a path with spaces, commas or quotes in it goes
-    whole."""
+def command_without_folders(command: str, keep=()) -> str:
+    """A command line with each argument that is a path (or a `--flag=path`) cut to its last part, but for the Hub
+    ids in `keep` (the run recorded which it read: cut to `name`, `owner/name` would name another repo) and the
+    values of `NOT_PATH_FLAGS`; split as the shell splits it, so a path with spaces, commas or quotes goes whole."""
     try:
         words = shlex.split(command)
     except ValueError:  # not a command line this tool wrote
-        return without_folders(command)
+        return without_folders(command, keep)
 
     def cut(word: str, after: str) -> str:
         flag, equals, value = word.partition("=") if word.startswith("--") else ("", "", word)
-        hub_id = (flag or after) in HUB_ID_FLAGS and not cannot_be_a_hub_id(value) and not Path(value).exists()
-        return flag + equals + (Path(value).name or value if "/" in value and not hub_id else value)
+        whole = "/" not in value or value in keep or (flag or after) in NOT_PATH_FLAGS
+        return flag + equals + (value if whole else Path(value).name or value)
 
     return shlex.join(cut(word, after) for after, word in zip(["", *words], words, strict=False))
 
@@ -232,15 +237,16 @@ def rerender_for(
     provenance = copy.deepcopy(checked_provenance(data.get("tinygpt"), where))
     training = provenance.get("training")
     if training and not keep_local_paths:
+        hub_ids = [name for name in training.get("hub_ids") or [] if isinstance(name, str)]
         if isinstance(training.get("command"), str):
-            training["command"] = command_without_folders(training["command"])
+            training["command"] = command_without_folders(training["command"], keep=hub_ids)
         paths = training.pop("train_paths", None)
         if paths is not None and isinstance(training.get("train_description"), str):  # its paths, named as given
             for path in sorted((path for path in paths if isinstance(path, str)), key=len, reverse=True):
                 training["train_description"] = training["train_description"].replace(path, Path(path).name or path)
         for name in ("train_description", "validation_description"):
             if isinstance(training.get(name), str):
-                training[name] = without_folders(training[name])
+                training[name] = without_folders(training[name], keep=hub_ids)
     for name in ("license", "base_model"):
         if data.get(name) is not None and not isinstance(data[name], str):
             raise ValueError(f"{where}: {name} must be text, got {data[name]!r:.60}")

@@ -231,7 +231,8 @@ class _NoLoadReport(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         said = record.getMessage()
-        return record.thread != self.thread or "LOAD REPORT" not in said or "CONVERSION" in said
+        elsewhere = record.thread not in (self.thread, None)  # None: logging records no threads
+        return elsewhere or "LOAD REPORT" not in said or "CONVERSION" in said
 
 
 def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):

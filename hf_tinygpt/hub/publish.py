@@ -184,7 +184,8 @@ def stage_tinygpt_folder(
 
     refuse_links(folder, READ_FILES, inside=inside)
     _weights_layout(folder, inside)
-    if (folder / "README.md").is_file() and (changed := _weights_changed_since_written(folder)):
+    claims = (folder / "README.md").is_file() or (folder / TRAINING_HISTORY).is_file()  # of the weights written
+    if claims and (changed := _weights_changed_since_written(folder)):
         raise ValueError(
             f"{folder}: {', '.join(changed)}: its card (README.md) and training history describe the weights "
             "hf-tinygpt wrote there, not these. Publish the folder as it was written, or remove README.md and "
@@ -396,9 +397,9 @@ def push(settings: PushSettings, *, on_staged=None, on_committed=None) -> Publis
     `on_committed(commit)` hear of each step as it ends (a collection the Hub refuses fails after the commit)."""
     s = settings
     if (s.out is not None or s.force) and not s.dry_run:
+        given = "`force` replaces an earlier `out`" if s.force else "`out`"
         raise ValueError(
-            "`out` is where `dry_run` stages the files (`force`: replacing an earlier one); without `dry_run` the "
-            "push stages in a temporary folder"
+            f"{given}: where `dry_run` stages the files; without `dry_run` the push stages in a temporary folder"
         )
     if s.collection is not None:
         check_collection(s.collection)  # before the push, not after it

@@ -3,6 +3,7 @@ config, the loss history and its curve) with a card that says how it was trained
 measured on the weights exactly as written."""
 
 import copy
+import os
 from pathlib import Path
 
 import torch
@@ -30,12 +31,25 @@ def _started_from(settings: TrainingSettings) -> str | None:
     """What the card says a run from `init_from` started from: its Hub id, or a local model (never its path)."""
     if not settings.init_from:
         return None
-    return "a local model" if Path(settings.init_from).exists() else settings.init_from
+    return "a local model" if os.path.lexists(settings.init_from) else settings.init_from
+
+
+def _hub_ids(settings: TrainingSettings) -> list[str]:
+    """The Hub ids the run read (`init_from`, `tokenizer`, `dataset` that name no path here): a published card keeps
+    them whole, where it cuts a path to its last part."""
+    return [
+        value
+        for value in (settings.init_from, settings.tokenizer, settings.dataset)
+        if value and "/" in value and not os.path.lexists(value)
+    ]
 
 
 def card_training(settings: TrainingSettings, data: RunData, summary: dict, accelerator) -> dict:
     """What the model card says of the run (its YAML's `tinygpt.training`); the perplexity is filled in later."""
+    started, hub_ids = _started_from(settings), _hub_ids(settings)
     return {
+        **({"fine_tuned_from": started} if started else {}),
+        **({"hub_ids": hub_ids} if hub_ids else {}),
         "train_description": data.description,  # what the run trained on, as `run_tokens` describes it
         "train_paths": settings.train or [settings.dataset],  # a published card names them without folders
         "train_tokens": int(data.blocks.size),
@@ -48,7 +62,6 @@ def card_training(settings: TrainingSettings, data: RunData, summary: dict, acce
         "validation_tokens": int(len(data.validation)) if data.validation is not None else 0,
         "block_size": settings.block_size,
         "command": settings.command,
-        "fine_tuned_from": _started_from(settings),
         "seed": settings.seed,
         "learning_rate": settings.learning_rate,
     }

@@ -263,7 +263,7 @@ def _check_data(settings: TrainingSettings):
     if settings.glob != _DEFAULTS["glob"] and not folders:
         raise ValueError(
             "`TrainingSettings.glob` picks the files of `TrainingSettings.train` and `TrainingSettings.validation` "
-            "folders, and no folder is given"
+            "folders, and no folder of text files is given (a token folder holds tokens)"
         )
 
 

@@ -82,8 +82,9 @@ def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int)
 def check_it_fits(config: TinyGPTConfig, device: torch.device):
     """A new model's weights, their gradients and AdamW's two moments (16 bytes a parameter, in float32), checked
     against the memory free on `device` before they are made: past it, the system may end the process unannounced."""
-    if device.type == "cpu":  # shared by the processes on this machine
-        free = psutil.virtual_memory().available // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if device.type == "cpu" else 1  # on this machine
+    if device.type == "cpu":
+        free = psutil.virtual_memory().available // processes
     elif device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     else:
@@ -92,7 +93,8 @@ def check_it_fits(config: TinyGPTConfig, device: torch.device):
     if (needed := 16 * parameters) > free:
         raise ValueError(
             f"the model has {parameters:,} parameters: they, their gradients and AdamW's moments need "
-            f"{needed / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free on {device}; train a smaller model "
+            f"{needed / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB free on {device}"
+            f"{f' for each of {processes} processes' if processes > 1 else ''}; train a smaller model "
             "(`n_positions`, `n_embd`, `n_layer`)"
         )
 

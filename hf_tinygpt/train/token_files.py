@@ -333,10 +333,9 @@ def load_text_dataset(dataset: str, config: str | None, split: str, text_column:
     except ValueError as error:  # load_dataset's: no such configuration or split
         if saved or (config is None and split == "train"):
             raise
-        raise ValueError(
-            f"the dataset {dataset} does not load with `TrainingSettings.dataset_config` {config!r} and "
-            f"`TrainingSettings.dataset_split` {split!r}: {error}"
-        ) from None
+        given = [f"`TrainingSettings.dataset_config` {config!r}"] * (config is not None)
+        given += [f"`TrainingSettings.dataset_split` {split!r}"] * (split != "train")
+        raise ValueError(f"the dataset {dataset} does not load with {' and '.join(given)}: {error}") from None
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
             raise ValueError(
