@@ -386,11 +386,12 @@ def main(argv=None) -> int:
     if args.quick:  # one training text: reading the whole corpus five times would be most of a smoke run
         texts = sorted(path for path in Path(args.data).glob(args.glob) if path.resolve() != Path(validation).resolve())
         train_paths = [str(texts[0])] if texts else train_paths
+    folders = any(Path(path).is_dir() for path in train_paths)  # a glob picks a folder's files: none for files
     settings = TrainingSettings(
         out=args.out,  # each (scheme, seed) run goes to OUT/runs/SCHEME-seedN (`study`)
         train=train_paths,
         validation=[validation],
-        glob=args.glob,
+        **({"glob": args.glob} if folders else {}),
         config={
             "n_layer": args.n_layer,
             "n_embd": args.n_embd,
