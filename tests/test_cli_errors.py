@@ -478,7 +478,10 @@ def test_a_shape_flag_given_with_init_from_is_named_as_the_flag(tiny_folder, cor
     flag that did not set a config file's field)."""
     argv = ["train", "--train", corpus, "--init-from", tiny_folder, *RUN_ONLY, "--out", tmp_path / "out"]
     code, err = run_cli(capsys, *argv, "--n-layer", 3, "--position", "rope")
-    said = f"the model of --init-from ({tiny_folder}) fixes its shape, and the run's config sets n_layer, position_embedding_type: leave them out"
+    said = (
+        f"the model of --init-from ({tiny_folder}) fixes its shape, and the run's config sets n_layer, "
+        "position_embedding_type: leave them out"
+    )
     assert code == 2 and said in last_line(err) and "--config" not in err, err
     (tmp_path / "shape.json").write_text('{"n_positions": 32}')
     code, err = run_cli(capsys, *argv, "--config", tmp_path / "shape.json")

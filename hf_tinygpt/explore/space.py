@@ -47,7 +47,8 @@ HUB = json.loads({hub!r})  # the revision the models were checked at, where one 
 LONG_TEXT = HERE / "long_text.txt"
 
 demo = build_app(
-    load_models(MODELS, hub_kwargs=HUB), long_text=LONG_TEXT.read_text(encoding="utf-8") if LONG_TEXT.is_file() else None
+    load_models(MODELS, hub_kwargs=HUB),
+    long_text=LONG_TEXT.read_text(encoding="utf-8") if LONG_TEXT.is_file() else None,
 )
 
 if __name__ == "__main__":

@@ -176,9 +176,10 @@ def stage_tinygpt_folder(
     whatever `.py` files lie in the folder) as loaded strictly by this package, its tokenizer as transformers read
     it (a real vocabulary that fits the model), its generation config as `GenerationConfig` read it, and its card
     for `repo_id` (without local paths unless `keep_local_paths`; its `license` and `base_model` where given). The
-    staged folder is loaded back and must give
-    the same weights. A training history goes as checked numbers with its curve drawn again from them. Nothing
-    else goes: no optimizer states, logs, images, notes, stray or linked files."""
+    staged folder is loaded back and must give the same weights. A training history goes as checked numbers with its
+    curve drawn again from them. Nothing else goes: no optimizer states, logs, images, notes, stray or linked files.
+    A folder hf-tinygpt wrote whose weights changed since is refused while it holds the card and history of the
+    weights it was written with."""
     from ..folders.bundled import load_tokenizer
     from ..folders.model_card import rerender_for
 

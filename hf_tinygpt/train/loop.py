@@ -33,8 +33,8 @@ except ImportError as error:
 def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[TinyGPTForCausalLM, dict]:
     """Run (or resume) a training run; returns (this process's model, a summary). The final model is written to
     OUT/model, its summary (loss history, validation perplexities, wall time) to OUT/summary.json (a run that had
-    already finished returns its summary, and its newest checkpoint's model). `token`: for a
-    Hub `init_from`, a Hub token (never recorded; default: the one huggingface_hub knows).
+    already finished returns its summary, and its newest checkpoint's model). `token`: for a Hub `init_from`, a Hub
+    token (never recorded; default: the one huggingface_hub knows).
 
     Everything that can be wrong with the settings, OUT or the data is found before the run folder is touched."""
     protect = inputs_of(settings)

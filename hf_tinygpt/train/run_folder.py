@@ -125,8 +125,8 @@ class RunFolder:
             if checkpoint is None:
                 raise ValueError(
                     f"`TrainingSettings.resume`: {self.out} holds a run that finished at step {summary.get('steps')} "
-                    "and kept no checkpoint that loads to compare these settings with: there is nothing to resume (to train "
-                    "again in its place, set `TrainingSettings.force`)"
+                    "and kept no checkpoint that loads to compare these settings with: there is nothing to resume "
+                    "(to train again in its place, set `TrainingSettings.force`)"
                 )
             self.say(f"{self.out}: this run already finished at step {summary.get('steps')}; nothing to do")
             progress.finished = summary
