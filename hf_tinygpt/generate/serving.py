@@ -40,6 +40,7 @@ class TinyGPTModelLoader(ModelLoader):
         quantization = self.get_quantization_config()
         return load_strictly(  # a checkpoint that does not fit the model is refused, never filled at random
             repo,
+            config=config,  # as read above, not again
             revision=revision,
             attn_implementation=self.attn_implementation,
             dtype=self.dtype,
@@ -63,7 +64,7 @@ class TinyGPTModelLoader(ModelLoader):
         if self.attn_implementation:  # the default kernel (sdpa) runs every scheme
             with torch.device("meta"):
                 TinyGPTForCausalLM(TinyGPTConfig.from_dict(config, attn_implementation=self.attn_implementation))
-        model = load_strictly(repo, dtype=self.dtype, **hub)
+        model = load_strictly(repo, config=config, dtype=self.dtype, **hub)
         if generation_state.use_continuous_batching(model.config, self.load_processor(model_id)):
             model.check_continuous_batching()
 

@@ -27,6 +27,7 @@ from ..folders.errors import hub_answers_in_one_line, printable, redacted
 from ..folders.model_folder import save_model_folder
 from ..folders.outputs import MANIFEST, output_folder, read_manifest, unproven
 from ..folders.reading import (
+    cannot_be_a_hub_id,
     check_weights_index,
     describe,
     has_tokenizer,
@@ -261,7 +262,7 @@ def stage_for_hub(
     if isinstance(verify_tolerance, bool) or not (isinstance(verify_tolerance, (int, float)) and verify_tolerance >= 0):
         raise ValueError(f"`verify_tolerance` must be a number >= 0, got {verify_tolerance!r}")
     src = str(src)
-    if not Path(src).exists() and (src.startswith((".", "/")) or src.count("/") > 1):
+    if not Path(src).exists() and cannot_be_a_hub_id(src):
         raise FileNotFoundError(f"{src}: no such file or folder")
     if is_space_folder(src):
         raise ValueError(
