@@ -129,6 +129,17 @@ def save_with_tokenizer(model, folder):
     return folder
 
 
+def word_tokenizer(words: list[str]):
+    """A tokenizer unlike GPT-2's: one token for each of `words` (ids 1, 2, ...; [UNK] is 0), split on whitespace."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocabulary = {"[UNK]": 0, **{word: index + 1 for index, word in enumerate(words)}}
+    backend = Tokenizer(models.WordLevel(vocabulary, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+
+
 @pytest.fixture
 def gpt2_folder(tmp_path):
     """A GPT-2 checkpoint (random_gpt2, small vocabulary) saved by transformers in tmp_path/models/gpt2."""

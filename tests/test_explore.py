@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import text_model
+from conftest import HUB_TOKEN, text_model, tiny_model, word_tokenizer
 
 gr = pytest.importorskip("gradio")
 from gradio_client import Client  # noqa: E402
@@ -56,7 +56,7 @@ def test_every_tab_shows_both_models_and_follows_the_prompt(explorer):
     assert [item["caption"].split(": ")[1] for item in alibi] == ["alibi_bias"]
     texts = client.predict(PROMPT, 5, api_name="/generate")
     tokenizer = gpt2_tokenizer()
-    for (_, model), text in zip(models, texts, strict=True):
+    for (_, model, *_), text in zip(models, texts, strict=True):
         ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
         expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False)
         assert text == tokenizer.decode(expected[0, ids.shape[1] :])
@@ -68,7 +68,7 @@ def test_attention_shown_is_the_models_output_attentions(explorer):
     shown = client.predict(PROMPT, 1, 1, api_name="/attention")
     tables = shown[1::2]
     ids = torch.tensor([gpt2_tokenizer()(PROMPT)["input_ids"]])
-    for (_, model), table in zip(models, tables, strict=True):
+    for (_, model, *_), table in zip(models, tables, strict=True):
         with torch.no_grad():
             expected = model(ids, output_attentions=True).attentions[1][0, 1]
         assert np.allclose(np.array(table["data"], dtype=float), expected.numpy(), atol=1e-6)
@@ -83,7 +83,7 @@ def test_past_the_training_length_is_the_models_loss_at_each_position(explorer):
     models, client, _ = explorer
     figure, hover, table = client.predict(LONG_TEXT, 96, api_name="/past_length")
     ids = torch.tensor(gpt2_tokenizer()(LONG_TEXT)["input_ids"])
-    learned, alibi = (model for _, model in models)
+    learned, alibi = (shown.model for shown in models)
     assert learned.config.n_positions == 64  # so the learned model has no loss past position 63
     rows = np.array([[np.nan if v in (None, "NaN", "nan") else float(v) for v in row] for row in table["data"]])
     assert rows.shape == (95, 3) and list(rows[:, 0]) == list(range(1, 96))
@@ -211,13 +211,67 @@ def test_views_are_the_models_own_numbers(monkeypatch):
         per_position_loss(model, long[:30], 40)
 
 
+def test_each_model_reads_the_prompt_with_its_own_tokenizer(tmp_path):
+    """A model folder that holds its own tokenizer is shown on its tokens (GPT-2's would give ids the explorer maps
+    into its vocabulary: other tokens' rows, a garbled continuation), beside a model that reads GPT-2's."""
+    from hf_tinygpt.explore.app import Explorer
+
+    words = tmp_path / "words"
+    model = tiny_model("rope", seed=5)
+    tokenizer = word_tokenizer(["The", "the", "cat", "sat", "on", "mat", "by", "door"])
+    model.save_pretrained(words)
+    tokenizer.save_pretrained(words)
+    text_model("learned", seed=1).save_pretrained(tmp_path / "gpt2-vocabulary")
+    explorer = Explorer(load_models([str(words), str(tmp_path / "gpt2-vocabulary")]))
+    _, own, _, gpt2 = explorer.attention(PROMPT, 1, 1)
+    assert own["headers"] == [f"{i}: {word}" for i, word in enumerate(PROMPT.split())]
+    assert gpt2["headers"][1] == "1:  cat"
+    ids = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
+    *_, (text, _) = explorer.generate(PROMPT, 4)
+    assert text == tokenizer.decode(expected[0, ids.shape[1] :])
+    with pytest.raises(ValueError, match=r"^the long text has 3 tokens: paste at least one window \(8 tokens\)$"):
+        explorer.past_training_length("the cat sat", 8)  # GPT-2 reads 3 tokens too: whose count is not said
+    with pytest.raises(ValueError, match=r"has 6 tokens: paste at least one window \(8 tokens\) \(as words reads"):
+        explorer.past_training_length("the cat sat on the doormat", 8)  # 7 of GPT-2's: the count is the word model's
+
+
+def test_a_hub_models_training_length_is_read_from_its_card(hub, tmp_path, monkeypatch):
+    """A model loaded by Hub id is marked where it was trained, as a local folder is: from the card in its repo."""
+    from huggingface_hub import HfApi, constants
+
+    from hf_tinygpt.explore.views import training_context
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
+    for repo in ("me/carded", "me/plain"):
+        api.create_repo(repo)
+        api.upload_file(path_or_fileobj=b"{}", path_in_repo="config.json", repo_id=repo)
+    card = "---\ntinygpt:\n  training:\n    block_size: 48\n---\n# a model\n"
+    api.upload_file(path_or_fileobj=card.encode(), path_in_repo="README.md", repo_id="me/carded")
+    model = text_model("rope")
+    for repo, trained_at in (("me/carded", 48), ("me/plain", None)):
+        model.config.name_or_path = repo
+        assert training_context(model, {"token": HUB_TOKEN}) == trained_at
+    model.config.name_or_path = ""  # built here, untrained
+    assert training_context(model) is None
+
+
 def test_the_verb_refuses_a_long_text_it_cannot_read(tmp_path, capsys):
     from hf_tinygpt.cli.commands import main
 
     (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
-    for name, error in (("missing.txt", "no such file"), ("latin1.txt", "not UTF-8 text")):
+    (tmp_path / "long.txt").write_text(("the " * 65_537).strip())
+    for name, error in (
+        ("missing.txt", f"--long-text {tmp_path / 'missing.txt'}: no such file"),
+        ("latin1.txt", f"--long-text {tmp_path / 'latin1.txt'}: not UTF-8 text"),
+        ("long.txt", "--long-text: the long text is 65,537 tokens long; the explorer scores at most 65,536"),
+    ):
         assert main(["explore", "rope", "--long-text", str(tmp_path / name)]) == 2
-        assert f"--long-text {tmp_path / name}: {error}" in capsys.readouterr().err
+        assert error in capsys.readouterr().err
 
 
 @pytest.mark.slow

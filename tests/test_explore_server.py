@@ -152,7 +152,7 @@ def test_a_request_that_fails_never_blocks_the_next(explorer):
     event, data = browser_request(url, "generate", '{"data": ["a \\ud800 b", 3]}')
     assert event == "error" and "holds a character that is not text (a lone surrogate, character 3)" in data["error"]
     texts = Client(url, verbose=False).submit(PROMPT, 5, api_name="/generate").result(timeout=ANSWER_WITHIN)
-    assert list(texts) == [greedy(model, PROMPT, 5) for _, model in models]
+    assert list(texts) == [greedy(model, PROMPT, 5) for _, model, *_ in models]
 
 
 @pytest.mark.slow
@@ -174,7 +174,7 @@ def test_a_generation_that_fails_part_way_frees_the_app(explorer, monkeypatch):
     assert answer == "this request failed (RuntimeError: the third step failed)"
     monkeypatch.undo()
     texts = Client(url, verbose=False).submit(PROMPT, 5, api_name="/generate").result(timeout=ANSWER_WITHIN)
-    assert list(texts) == [greedy(model, PROMPT, 5) for _, model in models]
+    assert list(texts) == [greedy(model, PROMPT, 5) for _, model, *_ in models]
 
 
 @pytest.mark.slow
@@ -199,7 +199,7 @@ def test_a_client_that_leaves_mid_stream_stops_its_generation(explorer, monkeypa
     assert 5 <= left_at and len(steps) <= left_at + 2, (left_at, len(steps))  # not the 50 it asked for
     monkeypatch.undo()
     texts = Client(url, verbose=False).submit(PROMPT, 5, api_name="/generate").result(timeout=ANSWER_WITHIN)
-    assert list(texts) == [greedy(model, PROMPT, 5) for _, model in models]
+    assert list(texts) == [greedy(model, PROMPT, 5) for _, model, *_ in models]
 
 
 @pytest.mark.slow
@@ -224,7 +224,7 @@ def test_the_others_are_answered_while_one_client_is_hostile(explorer):
         stop.set()
         attacker.join(timeout=ANSWER_WITHIN)
     for i, texts in enumerate(answers[:3]):
-        assert list(texts) == [greedy(model, PROMPT, 4 + i) for _, model in models]
+        assert list(texts) == [greedy(model, PROMPT, 4 + i) for _, model, *_ in models]
     assert len(answers[3][1]["data"]) == 9 and refused  # the alibi table: one row per prompt token
 
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import P_ROPE, random_gpt2, run_cli, tiny_config, tiny_model
+from conftest import P_ROPE, random_gpt2, run_cli, tiny_config, tiny_model, word_tokenizer
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM
@@ -389,6 +389,25 @@ def test_cli_refuses_with_exit_code_2_and_a_message(tmp_path, capsys, args, mess
 def test_plots_refuse_more_positions_than_a_picture_holds(tmp_path, capsys):
     code, err = run_cli(capsys, "plot-positions", "alibi", "--out", tmp_path / "plots", "--max-positions", 10**9)
     assert code == 2 and "cannot plot 1000000000 positions" in err
+
+
+def test_a_model_folder_with_its_own_tokenizer_is_drawn_on_its_tokens(tmp_path, capsys):
+    """The prompt is read with the tokenizer the folder holds: GPT-2's would give other tokens (' cat', not 'cat'),
+    whose ids it maps into the model's vocabulary, and the picture would show rows the model never reads for them."""
+    from hf_tinygpt.plots.positions import draw_positions
+    from hf_tinygpt.plots.settings import PlotSettings
+
+    folder = tmp_path / "words"
+    model = tiny_model("learned", seed=4)
+    model.save_pretrained(folder)
+    word_tokenizer(["the", "cat", "saw", "dog"]).save_pretrained(folder)
+    prompt = "the cat saw the dog"
+    _, _, arrays, _ = draw_positions(PlotSettings(model=str(folder), out=str(tmp_path / "api"), prompt=prompt))
+    tokens = arrays["token_vs_position"]
+    assert tokens["tokens"] == ["the", "cat", "saw", "the", "dog"] and not tokens["remapped"]
+    assert np.array_equal(tokens["token"], model.transformer.wte.weight[[1, 2, 3, 1, 4]].detach().numpy())
+    assert main(["plot-positions", str(folder), "--out", str(tmp_path / "plots"), "--prompt", prompt]) == 0
+    assert "repeated token 'the' at positions 0 and 3" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("scheme", ["rope", "alibi", "none"])

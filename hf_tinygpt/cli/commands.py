@@ -130,10 +130,9 @@ def run_serve(args) -> int:
 
 def run_explore(args) -> int:
     from ..explore.settings import read_long_text
-    from ..folders.bundled import gpt2_tokenizer
 
     settings = ExploreSettings(**settings_values(args, ExploreSettings))
-    long_text = read_long_text(settings.long_text, gpt2_tokenizer())
+    long_text = read_long_text(settings.long_text)
     if settings.out:
         from ..explore.space import write_space
 
@@ -158,7 +157,7 @@ def run_explore(args) -> int:
     with no_progress_bars():
         models = load_models(settings.models, hub_kwargs=hub_kwargs(settings))
     demo = build_app(models, long_text=long_text)
-    print(", ".join(f"{label} ({model.config.position_embedding_type})" for label, model in models))
+    print(", ".join(f"{shown.label} ({shown.model.config.position_embedding_type})" for shown in models))
     launch(demo, server_name="127.0.0.1", server_port=settings.port or None)  # loopback only: nothing is shared
     return 0
 

@@ -45,6 +45,7 @@ from .limits import (
     whole_number,
 )
 from .views import (
+    ExploredModel,
     attention_pattern,
     greedy_continuation,
     per_position_loss,
@@ -133,21 +134,30 @@ def launch(demo: "gr.Blocks", *, server_name: str | None = None, server_port: in
 
 
 class Explorer:
-    """What each tab answers, over `models` ([(label, model)]) shared by every browser tab: one model call at a
-    time, every request checked against the limits (`limits.py`) before any work."""
+    """What each tab answers, over `models` shared by every browser tab: one model call at a time, every request
+    checked against the limits (`limits.py`) before any work. Each model reads the prompt with its own tokenizer."""
 
-    def __init__(self, models: list[tuple[str, object]]):
-        self.models = models
-        self.labels = [label for label, _ in models]
-        self.tokenizer = gpt2_tokenizer()
+    def __init__(self, models: list):
+        self.models = [shown if isinstance(shown, ExploredModel) else _explored(*shown) for shown in models]
+        self.labels = [shown.label for shown in self.models]
         self.pictures_dir = private_folder() / "pictures"
         self.lock = threading.Lock()
-        self.layers = max(model.config.n_layer for _, model in models)  # a model without that layer or head says so
-        self.heads = max(model.config.n_head for _, model in models)
-        self.most_positions = min(max(model.config.n_positions for _, model in models), MAX_PLOTTED_POSITIONS)
+        configs = [shown.model.config for shown in self.models]
+        self.layers = max(config.n_layer for config in configs)  # a model without that layer or head says so
+        self.heads = max(config.n_head for config in configs)
+        self.most_positions = min(max(config.n_positions for config in configs), MAX_PLOTTED_POSITIONS)
         # How a scheme looks past its trained positions.
         self.most_plotted = min(4 * self.most_positions, MAX_PLOTTED_POSITIONS)
-        self.trained_at = [training_context(model) for _, model in models]  # read from each card once
+
+    def text_ids(self, text) -> list[torch.Tensor]:
+        """A long text's ids as each model reads it, or a ValueError: past the limits for one of them."""
+        texts = []
+        for label, _, tokenizer, _ in self.models:
+            try:
+                texts.append(torch.tensor(long_text_ids(text, tokenizer), dtype=torch.long))
+            except ValueError as error:
+                raise ValueError(f"{error}" + (f" (as {label} reads it)" if len(self.models) > 1 else "")) from None
+        return texts
 
     def per_model(self, values: list):
         """One value per model, as Gradio takes them: a list for several outputs, the value itself for one."""
@@ -156,12 +166,15 @@ class Explorer:
     def checked_prompt(self, prompt, new_tokens: int = 0) -> str:
         """The prompt, or a ValueError: too long, or past where a model's positions reach."""
         prompt = checked_text(prompt, "prompt", MAX_PROMPT_CHARACTERS)
-        count = len(self.tokenizer(prompt)["input_ids"])
-        if count == 0:
-            raise ValueError("the prompt is empty: type a few words")
-        if count > MAX_PROMPT_TOKENS:
-            raise ValueError(f"the prompt is {count:,} tokens long; the explorer takes at most {MAX_PROMPT_TOKENS}")
-        for label, model in self.models:
+        counts = [len(shown.tokenizer(prompt)["input_ids"]) for shown in self.models]
+        for (label, model, *_), count in zip(self.models, counts, strict=True):
+            if count == 0:
+                raise ValueError("the prompt is empty: type a few words")
+            if count > MAX_PROMPT_TOKENS:
+                whose = _whose(label, counts)
+                raise ValueError(
+                    f"the prompt is {count:,} tokens long; the explorer takes at most {MAX_PROMPT_TOKENS}{whose}"
+                )
             if (reach := positions_reach(model.config)) is not None and count + new_tokens > reach:
                 asked = f"{count} tokens" + (f" and {new_tokens} new ones" if new_tokens else "")
                 raise ValueError(f"the prompt's {asked} run past the {reach} positions {label} reaches: ask for fewer")
@@ -175,13 +188,14 @@ class Explorer:
         seed = whole_number(seed, "seed", 0, MAX_SEED)
         shown = []
         with self.lock:
-            for index, (label, model) in enumerate(self.models):
+            for index, (label, model, tokenizer, _) in enumerate(self.models):
                 count = min(positions, positions_reach(model.config) or positions)  # no rows past a table's end
                 made = position_pictures(
                     model,
                     label,
                     self.pictures_dir / str(index),
                     prompt,
+                    tokenizer=tokenizer,
                     token_vs_position=token_vs_position,
                     n_dims=n_dims,
                     seed=seed,
@@ -202,12 +216,12 @@ class Explorer:
         head = whole_number(head, "head", 0, self.heads - 1)
         outputs = []
         with self.lock:
-            for label, model in self.models:
+            for label, model, tokenizer, _ in self.models:
                 if layer >= model.config.n_layer or head >= model.config.n_head:
                     shape = f"{model.config.n_layer} layers of {model.config.n_head} heads"
                     outputs += [plot_message(f"{label} has {shape}: no layer {layer}, head {head}"), None]
                     continue
-                pattern = attention_pattern(model, prompt, layer, head, self.tokenizer)
+                pattern = attention_pattern(model, prompt, layer, head, tokenizer)
                 title = f"{label} ({model.config.position_embedding_type}): layer {layer}, head {head}"
                 outputs.append(plot_attention_pattern(pattern, title))
                 headers = [f"{i}: {text}" for i, text in enumerate(pattern["tokens"])]
@@ -216,20 +230,26 @@ class Explorer:
 
     def past_training_length(self, text, context, progress=gr.Progress()):  # noqa: B008 (how Gradio asks for a bar)
         context = whole_number(context, "window", MIN_WINDOW, MAX_WINDOW)
-        ids = torch.tensor(long_text_ids(text, self.tokenizer), dtype=torch.long)
-        if len(ids) < context:
-            raise ValueError(f"the long text has {len(ids)} tokens: paste at least one window ({context} tokens)")
-        curves, unscored = [], []
+        texts = self.text_ids(text)
+        for (label, *_), ids in zip(self.models, texts, strict=True):
+            if len(ids) < context:
+                whose = _whose(label, [len(ids) for ids in texts])
+                raise ValueError(
+                    f"the long text has {len(ids)} tokens: paste at least one window ({context} tokens){whose}"
+                )
+        curves, unscored, windows = [], [], set()
         with self.lock:
-            scored = progress.tqdm(list(zip(self.models, self.trained_at, strict=True)), desc="scoring")
-            for (label, model), trained in scored:
+            scored = progress.tqdm(list(zip(self.models, texts, strict=True)), desc="scoring")
+            for (label, model, _, trained), ids in scored:
                 if int(ids.max()) >= model.config.vocab_size:  # its loss would be of other tokens than the text's
                     unscored.append(f"{label} (a vocabulary of {model.config.vocab_size})")
                     continue
                 curves.append((label, per_position_loss(model, ids, context), trained))
+                windows.add(len(ids) // context)
         if not curves:
             raise ValueError(f"the text's GPT-2 tokens lie outside every model's vocabulary: {', '.join(unscored)}")
-        title = f"per-position loss over {len(ids) // context} windows of {context} tokens"
+        counted = f"{windows.pop()} windows" if len(windows) == 1 else "windows"  # each model's tokens, its windows
+        title = f"per-position loss over {counted} of {context} tokens"
         if unscored:
             title += f"\nnot scored, the text's tokens lie outside their vocabulary: {', '.join(unscored)}"
         table = {
@@ -246,12 +266,23 @@ class Explorer:
         new_tokens = whole_number(max_new_tokens, "number of new tokens", 1, MAX_NEW_TOKENS)
         prompt = self.checked_prompt(prompt, new_tokens)
         texts = [""] * len(self.models)
-        for index, (_, model) in enumerate(self.models):
-            ids = prompt_tokens(model, prompt, self.tokenizer)[0]
-            for text in greedy_continuation(model, ids, new_tokens, self.tokenizer, self.lock):
+        for index, (_, model, tokenizer, _) in enumerate(self.models):
+            ids = prompt_tokens(model, prompt, tokenizer)[0]
+            for text in greedy_continuation(model, ids, new_tokens, tokenizer, self.lock):
                 texts[index] = text
                 yield self.per_model(list(texts))
         yield self.per_model(list(texts))
+
+
+def _whose(label: str, counts: list[int]) -> str:
+    """Which model a count of tokens is of, where the models read the same text into different counts."""
+    return f" (as {label} reads it)" if len(set(counts)) > 1 else ""
+
+
+def _explored(label: str, model) -> ExploredModel:
+    """A (label, model) pair as the explorer shows it: prompts read by GPT-2's tokenizer, the training context from
+    the card of the folder or Hub repo it was loaded from."""
+    return ExploredModel(label, model, gpt2_tokenizer(), training_context(model))
 
 
 def _on(button, function, inputs, outputs, name: str):
@@ -333,13 +364,21 @@ def _generate_tab(explorer: Explorer, prompt):
     _on(button, explorer.generate, [prompt, new_tokens], continuations, "generate")
 
 
-def build_app(models: list[tuple[str, object]], *, long_text: str | None = None) -> "gr.Blocks":
-    """The explorer's Blocks over `models` ([(label, model)], e.g. from `load_models`); serve it with `launch`."""
+def build_app(models: list, *, long_text: str | None = None) -> "gr.Blocks":
+    """The explorer's Blocks over `models` (`load_models`' `ExploredModel`s, or (label, model) pairs whose prompts
+    GPT-2's tokenizer reads); serve it with `launch`."""
     explorer = Explorer(models)
+    if long_text is not None:
+        try:  # the tab would refuse it on every request
+            explorer.text_ids(long_text)
+        except ValueError as error:
+            raise ValueError(f"`long_text`: {error}") from None
     with gr.Blocks(title="hf-tinygpt explore") as demo:
         gr.Markdown(
             "# How these GPTs put tokens in order\n"
-            + ", ".join(f"**{label}** ({model.config.position_embedding_type})" for label, model in models)
+            + ", ".join(
+                f"**{shown.label}** ({shown.model.config.position_embedding_type})" for shown in explorer.models
+            )
             + "\n\nNew to position schemes? Two notebooks in `scripts/notebooks` of the hf_tinygpt repository tell "
             + "what these tabs draw, step by step: "
             + " and ".join(f"*{title}* (`{name}`)" for name, title in NOTEBOOKS.items())

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..folders.reading import refuse_what_is_not_a_file
 from ..settings import hub_revision, hub_token, setting
-from .limits import long_text_ids
+from .limits import MAX_TEXT_CHARACTERS, checked_text
 
 
 @dataclass
@@ -39,9 +39,10 @@ class ExploreSettings:
             raise ValueError("`force` replaces an earlier `out` folder: it needs `out` DIR")
 
 
-def read_long_text(path: str | None, tokenizer) -> str | None:
-    """The text of the file at `path` (None: none), checked now against the explorer's limits, not when its tab
-    first scores it; a ValueError or FileNotFoundError names `long_text`."""
+def read_long_text(path: str | None) -> str | None:
+    """The text of the file at `path` (None: none), checked now against the explorer's limit on characters, not when
+    its tab first scores it (its tokens are checked by `build_app`, with each model's tokenizer); a ValueError or
+    FileNotFoundError names `long_text`."""
     if not path:
         return None
     refuse_what_is_not_a_file(path, f"`long_text` {path}")
@@ -52,7 +53,7 @@ def read_long_text(path: str | None, tokenizer) -> str | None:
     except UnicodeDecodeError as error:
         raise ValueError(f"`long_text` {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     try:
-        long_text_ids(text, tokenizer)
+        checked_text(text, "long text", MAX_TEXT_CHARACTERS)
     except ValueError as error:
         raise ValueError(f"`long_text` {path}: {error}") from None
     return text

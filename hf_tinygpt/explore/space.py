@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 from ..folders.bundled import gpt2_tokenizer
 from ..folders.errors import describe
 from ..folders.outputs import MANIFEST, output_folder
-from ..plots.positions import load_for_plots
+from ..plots.positions import load_for_plots, prompt_tokenizer
 from .limits import long_text_ids
 
 DISTRIBUTION = "hf-tinygpt"
@@ -133,18 +133,21 @@ def write_space(
         raise ValueError(f"`title` must be a non-empty string, got {title!r}")
     if long_text is not None and not isinstance(long_text, str):
         raise ValueError(f"`long_text` must be text or None, got {type(long_text).__name__}")
-    if long_text is not None:
-        try:  # the Space's tab would refuse it on every request
-            long_text_ids(long_text, gpt2_tokenizer())
-        except ValueError as error:
-            raise ValueError(f"`long_text`: {error}") from None
-    schemes = []
+    schemes, tokenizers = [], {}
     for source in models:
         try:
             model, _ = load_for_plots(source, hub_kwargs=hub_kwargs)
+            if long_text is not None:
+                tokenizers[source] = prompt_tokenizer(source, model, hub_kwargs=hub_kwargs)
         except (OSError, ValueError) as error:
             raise ValueError(f"{source}: the Space could not load it ({describe(error)})") from error
         schemes.append(model.config.position_embedding_type)
+    if long_text is not None:  # the Space's tab would refuse a text past its limits on every request
+        for source, tokenizer in (tokenizers or {"the shipped model": gpt2_tokenizer()}).items():
+            try:
+                long_text_ids(long_text, tokenizer)
+            except ValueError as error:
+                raise ValueError(f"`long_text`: {error} (as {source} reads it)") from None
     hub_ids = [source for source in models if "/" in source]
     if (hub_kwargs or {}).get("revision") and not hub_ids:  # the shipped model and scheme names have no revision
         raise ValueError("`revision` is the revision of the Space's Hub models, and none of its models is a Hub id")

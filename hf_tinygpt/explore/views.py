@@ -1,6 +1,6 @@
 """What the explorer shows, from the models' own outputs and the plot-positions pictures; no Gradio here.
 
-    models = load_models(["hf_tinygpt/default_model", "runs/alibi/model"])    # [(label, model)], eager attention
+    models = load_models(["hf_tinygpt/default_model", "runs/alibi/model"])    # [ExploredModel], eager attention
     pattern = attention_pattern(model, "The cat sat on the mat", layer=0, head=1)
     curve = per_position_loss(model, token_ids, context=256)
 
@@ -12,16 +12,19 @@ model's cross-entropy at each position of windows of the evaluated length.
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import EntryNotFoundError
 from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
 from ..folders.bundled import DEFAULT_MODEL_DIR
 from ..folders.model_card import read_card
 from ..model.positions import positions_reach
-from ..plots.positions import load_for_plots, plot_positions, prompt_tokens, written_files
+from ..plots.positions import load_for_plots, plot_positions, prompt_tokenizer, prompt_tokens, written_files
 
 try:
     from matplotlib.figure import Figure
@@ -31,8 +34,17 @@ except ImportError as error:
     raise needs_extra("explore", error) from error
 
 
-def load_models(sources=(), *, hub_kwargs: dict | None = None) -> list[tuple[str, object]]:
-    """[(label, model)] for each source `load_for_plots` takes (tinygpt or GPT-2 folder, Hub id, config.json, scheme
+class ExploredModel(NamedTuple):
+    """One model the explorer shows, with what it needs beside the model."""
+
+    label: str  # unique among the models shown
+    model: object
+    tokenizer: object  # reads its prompts: the model's own where its folder or Hub repo has one, else GPT-2's
+    trained_at: int | None  # the context its card says it was trained at; None when unknown
+
+
+def load_models(sources=(), *, hub_kwargs: dict | None = None) -> list[ExploredModel]:
+    """An `ExploredModel` for each source `load_for_plots` takes (tinygpt or GPT-2 folder, Hub id, config.json, scheme
     name); the shipped model when `sources` is empty. Each model runs eager attention, the one attention
     implementation whose weights (bias and all) `output_attentions` returns; labels are made unique."""
     loaded, seen = [], {}
@@ -40,14 +52,25 @@ def load_models(sources=(), *, hub_kwargs: dict | None = None) -> list[tuple[str
         model, label = load_for_plots(source, hub_kwargs=hub_kwargs)
         model.set_attn_implementation("eager")
         seen[label] = seen.get(label, 0) + 1
-        loaded.append((label if seen[label] == 1 else f"{label} ({seen[label]})", model))
+        label = label if seen[label] == 1 else f"{label} ({seen[label]})"
+        tokenizer = prompt_tokenizer(source, model, hub_kwargs=hub_kwargs)
+        loaded.append(ExploredModel(label, model, tokenizer, training_context(model, hub_kwargs)))
     return loaded
 
 
-def training_context(model) -> int | None:
-    """The context the model was trained at, from its card (`tinygpt.training.block_size`); None when unknown."""
-    folder = Path(model.config.name_or_path or "")
-    card = read_card(folder) if folder.is_dir() else None
+def training_context(model, hub_kwargs: dict | None = None) -> int | None:
+    """The context the model was trained at, from the card (`tinygpt.training.block_size`) in the folder or Hub repo
+    it was loaded from (`name_or_path`; `hub_kwargs` as it was loaded); None when unknown."""
+    source = model.config.name_or_path
+    if not source:  # built here, untrained
+        return None
+    folder = Path(source)
+    if not folder.is_dir():
+        try:
+            folder = Path(hf_hub_download(source, "README.md", **(hub_kwargs or {}))).parent
+        except EntryNotFoundError:  # no card in the repo, or none cached offline: the marker is all that is missing
+            return None
+    card = read_card(folder)
     training = (card.data.to_dict().get("tinygpt") or {}).get("training") or {} if card else {}
     return training.get("block_size")
 
@@ -57,7 +80,7 @@ def position_pictures(
 ) -> list[Path]:
     """The PNGs `plot-positions` draws of the model's scheme, written into `out_dir`: all but token_vs_position, or
     that one alone (the prompt feeds it, and the pictures of what a scheme computes on it: CoPE's, FoX's, CABLE's,
-    PaTH's, stick-breaking's). `options` go to `plot_positions` (n_dims, seed, max_positions)."""
+    PaTH's, stick-breaking's). `options` go to `plot_positions` (n_dims, seed, max_positions, tokenizer)."""
     everything = model.config.position_scheme().pictures
     names = [name for name in everything if (name == "token_vs_position") == token_vs_position] or everything
     plot_positions(model, out_dir, prompt=prompt, label=label, names=names, **options)

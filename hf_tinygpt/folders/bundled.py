@@ -77,3 +77,11 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             f"({vocab_size:,} rows): some token ids would have no embedding"
         )
     return loaded
+
+
+def own_tokenizer(source: str | Path, *, vocab_size: int, **hub_kwargs):
+    """The tokenizer a model folder or Hub repo carries (`load_tokenizer`, checked against the model's `vocab_size`),
+    or None when it carries no tokenizer files."""
+    from .reading import has_tokenizer
+
+    return load_tokenizer(source, vocab_size=vocab_size, **hub_kwargs) if has_tokenizer(source, **hub_kwargs) else None

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..folders.bundled import gpt2_tokenizer
+from ..folders.bundled import gpt2_tokenizer, own_tokenizer
 from ..folders.errors import needs_extra
 from ..folders.outputs import output_folder
 from ..folders.reading import load_strictly, read_config_dict, read_tinygpt_config, reading_checkpoint
@@ -110,6 +110,15 @@ def load_for_plots(
         raise ValueError(f"{source} has {found} positions (fixed by its weights), not {scheme}")
     name = Path(source).resolve().name if os.path.isdir(source) else source
     return model, name + (" (GPT-2 checkpoint)" if config_dict.get("model_type") == "gpt2" else "")
+
+
+def prompt_tokenizer(source: str, model, *, hub_kwargs: dict | None = None):
+    """What reads prompts for the model `load_for_plots(source)` gave: the folder's or Hub repo's own tokenizer where
+    it carries one, else the bundled GPT-2 tokenizer (whose ids `prompt_tokens` fits into a smaller vocabulary)."""
+    source = str(source)
+    if os.path.isfile(source) or (source in POSITION_SCHEME_CLASSES and not os.path.exists(source)):
+        return gpt2_tokenizer()  # an untrained model has no tokenizer of its own
+    return own_tokenizer(source, vocab_size=model.config.vocab_size, **(hub_kwargs or {})) or gpt2_tokenizer()
 
 
 def _untrained(config: TinyGPTConfig, seed: int, name: str):
@@ -748,7 +757,7 @@ def plot_token_vs_position(model, out_dir, *, label=None, svg=False, prompt=DEFA
         bars.text(0.5, 0.5, "the prompt repeats no token", ha="center", va="center", transform=bars.transAxes)
     note = where or f"{scheme} positions add a row per position to the token embedding"
     if result["remapped"]:
-        note += f"; GPT-2 token ids mapped into this model's {model.config.vocab_size}-token vocabulary"
+        note += f"; the prompt's token ids mapped into this model's {model.config.vocab_size}-token vocabulary"
     _title(fig, f"Same token, two positions: token vs position vs sum for {prompt!r}\n({note})", model, label)
     _save(fig, out_dir, "token_vs_position", svg)
     return result
@@ -821,10 +830,11 @@ def draw_positions(settings: PlotSettings) -> tuple:
     s = settings
     hub = hub_kwargs(s)
     model, label = load_for_plots(s.model, seed=s.seed, hub_kwargs=hub)
+    tokenizer = prompt_tokenizer(s.model, model, hub_kwargs=hub)
     prompt = {} if s.prompt is None else {"prompt": s.prompt}
     with output_folder(s.out, force=s.force, protect={"`model`": s.model}, kind="pictures") as staging:
         options = dict(svg=s.svg, seed=s.seed, n_dims=s.n_dims, max_positions=s.max_positions, label=label)
-        arrays = plot_positions(model, staging, **options, **prompt)
+        arrays = plot_positions(model, staging, tokenizer=tokenizer, **options, **prompt)
     return model, label, arrays, written_files(s.out, arrays, svg=s.svg)
 
 
@@ -846,6 +856,7 @@ __all__ = [
     "plot_rope_similarity",
     "plot_token_vs_position",
     "plot_xpos_decay",
+    "prompt_tokenizer",
     "prompt_tokens",
     "recorded_on_prompt",
     "rope_similarity",
