@@ -685,10 +685,14 @@ def test_a_config_with_the_rope_parameters_the_readme_documents_trains(corpus, t
     assert saved["rope_parameters"]["rope_theta"] == 500.0
 
 
+@pytest.mark.parametrize("verb", ["plot-positions", "generate"])
 @pytest.mark.parametrize("seed", ["-1", str(10**26)])
-def test_plot_positions_refuses_a_seed_numpy_cannot_take_naming_the_flag(seed, tmp_path, capsys):
+def test_a_seed_numpy_cannot_take_is_refused_naming_the_flag(verb, seed, tmp_path, capsys):
+    """(generate said "`seed` must be None (a fresh seed) or ...": a None the command line cannot type.)"""
     with pytest.raises(SystemExit) as exit:
-        run_cli(capsys, "plot-positions", "rope", "--out", tmp_path / "plots", "--seed", seed)
+        run_cli(
+            capsys, verb, *(["rope", "--out", tmp_path / "plots"] if verb == "plot-positions" else []), "--seed", seed
+        )
     assert exit.value.code == 2
     assert f"--seed: must be an integer from 0 to 4,294,967,295, got {seed}" in capsys.readouterr().err
 

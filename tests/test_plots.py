@@ -389,25 +389,26 @@ def test_cli_refuses_with_exit_code_2_and_a_message(tmp_path, capsys, args, mess
 def test_plots_refuse_more_positions_than_a_picture_holds(tmp_path, capsys):
     code, err = run_cli(capsys, "plot-positions", "alibi", "--out", tmp_path / "plots", "--max-positions", 10**9)
     assert code == 2 and "cannot plot 1000000000 positions" in err
+    prompt = ("one " * 300).strip()  # (the model's own refusal told of "prompt + new tokens", which this has none of)
+    code, err = run_cli(capsys, "plot-positions", "learned", "--out", tmp_path / "plots", "--prompt", prompt)
+    assert code == 2 and "--prompt is 300 tokens long, past the 256 positions the model reaches" in err
 
 
 def test_a_model_folder_with_its_own_tokenizer_is_drawn_on_its_tokens(tmp_path, capsys):
     """The prompt is read with the tokenizer the folder holds: GPT-2's would give other tokens (' cat', not 'cat'),
     whose ids it maps into the model's vocabulary, and the picture would show rows the model never reads for them."""
-    from hf_tinygpt.plots.positions import draw_positions
-    from hf_tinygpt.plots.settings import PlotSettings
+    from hf_tinygpt.plots.positions import prompt_tokenizer
 
     folder = tmp_path / "words"
-    model = tiny_model("learned", seed=4)
+    model = tiny_model("none", seed=4)  # one picture to draw: token vs position
     model.save_pretrained(folder)
     word_tokenizer(["the", "cat", "saw", "dog"]).save_pretrained(folder)
     prompt = "the cat saw the dog"
-    _, _, arrays, _ = draw_positions(PlotSettings(model=str(folder), out=str(tmp_path / "api"), prompt=prompt))
-    tokens = arrays["token_vs_position"]
-    assert tokens["tokens"] == ["the", "cat", "saw", "the", "dog"] and not tokens["remapped"]
-    assert np.array_equal(tokens["token"], model.transformer.wte.weight[[1, 2, 3, 1, 4]].detach().numpy())
     assert main(["plot-positions", str(folder), "--out", str(tmp_path / "plots"), "--prompt", prompt]) == 0
     assert "repeated token 'the' at positions 0 and 3" in capsys.readouterr().out
+    tokens = token_vs_position(model, prompt, prompt_tokenizer(str(folder), model))
+    assert tokens["tokens"] == ["the", "cat", "saw", "the", "dog"] and not tokens["remapped"]
+    assert np.array_equal(tokens["token"], model.transformer.wte.weight[[1, 2, 3, 1, 4]].detach().numpy())
 
 
 @pytest.mark.parametrize("scheme", ["rope", "alibi", "none"])

@@ -179,7 +179,9 @@ class GenerationSettings:
     temperature: float = setting(0.8, "0: greedy decoding")
     top_k: int = setting(40, "sample from the k likeliest tokens (0: all)")
     top_p: float | None = setting(None, "nucleus sampling: the smallest set with this probability (default: off)")
-    seed: int | None = setting(None, "for reproducible sampling (default: a fresh seed each run)")
+    seed: int | None = setting(
+        None, "for reproducible sampling (default: a fresh seed each run)", minimum=0, maximum=2**32 - 1
+    )
     int8: bool = setting(
         False,
         "int8 weights, bfloat16 activations: quantized with torchao as the model loads (the [int8] extra); on a CPU, "

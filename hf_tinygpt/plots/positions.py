@@ -633,11 +633,13 @@ def _fit_vocabulary(ids: list[int], vocab_size: int) -> tuple[list[int], bool]:
 
 def prompt_tokens(model, prompt: str, tokenizer=None) -> tuple[list[int], list[str], bool]:
     """The prompt's token ids fitted to the model's vocabulary (`_fit_vocabulary`), each token's text, and whether
-    the ids had to be remapped; a ValueError for a prompt with no tokens."""
+    the ids had to be remapped; a ValueError for a prompt with no tokens, or past where the model's positions reach."""
     tokenizer = tokenizer or gpt2_tokenizer()
     raw_ids = tokenizer(prompt)["input_ids"]
     if not raw_ids:
         raise ValueError(f"the prompt {prompt!r} gives no tokens")
+    if (reach := positions_reach(model.config)) is not None and len(raw_ids) > reach:
+        raise ValueError(f"`prompt` is {len(raw_ids)} tokens long, past the {reach} positions the model reaches")
     ids, remapped = _fit_vocabulary(raw_ids, model.config.vocab_size)
     return ids, [tokenizer.decode([token_id]) for token_id in raw_ids], remapped
 
