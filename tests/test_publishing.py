@@ -113,6 +113,9 @@ def test_the_cards_licence_and_base_model_are_the_ones_given_else_the_folders(tm
     card = ModelCard.load(staged["given"] / "README.md").data
     assert (card.license, card.base_model) == ("apache-2.0", "someone/base")
     capsys.readouterr()
+    tolerance = ["--dry-run", "--out", str(tmp_path / "tolerance"), "--tolerance", "0.05"]
+    assert main(["push", str(folder), REPO, *tolerance]) == 2  # it bounds a conversion's check: none is made
+    assert "--tolerance bounds the check of a GPT-2" in capsys.readouterr().err
     assert main(["push", str(folder), REPO, "--force"]) == 2  # no --dry-run: no --out to replace, nothing sent
     assert (
         "error: --force replaces an earlier --out: where --dry-run stages the files; without --dry-run"

@@ -242,7 +242,7 @@ def stage_for_hub(
     tokenizer: str | None = None,
     base_model: str | None = None,
     license: str | None = None,
-    verify_tolerance: float = 1e-5,
+    verify_tolerance: float | None = None,
     force: bool = False,
     keep_local_paths: bool = False,
     **hub_kwargs,
@@ -259,7 +259,9 @@ def stage_for_hub(
             raise ValueError(f"`{name}` must be a path or Hub id, got {value!r}")
     if not (license is None or (isinstance(license, str) and license)):
         raise ValueError(f"`license` must be a licence id such as 'mit', got {license!r}")
-    if isinstance(verify_tolerance, bool) or not (isinstance(verify_tolerance, (int, float)) and verify_tolerance >= 0):
+    if verify_tolerance is not None and (
+        isinstance(verify_tolerance, bool) or not (isinstance(verify_tolerance, (int, float)) and verify_tolerance >= 0)
+    ):
         raise ValueError(f"`verify_tolerance` must be a number >= 0, got {verify_tolerance!r}")
     src = str(src)
     if not Path(src).exists() and cannot_be_a_hub_id(src):
@@ -271,6 +273,11 @@ def stage_for_hub(
         )
     with output_folder(staging, force=force, protect={"`src`": src, "`tokenizer`": tokenizer}, kind="staged") as work:
         found = None if Path(src).is_file() else tinygpt_folder(src, **hub_kwargs)
+        if found is not None and verify_tolerance is not None:
+            raise ValueError(
+                f"`verify_tolerance` bounds the check of a GPT-2 `src` converted first; {src} is a tinygpt model, "
+                "published as it is: leave it out"
+            )
         converted = work / "converted"
         if found is None:  # GPT-2, nanoGPT or a lone weights file: the converter writes a tinygpt folder (verified)
             if Path(src).is_dir():
@@ -281,7 +288,7 @@ def stage_for_hub(
                 tokenizer=tokenizer,
                 base_model=base_model,
                 license=license or "mit",
-                verify_tolerance=verify_tolerance,
+                verify_tolerance=1e-5 if verify_tolerance is None else verify_tolerance,
                 **hub_kwargs,
             )
             found, tokenizer = (converted, None), None  # the converted folder holds its tokenizer
@@ -340,7 +347,7 @@ def push_to_hub(
     tokenizer: str | None = None,
     base_model: str | None = None,
     license: str | None = None,
-    verify_tolerance: float = 1e-5,
+    verify_tolerance: float | None = None,
     timeout: float = 60.0,
     keep_local_paths: bool = False,
     on_staged=None,
@@ -409,7 +416,7 @@ def push(settings: PushSettings, *, on_staged=None, on_committed=None) -> Publis
         tokenizer=s.tokenizer,
         base_model=s.base_model,
         license=s.license,
-        verify_tolerance=s.tolerance,
+        verify_tolerance=s.verify_tolerance,
         keep_local_paths=s.keep_local_paths,
     )
     if s.dry_run:

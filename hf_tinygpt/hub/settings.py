@@ -63,11 +63,12 @@ class PushSettings(_Commit):
         metavar="gpt2|PATH",
         reads=True,
     )
-    tolerance: float = setting(
-        1e-5,
+    verify_tolerance: float | None = setting(
+        None,
         "largest max |Δlogits| against GPT2LMHeadModel when a GPT-2 `src` is converted first, per unit of the logits' "
-        "scale, max(1, max |logit|) (for fp32; bf16 needs ~0.05)",
+        "scale, max(1, max |logit|) (default: 1e-5, for fp32; bf16 needs ~0.05)",
         minimum=0,
+        flag="--tolerance",
     )
     base_model: str | None = setting(
         None,
