@@ -237,6 +237,13 @@ def scheme(request):
     return request.param
 
 
+def every_scheme(fast: tuple[str, ...]) -> list:
+    """Every scheme, as `parametrize("scheme", ...)` takes them, the ones in `fast` in the fast tier and the rest in
+    the slow one: for a check whose cost is a picture or a training run per scheme, one scheme of each kind keeps the
+    fast tier within its minutes, and CI's slow tier runs them all."""
+    return [name if name in fast else pytest.param(name, marks=pytest.mark.slow) for name in POSITION_SCHEME_CLASSES]
+
+
 # Every scheme, RoPE with NoPE layers (Llama 4's interleaving), FoX with RoPE and p-RoPE (Gemma 4's proportional RoPE,
 # where this transformers has it): (scheme, config fields) by test id.
 P_ROPE = {"rope_type": "proportional", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import P_ROPE, random_gpt2, run_cli, tiny_config, tiny_model, word_tokenizer
+from conftest import P_ROPE, every_scheme, random_gpt2, run_cli, tiny_config, tiny_model, word_tokenizer
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM
@@ -297,6 +297,7 @@ def test_token_vs_position_picture_finds_the_repeated_token_or_says_there_is_non
 # ---- every scheme, files -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("scheme", every_scheme(fast=("learned", "rope", "alibi", "none")))
 def test_every_bare_scheme_writes_only_its_pictures(tmp_path, scheme):
     model, label = load_for_plots(scheme, **SMALL)
     assert model.config.position_embedding_type == scheme and "untrained" in label

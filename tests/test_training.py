@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import TINY_RUN, TINY_TRAINING, random_gpt2, tiny_model
+from conftest import TINY_RUN, TINY_TRAINING, every_scheme, random_gpt2, tiny_model
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
@@ -201,6 +201,7 @@ def test_validation_tokens_caps_the_held_out_text_every_validation_scores(plays,
             TrainingSettings(out="x", train=["y"], validation_tokens=bad)
 
 
+@pytest.mark.parametrize("scheme", every_scheme(fast=("learned", "fire", "cope", "fox", "path")))
 def test_train_position_trains_each_scheme_and_saves_it(scheme, plays, tmp_path, cli):
     """`train --position NAME` for every scheme: the saved model is that scheme, and what its positions learn (GPT-2's
     rows, T5's buckets, KERPLE's kernel, FIRE's MLP, CoPE's vectors) moved from where it started."""

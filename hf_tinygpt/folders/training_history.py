@@ -2,6 +2,7 @@
 `loss.png` (the curve drawn from them), shown by its card. Publishing checks the numbers and draws the curve again:
 an image is never copied from a folder."""
 
+import functools
 import io
 import json
 import math
@@ -58,6 +59,12 @@ def write_history(folder: Path, history: list[dict]):
 def loss_curve_png(history: list[dict]) -> bytes:
     """The curves as a PNG: the training loss at every step and, where it was measured, the validation loss (the
     log of its perplexity: both in nats per token, on one axis)."""
+    return _drawn(json.dumps(history))
+
+
+@functools.lru_cache(maxsize=1)  # a run's last curve and its model folder's are one drawing, the same bytes
+def _drawn(rows: str) -> bytes:
+    history = json.loads(rows)
     try:
         from matplotlib.figure import Figure
     except ImportError:

@@ -798,6 +798,8 @@ def plot_positions(
     names = applies if names is None else tuple(names)
     if n_dims < 1 and "dimension_traces" in names:
         raise ValueError(f"`n_dims` must be at least 1, got {n_dims}")
+    if any(name in ON_A_PROMPT or name == "token_vs_position" for name in names):
+        prompt_tokens(model, prompt, tokenizer)  # an empty or too long prompt, refused before any picture is drawn
     common = dict(label=label, svg=svg)
     pictures = {
         "position_matrix": lambda: plot_position_matrix(model, out_dir, max_positions=max_positions, **common),
