@@ -123,6 +123,22 @@ def test_resume_skips_a_checkpoint_of_ours_that_does_not_read(corpus, tmp_path, 
     assert f"skipping {newest}" in err and "(step 2)" in err
 
 
+def test_a_checkpoint_that_does_not_load_leaves_nothing_of_itself_in_the_run(corpus, tmp_path, capsys):
+    """Its weights were loaded before its training state failed to read: a run that then found no checkpoint to
+    resume from trained from step 0 with those weights, not the ones it starts with."""
+    run, fresh = tmp_path / "run", tmp_path / "fresh"
+    assert train_run(capsys, corpus, run)[0] == 0
+    for step in ("step-000002", "step-000004"):
+        (run / "checkpoints" / step / "training_state.pt").write_bytes(b"not a pickle")
+        seal(run / "checkpoints" / step, "checkpoint")  # as if written so
+    unfinished(run)
+    code, err = train_run(capsys, corpus, run, "--resume")
+    assert code == 0 and err.count("skipping") == 2 and "resumed from" not in err
+    assert train_run(capsys, corpus, fresh)[0] == 0
+    resumed, started = (load_file(folder / "model" / "model.safetensors") for folder in (run, fresh))
+    assert all(torch.equal(resumed[key], started[key]) for key in started)
+
+
 def test_resuming_a_finished_run_says_so(corpus, tmp_path, capsys):
     run = tmp_path / "run"
     assert train_run(capsys, corpus, run)[0] == 0

@@ -382,6 +382,41 @@ def test_two_process_data_parallel_run_matches_one_process(plays, tmp_path):
     assert losses_two == pytest.approx(losses_one, abs=1e-5)
 
 
+@pytest.mark.slow
+def test_a_run_saved_by_one_process_resumes_on_two(plays, tmp_path):
+    """Each process reads its own RNG state from the checkpoint: the second, which has none, skipped the checkpoint
+    and started at step 0 while the first went on from step 3 (their collectives then disagree). Both resume now, say
+    so once, and end where the uninterrupted run ended (no dropout: the random numbers are not used)."""
+    import shutil
+
+    settings = {
+        "train": [str(plays)],
+        "block_size": 32,
+        "batch_size": 4,
+        "steps": 6,
+        "warmup_steps": 2,
+        "save_every": 3,
+        "config": {"n_layer": 1, "n_embd": 16, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+    }
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = [sys.executable, str(driver), json.dumps({**settings, "out": str(tmp_path / "run")})]
+    assert subprocess.run(one, capture_output=True, text=True, env=env).returncode == 0
+    uninterrupted = torch.load(tmp_path / "run-rank0.pt")
+    for name in ("model", "summary.json", "checkpoints/step-000006"):  # as if stopped after step 3's checkpoint
+        shutil.rmtree(tmp_path / "run" / name) if name != "summary.json" else (tmp_path / "run" / name).unlink()
+    two = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(driver)]
+    resumed = json.dumps({**settings, "out": str(tmp_path / "run"), "resume": True})
+    run = subprocess.run([*two, resumed], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-4000:]
+    said = run.stdout + run.stderr
+    assert "step-000003 (step 3)" in said and said.count("was saved by 1 process and this run has 2") == 1
+    rank0, rank1 = torch.load(tmp_path / "run-rank0.pt"), torch.load(tmp_path / "run-rank1.pt")
+    assert all(torch.equal(rank0[key], rank1[key]) for key in rank0)
+    assert max((rank0[key] - uninterrupted[key]).abs().max().item() for key in rank0) < 1e-5
+
+
 # ---- metrics and the optimizer -------------------------------------------------------------------------------
 
 

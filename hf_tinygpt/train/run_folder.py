@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from accelerate.utils import gather_object
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_model
 from tqdm.auto import tqdm
 
 from ..folders.model_folder import save_model_folder
@@ -42,6 +42,7 @@ from ..folders.outputs import (
 )
 from ..folders.reading import describe, read_json_object
 from ..folders.training_history import LOSS_CURVE, checked_history, loss_curve_png
+from ..model.gpt2_layout import HEAD, TIED_TO
 from .data import RunData
 from .final_model import card_training, write_final_model
 from .settings import TrainingSettings
@@ -201,10 +202,20 @@ class RunFolder:
             if progress.step > settings.steps:
                 raise ValueError(f"{folder} is at step {progress.step}, past `TrainingSettings.steps` {settings.steps}")
             try:
-                load_checkpoint(folder, self.accelerator, state)
+                read, problem = read_checkpoint(folder, self.accelerator, state), None
             except ValueError as error:
-                self.say(f"skipping {folder}: {error}")
+                read, problem = None, str(error)
+            # Every process resumes from the same checkpoint, or none does: a file one of them cannot read skips it.
+            if problems := [problem for problem in gather_object([problem]) if problem]:
+                self.say(f"skipping {folder}: {problems[0]}")
                 continue
+            load_checkpoint(self.accelerator, state, read)
+            if (count := len(list(folder.glob("rng_state_*.pt")))) != self.accelerator.num_processes:
+                self.say(
+                    f"{folder} was saved by {count} process{'es' * (count != 1)} and this run has "
+                    f"{self.accelerator.num_processes}: each process's random numbers (dropout) are not those of an "
+                    "uninterrupted run"
+                )
             return replace(progress, command=progress.command or settings.command), folder
         return Progress(command=settings.command), None
 
@@ -377,21 +388,33 @@ def save_checkpoint(folder: Path, accelerator, state: TrainingState, progress: d
     accelerator.wait_for_everyone()
 
 
-def load_checkpoint(folder: Path, accelerator, state: TrainingState):
-    """The inverse of `save_checkpoint`, reading nothing that can run code."""
+def read_checkpoint(folder: Path, accelerator, state: TrainingState) -> dict:
+    """Everything `load_checkpoint` puts into `state`, read (nothing that can run code) and checked against it, so
+    that a checkpoint that does not load changes nothing: a ValueError says why. This process's RNG state is None
+    where the run that saved it had fewer processes."""
     try:
-        load_model(
-            accelerator.unwrap_model(state.model, keep_torch_compile=False),
-            str(folder / WEIGHTS),
-            device=str(accelerator.device),
-        )
+        weights = load_file(folder / WEIGHTS)  # to the CPU: `load_state_dict` copies it where the model is
         saved = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=True)
-        rng = torch.load(_rng_file(folder, accelerator.process_index), map_location="cpu", weights_only=True)
-        state.optimizer.load_state_dict(saved["optimizer"])
-        state.schedule.load_state_dict(saved["schedule"])
-        _set_rng_state(rng)
-    except (OSError, RuntimeError, KeyError, ValueError, SafetensorError, pickle.UnpicklingError) as error:
+        saved = {"optimizer": saved["optimizer"], "schedule": saved["schedule"]}
+        rng_file = _rng_file(folder, accelerator.process_index)
+        rng = torch.load(rng_file, map_location="cpu", weights_only=True) if rng_file.exists() else None
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError, SafetensorError, pickle.UnpicklingError) as error:
         raise ValueError(f"{folder}: cannot resume from this checkpoint ({describe(error)})") from error
+    model = accelerator.unwrap_model(state.model, keep_torch_compile=False)
+    shapes = {key: tensor.shape for key, tensor in model.state_dict().items()}
+    foreign = [key for key, tensor in weights.items() if shapes.get(key) != tensor.shape]
+    if foreign or not shapes.keys() - weights.keys() < {HEAD, TIED_TO}:  # the tied pair: one tensor, saved once
+        raise ValueError(f"{folder}: cannot resume from this checkpoint (its weights are not this model's)")
+    return {"weights": weights, "rng": rng, **saved}
+
+
+def load_checkpoint(accelerator, state: TrainingState, read: dict):
+    """What `read_checkpoint` read, into `state`: the weights, the optimizer and schedule, this process's RNG."""
+    accelerator.unwrap_model(state.model, keep_torch_compile=False).load_state_dict(read["weights"], strict=False)
+    state.optimizer.load_state_dict(read["optimizer"])
+    state.schedule.load_state_dict(read["schedule"])
+    if read["rng"] is not None:
+        _set_rng_state(read["rng"])
 
 
 def _read_progress(folder: Path) -> tuple[Progress, dict]:
