@@ -123,6 +123,17 @@ def test_the_cards_licence_and_base_model_are_the_ones_given_else_the_folders(tm
     )
 
 
+def test_a_config_key_no_tinygpt_field_is_is_refused_not_published(tmp_path, capsys):
+    """transformers keeps a config.json's unknown keys and writes them again: a `"wandb_run": "/home/..."` was
+    published with the model, past the card's care for local paths."""
+    _, folder = tinygpt_folder(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "wandb_run": "/home/me/runs/7"}))
+    assert main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 2
+    assert "config.json: wandb_run: no field of a TinyGPT's config" in capsys.readouterr().err
+    assert not (tmp_path / "staged").exists()
+
+
 def test_push_stages_the_installed_code_and_nothing_else(tmp_path):
     import hf_tinygpt
     from hf_tinygpt.hub.publish import stage_for_hub

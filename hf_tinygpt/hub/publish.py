@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, get_session
 from huggingface_hub.utils import HFValidationError, validate_repo_id
-from transformers import GenerationConfig
+from transformers import GenerationConfig, PretrainedConfig
 
 from ..folders.bundled import TOKENIZER_FILES
 from ..folders.errors import hub_answers_in_one_line, printable, redacted
@@ -32,10 +32,12 @@ from ..folders.reading import (
     describe,
     has_tokenizer,
     load_strictly,
+    read_json_object,
     reading_checkpoint,
     tinygpt_folder,
 )
 from ..folders.training_history import TRAINING_HISTORY, read_history
+from ..model.configuration_tinygpt import TinyGPTConfig
 from .settings import PushSettings, SpacePushSettings
 
 # Every file of a model folder that staging reads (and so could publish, in some form): each must be a regular file.
@@ -200,6 +202,11 @@ def stage_tinygpt_folder(
         )
     with reading_checkpoint(folder):
         model = load_strictly(folder)  # raises, naming tensors, if the weights do not fit
+    if unknown := _unknown_config_keys(folder):
+        raise ValueError(
+            f"{folder}/config.json: {', '.join(unknown)}: no field of a TinyGPT's config; a config keeps such keys, "
+            "and they would be published as they are (a local path, say): remove them from config.json"
+        )
     tokens = load_tokenizer(tokenizer or folder, vocab_size=model.config.vocab_size)
     generation = GenerationConfig.from_model_config(model.config)
     if (folder / "generation_config.json").is_file():
@@ -223,6 +230,13 @@ def stage_tinygpt_folder(
     card.save(staging / "README.md")
     if not _same_weights(model, load_strictly(staging)):
         raise RuntimeError(f"staging {folder} for {repo_id}: the staged weights differ from the verified ones")
+
+
+def _unknown_config_keys(folder: Path) -> list[str]:
+    """The keys of the folder's config.json that are neither a TinyGPT config's fields (those of every scheme
+    registered now) nor what transformers writes beside them."""
+    known = {*TinyGPTConfig.field_names(), *PretrainedConfig().to_dict(), "auto_map", "torch_dtype"}
+    return sorted(read_json_object(folder / "config.json").keys() - known)
 
 
 def _weights_changed_since_written(folder: Path) -> list[str]:
