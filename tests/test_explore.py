@@ -258,6 +258,8 @@ def test_a_hub_models_training_length_is_read_from_its_card(hub, tmp_path, monke
         assert training_context(model, {"token": HUB_TOKEN}) == trained_at
     model.config.name_or_path = ""  # built here, untrained
     assert training_context(model) is None
+    model.config.name_or_path = str(tmp_path / "gone")  # a folder moved since the model loaded: no Hub id either
+    assert training_context(model) is None
 
 
 def test_the_verb_refuses_a_long_text_it_cannot_read(tmp_path, capsys):

@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,33 @@ def test_a_checkpoint_that_does_not_load_leaves_nothing_of_itself_in_the_run(cor
     assert train_run(capsys, corpus, fresh)[0] == 0
     resumed, started = (load_file(folder / "model" / "model.safetensors") for folder in (run, fresh))
     assert all(torch.equal(resumed[key], started[key]) for key in started)
+
+
+def test_a_checkpoint_without_an_untied_head_is_skipped(corpus, tmp_path, capsys):
+    """Only a tied head may be missing from a checkpoint's weights (one tensor, saved under one of its two names):
+    an untied one would be left where the run started it."""
+    from safetensors.torch import save_file
+
+    from hf_tinygpt.train.loop import train
+    from hf_tinygpt.train.settings import TrainingSettings
+
+    config = {"n_layer": 1, "n_embd": 16, "n_head": 2, "tie_word_embeddings": False}
+    run = tmp_path / "run"
+    settings = TrainingSettings(out=str(run), train=[str(corpus)], config=config, block_size=16, batch_size=2)
+    settings = replace(settings, steps=2, save_every=1, warmup_steps=1)
+    train(settings)
+    for step in ("step-000001", "step-000002"):
+        weights = load_file(run / "checkpoints" / step / "model.safetensors")
+        save_file(
+            {key: value for key, value in weights.items() if key != "lm_head.weight"},
+            run / "checkpoints" / step / "model.safetensors",
+        )
+        seal(run / "checkpoints" / step, "checkpoint")  # as if written so
+    unfinished(run)
+    capsys.readouterr()
+    train(replace(settings, resume=True))
+    err = capsys.readouterr().err
+    assert err.count("its weights are not this model's") == 2 and "resumed from" not in err
 
 
 def test_resuming_a_finished_run_says_so(corpus, tmp_path, capsys):

@@ -45,8 +45,8 @@ def whole_number(value, name: str, low: int, high: int) -> int:
 
 
 def long_text_ids(text, tokenizer) -> list[int]:
-    """The GPT-2 ids of a long text to score, or a ValueError: more than `MAX_TEXT_CHARACTERS` characters (checked
-    before the tokenizer runs) or `MAX_TEXT_TOKENS` tokens."""
+    """The ids `tokenizer` reads a long text to score into, or a ValueError: more than `MAX_TEXT_CHARACTERS`
+    characters (checked before the tokenizer runs) or `MAX_TEXT_TOKENS` tokens."""
     ids = tokenizer(checked_text(text, "long text", MAX_TEXT_CHARACTERS))["input_ids"]
     if len(ids) > MAX_TEXT_TOKENS:
         raise ValueError(f"the long text is {len(ids):,} tokens long; the explorer scores at most {MAX_TEXT_TOKENS:,}")

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from huggingface_hub import hf_hub_download
-from huggingface_hub.errors import EntryNotFoundError
 from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
 from ..folders.bundled import DEFAULT_MODEL_DIR
 from ..folders.model_card import read_card
+from ..folders.reading import cannot_be_a_hub_id
 from ..model.positions import positions_reach
 from ..plots.positions import load_for_plots, plot_positions, prompt_tokenizer, prompt_tokens, written_files
 
@@ -62,13 +62,13 @@ def training_context(model, hub_kwargs: dict | None = None) -> int | None:
     """The context the model was trained at, from the card (`tinygpt.training.block_size`) in the folder or Hub repo
     it was loaded from (`name_or_path`; `hub_kwargs` as it was loaded); None when unknown."""
     source = model.config.name_or_path
-    if not source:  # built here, untrained
-        return None
     folder = Path(source)
     if not folder.is_dir():
+        if not source or cannot_be_a_hub_id(source):  # built here, untrained; or a folder gone since it loaded
+            return None
         try:
             folder = Path(hf_hub_download(source, "README.md", **(hub_kwargs or {}))).parent
-        except EntryNotFoundError:  # no card in the repo, or none cached offline: the marker is all that is missing
+        except OSError:  # no card in the repo, none cached offline, or no answer: the marker is all that is missing
             return None
     card = read_card(folder)
     training = (card.data.to_dict().get("tinygpt") or {}).get("training") or {} if card else {}

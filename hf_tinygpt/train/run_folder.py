@@ -396,6 +396,8 @@ def read_checkpoint(folder: Path, accelerator, state: TrainingState) -> dict:
         weights = load_file(folder / WEIGHTS)  # to the CPU: `load_state_dict` copies it where the model is
         saved = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=True)
         saved = {"optimizer": saved["optimizer"], "schedule": saved["schedule"]}
+        if not _rng_file(folder, 0).is_file():
+            raise FileNotFoundError(f"no {_rng_file(folder, 0).name}: every checkpoint holds the first process's")
         rng_file = _rng_file(folder, accelerator.process_index)
         rng = torch.load(rng_file, map_location="cpu", weights_only=True) if rng_file.exists() else None
     except (OSError, RuntimeError, KeyError, TypeError, ValueError, SafetensorError, pickle.UnpicklingError) as error:
@@ -403,7 +405,8 @@ def read_checkpoint(folder: Path, accelerator, state: TrainingState) -> dict:
     model = accelerator.unwrap_model(state.model, keep_torch_compile=False)
     shapes = {key: tensor.shape for key, tensor in model.state_dict().items()}
     foreign = [key for key, tensor in weights.items() if shapes.get(key) != tensor.shape]
-    if foreign or not shapes.keys() - weights.keys() < {HEAD, TIED_TO}:  # the tied pair: one tensor, saved once
+    tied = model.get_parameter(HEAD) is model.get_parameter(TIED_TO)  # one tensor under two names: saved under one
+    if foreign or shapes.keys() - weights.keys() not in ([set(), {HEAD}, {TIED_TO}] if tied else [set()]):
         raise ValueError(f"{folder}: cannot resume from this checkpoint (its weights are not this model's)")
     return {"weights": weights, "rng": rng, **saved}
 
