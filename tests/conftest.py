@@ -130,14 +130,15 @@ def save_with_tokenizer(model, folder):
 
 
 def word_tokenizer(words: list[str]):
-    """A tokenizer unlike GPT-2's: one token for each of `words` (ids 1, 2, ...; [UNK] is 0), split on whitespace."""
+    """A tokenizer unlike GPT-2's: one token for each of `words` (ids 1, 2, ...; [UNK] is 0, [EOS] the last), split
+    on whitespace."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocabulary = {"[UNK]": 0, **{word: index + 1 for index, word in enumerate(words)}}
+    vocabulary = {"[UNK]": 0, **{word: index + 1 for index, word in enumerate(words)}, "[EOS]": len(words) + 1}
     backend = Tokenizer(models.WordLevel(vocabulary, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", eos_token="[EOS]")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import TINY_RUN, TINY_TRAINING, every_scheme, random_gpt2, tiny_model
+from conftest import TINY_RUN, TINY_TRAINING, every_scheme, random_gpt2, tiny_model, word_tokenizer
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
@@ -131,6 +131,7 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
     assert card.data.eval_results[0].metric_value == pytest.approx(measured, rel=1e-4, abs=0.005)
     assert training["command"].startswith("hf-tinygpt train") and "--position rope" in training["command"]
     assert training["train_tokens"] > 0 and training["steps"] == 10
+    assert training["tokenizer"] == "GPT-2's BPE" and f"{training['train_tokens']:,} tokens of GPT-2's BPE" in card.text
     assert f"Validation perplexity: {training['validation_perplexity']:.2f}" in card.text
     summary = json.loads((out / "summary.json").read_text())
     assert [r["step"] for r in summary["history"]] == list(range(1, 11))
@@ -145,6 +146,17 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
 
     again = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--out", out)  # never overwritten silently
     assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_a_card_names_the_tokenizer_a_run_used(plays, tmp_path, cli):
+    """(Every card said "GPT-2 BPE tokens", a run with a tokenizer of its own too: a published fact that was false.)"""
+    word_tokenizer(["Line", "to", "be", "or", "not"]).save_pretrained(tmp_path / "words")
+    out = tmp_path / "run"
+    run = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--tokenizer", tmp_path / "words", "--out", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    card = ModelCard.load(out / "model" / "README.md")
+    assert card.data.tinygpt["training"]["tokenizer"] == "a WordLevel tokenizer of 7 tokens"
+    assert "tokens of a WordLevel tokenizer of 7 tokens, 2 steps" in card.text and "GPT-2" not in card.text
 
 
 @pytest.mark.slow  # two runs, each in a fresh interpreter (tqdm reads its settings as it is imported)

@@ -147,6 +147,7 @@ PROVENANCE_FIELDS = {
 TRAINING_FIELDS = {
     "train_description": _TEXT,
     "train_tokens": _COUNT,
+    "tokenizer": _TEXT,  # what made the tokens: "GPT-2's BPE", "a WordLevel tokenizer of 300 tokens"
     "steps": _COUNT,
     "tokens_per_step": _COUNT,
     "hardware": _TEXT,

@@ -53,6 +53,7 @@ def card_training(settings: TrainingSettings, data: RunData, summary: dict, acce
         "train_description": data.description,  # what the run trained on, as `run_tokens` describes it
         "train_paths": settings.train or [settings.dataset],  # a published card names them without folders
         "train_tokens": int(data.blocks.size),
+        "tokenizer": tokenizer_description(data.tokenizer, data.tokenizer_from),
         "steps": settings.steps,
         "tokens_per_step": settings.batch_size * settings.block_size,
         "hardware": hardware(settings, accelerator),
@@ -65,6 +66,15 @@ def card_training(settings: TrainingSettings, data: RunData, summary: dict, acce
         "seed": settings.seed,
         "learning_rate": settings.learning_rate,
     }
+
+
+def tokenizer_description(tokenizer, tokenizer_from: str) -> str:
+    """How a card names the tokenizer a run's tokens came from (its folder may be local: never named)."""
+    if tokenizer_from == "gpt2":
+        return "GPT-2's BPE"
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    kind = type(backend.model).__name__ if backend is not None else type(tokenizer).__name__
+    return f"a {kind} tokenizer of {len(tokenizer):,} tokens"
 
 
 def write_final_model(
