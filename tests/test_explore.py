@@ -237,6 +237,27 @@ def test_each_model_reads_the_prompt_with_its_own_tokenizer(tmp_path):
         explorer.past_training_length("the cat sat on the doormat", 8)  # 7 of GPT-2's: the count is the word model's
 
 
+def test_labels_are_unique_whatever_the_folders_are_called(tmp_path):
+    """Two models labelled alike were drawn as one curve of the long-text plot, one series of its hover plot."""
+    for folder in ("a/model", "b/model (2)", "c/model"):
+        tiny_model("alibi").save_pretrained(tmp_path / folder)
+    labels = [shown.label for shown in load_models([str(tmp_path / f) for f in ("a/model", "b/model (2)", "c/model")])]
+    assert labels == ["model", "model (2)", "model (3)"]
+
+
+def test_a_model_whose_ids_are_mapped_into_its_vocabulary_says_so(tmp_path):
+    """A small vocabulary and no tokenizer: GPT-2's ids are mapped into it, so its continuation decoded with GPT-2's
+    tokenizer was nonsense ('WWWWW') and its attention rows were labelled with tokens it never read."""
+    from hf_tinygpt.explore.app import Explorer
+
+    tiny_model("alibi").save_pretrained(tmp_path / "small")  # 211 tokens, no tokenizer
+    explorer = Explorer(load_models([str(tmp_path / "small")]))
+    *_, text = explorer.generate(PROMPT, 3)
+    assert text == "(no tokenizer of its own: GPT-2's ids mapped into its 211-token vocabulary: it has no text to show)"
+    figure, _ = explorer.attention(PROMPT, 0, 0)
+    assert "these are not the tokens it read" in figure.axes[0].get_title()
+
+
 def test_a_hub_models_training_length_is_read_from_its_card(hub, tmp_path, monkeypatch):
     """A model loaded by Hub id is marked where it was trained, as a local folder is: from the card in its repo."""
     from huggingface_hub import HfApi, constants

@@ -223,6 +223,8 @@ class Explorer:
                     continue
                 pattern = attention_pattern(model, prompt, layer, head, tokenizer)
                 title = f"{label} ({model.config.position_embedding_type}): layer {layer}, head {head}"
+                if pattern["remapped"]:
+                    title += f"\n({_REMAPPED.format(model.config.vocab_size)}: these are not the tokens it read)"
                 outputs.append(plot_attention_pattern(pattern, title))
                 headers = [f"{i}: {text}" for i, text in enumerate(pattern["tokens"])]
                 outputs.append({"headers": headers, "data": pattern["weights"].round(6).tolist()})
@@ -267,11 +269,19 @@ class Explorer:
         prompt = self.checked_prompt(prompt, new_tokens)
         texts = [""] * len(self.models)
         for index, (_, model, tokenizer, _) in enumerate(self.models):
-            ids = prompt_tokens(model, prompt, tokenizer)[0]
+            ids, _, remapped = prompt_tokens(model, prompt, tokenizer)
+            if remapped:  # its ids are not the tokenizer's: nothing can decode what it writes
+                texts[index] = f"({_REMAPPED.format(model.config.vocab_size)}: it has no text to show)"
+                yield self.per_model(list(texts))
+                continue
             for text in greedy_continuation(model, ids, new_tokens, tokenizer, self.lock):
                 texts[index] = text
                 yield self.per_model(list(texts))
         yield self.per_model(list(texts))
+
+
+# A model without a tokenizer of its own, whose vocabulary is smaller than GPT-2's (`prompt_tokens`).
+_REMAPPED = "no tokenizer of its own: GPT-2's ids mapped into its {:,}-token vocabulary"
 
 
 def _whose(label: str, counts: list[int]) -> str:

@@ -47,12 +47,15 @@ def load_models(sources=(), *, hub_kwargs: dict | None = None) -> list[ExploredM
     """An `ExploredModel` for each source `load_for_plots` takes (tinygpt or GPT-2 folder, Hub id, config.json, scheme
     name); the shipped model when `sources` is empty. Each model runs eager attention, the one attention
     implementation whose weights (bias and all) `output_attentions` returns; labels are made unique."""
-    loaded, seen = [], {}
+    loaded = []
     for source in sources or [str(DEFAULT_MODEL_DIR)]:
         model, label = load_for_plots(source, hub_kwargs=hub_kwargs)
         model.set_attn_implementation("eager")
-        seen[label] = seen.get(label, 0) + 1
-        label = label if seen[label] == 1 else f"{label} ({seen[label]})"
+        taken, unique, count = {shown.label for shown in loaded}, label, 1
+        while unique in taken:  # a label names one curve, one pane: "model (2)" may be a folder's own name
+            count += 1
+            unique = f"{label} ({count})"
+        label = unique
         tokenizer = prompt_tokenizer(source, model, hub_kwargs=hub_kwargs)
         loaded.append(ExploredModel(label, model, tokenizer, training_context(model, hub_kwargs)))
     return loaded
@@ -89,15 +92,16 @@ def position_pictures(
 
 @torch.no_grad()
 def attention_pattern(model, prompt: str, layer: int, head: int, tokenizer=None) -> dict:
-    """{"tokens", "weights"}: the attention weights of `layer`'s `head` on the prompt (queries × keys), as the
-    model returns them with `output_attentions=True`."""
+    """{"tokens", "weights", "remapped"}: the attention weights of `layer`'s `head` on the prompt (queries × keys),
+    as the model returns them with `output_attentions=True`, and whether the prompt's ids were mapped into a smaller
+    vocabulary (`prompt_tokens`): then the tokens are the tokenizer's, not what the model read."""
     if not 0 <= layer < model.config.n_layer:
         raise ValueError(f"`layer` must be in [0, {model.config.n_layer}), got {layer}")
     if not 0 <= head < model.config.n_head:
         raise ValueError(f"`head` must be in [0, {model.config.n_head}), got {head}")
-    ids, tokens, _ = prompt_tokens(model, prompt, tokenizer)
+    ids, tokens, remapped = prompt_tokens(model, prompt, tokenizer)
     attentions = model(torch.tensor([ids]), output_attentions=True).attentions
-    return {"tokens": tokens, "weights": attentions[layer][0, head].float().numpy()}
+    return {"tokens": tokens, "weights": attentions[layer][0, head].float().numpy(), "remapped": remapped}
 
 
 def plot_message(text: str) -> Figure:
