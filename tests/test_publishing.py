@@ -116,6 +116,9 @@ def test_the_cards_licence_and_base_model_are_the_ones_given_else_the_folders(tm
     tolerance = ["--dry-run", "--out", str(tmp_path / "tolerance"), "--tolerance", "0.05"]
     assert main(["push", str(folder), REPO, *tolerance]) == 2  # it bounds a conversion's check: none is made
     assert "--tolerance bounds the check of a GPT-2" in capsys.readouterr().err
+    base = ["--dry-run", "--out", str(tmp_path / "base"), "--base-model", "../../etc"]  # the Hub would refuse the card
+    assert main(["push", str(folder), REPO, *base]) == 2
+    assert "--base-model must be a Hub id such as 'openai-community/gpt2'" in capsys.readouterr().err
     assert main(["push", str(folder), REPO, "--force"]) == 2  # no --dry-run: no --out to replace, nothing sent
     assert (
         "error: --force replaces an earlier --out: where --dry-run stages the files; without --dry-run"

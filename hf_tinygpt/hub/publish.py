@@ -273,6 +273,11 @@ def stage_for_hub(
             raise ValueError(f"`{name}` must be a path or Hub id, got {value!r}")
     if not (license is None or (isinstance(license, str) and license)):
         raise ValueError(f"`license` must be a licence id such as 'mit', got {license!r}")
+    if base_model is not None:  # the Hub refuses a card whose base_model is no repo id ("gpt2" is one)
+        try:
+            validate_repo_id(str(base_model))
+        except HFValidationError as error:
+            raise ValueError(f"`base_model` must be a Hub id such as 'openai-community/gpt2': {error}") from None
     if verify_tolerance is not None and (
         isinstance(verify_tolerance, bool) or not (isinstance(verify_tolerance, (int, float)) and verify_tolerance >= 0)
     ):
