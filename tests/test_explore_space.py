@@ -69,6 +69,13 @@ def test_a_space_loads_its_models_at_the_revision_they_were_checked_at_and_holds
         space.write_space(tmp_path / "shipped", [], hub_kwargs={"revision": "dev"})  # the shipped model has no revision
 
 
+def test_a_model_the_space_cannot_load_is_named_once(tmp_path):
+    with pytest.raises(ValueError) as refused:
+        write_space(tmp_path / "space", ["me/nothere"])  # offline: no Hub answers
+    said = str(refused.value)
+    assert said.startswith("me/nothere: the Space could not load it: not a scheme name") and said.count("me/") == 1
+
+
 @pytest.mark.slow
 def test_a_space_folder_serves_the_explorer_and_is_published_as_a_space(hub, tmp_path):
     from huggingface_hub import HfApi

@@ -23,7 +23,7 @@ from huggingface_hub import SpaceCard, SpaceCardData
 from packaging.requirements import Requirement
 
 from ..folders.bundled import gpt2_tokenizer
-from ..folders.errors import describe
+from ..folders.errors import first_line
 from ..folders.outputs import MANIFEST, output_folder
 from ..plots.positions import load_for_plots, prompt_tokenizer
 from .limits import long_text_ids
@@ -140,7 +140,8 @@ def write_space(
             if long_text is not None:
                 tokenizers[source] = prompt_tokenizer(source, model, hub_kwargs=hub_kwargs)
         except (OSError, ValueError) as error:
-            raise ValueError(f"{source}: the Space could not load it ({describe(error)})") from error
+            reason = first_line(error).removeprefix(f"{source}: ") or type(error).__name__  # it names the source too
+            raise ValueError(f"{source}: the Space could not load it: {reason}") from error
         schemes.append(model.config.position_embedding_type)
     if long_text is not None:  # the Space's tab would refuse a text past its limits on every request
         for source, tokenizer in (tokenizers or {"the shipped model": gpt2_tokenizer()}).items():
