@@ -410,6 +410,8 @@ def test_a_model_folder_with_its_own_tokenizer_is_drawn_on_its_tokens(tmp_path, 
     tokens = token_vs_position(model, prompt, prompt_tokenizer(str(folder), model))
     assert tokens["tokens"] == ["the", "cat", "saw", "the", "dog"] and not tokens["remapped"]
     assert np.array_equal(tokens["token"], model.transformer.wte.weight[[1, 2, 3, 1, 4]].detach().numpy())
+    unknown = token_vs_position(model, "xyzzy plugh the", prompt_tokenizer(str(folder), model))  # two [UNK]s
+    assert unknown["tokens"] == ["[UNK]", "[UNK]", "the"] and unknown["pair"] is None
 
 
 @pytest.mark.parametrize("scheme", ["rope", "alibi", "none"])

@@ -653,6 +653,7 @@ def token_vs_position(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> di
     positions, and `before`/`after` the cosine similarity of its two rows in `token`/`sum` (NaN when the prompt repeats
     no token)."""
     body = _body(model)
+    tokenizer = tokenizer or gpt2_tokenizer()
     ids, tokens, remapped = prompt_tokens(model, prompt, tokenizer)
     input_ids, positions = torch.tensor([ids]), torch.arange(len(ids))[None]
     token = body.wte(input_ids).float()
@@ -662,7 +663,10 @@ def token_vs_position(model, prompt: str = DEFAULT_PROMPT, tokenizer=None) -> di
     position = body.positions.add_to_embeddings(torch.zeros_like(token), positions)[0].float()
     token = token[0]
     seen, pair = {}, None
+    unknown = tokenizer.unk_token if tokenizer.unk_token and tokenizer.unk_token not in prompt else None
     for index, token_id in enumerate(ids):
+        if tokens[index] == unknown:  # whatever word the tokenizer could not read: two are not one word repeated
+            continue
         if token_id in seen:
             pair = (seen[token_id], index)
             break
