@@ -174,6 +174,17 @@ def test_resuming_a_finished_run_says_so(corpus, tmp_path, capsys):
     assert code == 0 and "already finished at step 4" in out
 
 
+def test_resuming_a_finished_run_removes_none_of_its_checkpoints(corpus, tmp_path, capsys):
+    """One without its progress.json is taken for a save a kill cut short and removed, when a run is to go on; a
+    finished run's was removed while resuming it said "nothing to do"."""
+    run = tmp_path / "run"
+    assert train_run(capsys, corpus, run)[0] == 0
+    (run / "checkpoints" / "step-000004" / "progress.json").unlink()
+    code, out = train_run(capsys, corpus, run, "--resume")
+    assert code == 0 and "already finished at step 4" in out
+    assert (run / "checkpoints" / "step-000004" / "model.safetensors").is_file()
+
+
 def test_resuming_a_finished_run_whose_last_checkpoint_is_older_trains_nothing_again(corpus, tmp_path, capsys):
     """A checkpoint every three steps, four steps: the finished run's newest checkpoint is step 3. Resuming it says it
     finished and leaves its model as it was, instead of training step 4 again and writing the model anew."""

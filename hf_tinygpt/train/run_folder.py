@@ -221,7 +221,10 @@ class RunFolder:
 
     def _remove_checkpoints_cut_short(self):
         if self.main:
-            for name in (read_manifest(self.out) or {}).get("outputs", []):
+            outputs = (read_manifest(self.out) or {}).get("outputs", [])
+            if self._finished_summary() is not None:  # resumed only to say so: its steps stay, staging leftovers go
+                outputs = []
+            for name in outputs:
                 folder = self.out / name
                 if (
                     re.fullmatch(rf"{CHECKPOINTS}/step-\d+", name)
