@@ -124,13 +124,19 @@ def test_resume_skips_a_checkpoint_of_ours_that_does_not_read(corpus, tmp_path, 
     assert f"skipping {newest}" in err and "(step 2)" in err
 
 
-def test_a_checkpoint_that_does_not_load_leaves_nothing_of_itself_in_the_run(corpus, tmp_path, capsys):
+@pytest.mark.parametrize("state", ["not a pickle", "another model's optimizer"])
+def test_a_checkpoint_that_does_not_load_leaves_nothing_of_itself_in_the_run(state, corpus, tmp_path, capsys):
     """Its weights were loaded before its training state failed to read: a run that then found no checkpoint to
     resume from trained from step 0 with those weights, not the ones it starts with."""
     run, fresh = tmp_path / "run", tmp_path / "fresh"
     assert train_run(capsys, corpus, run)[0] == 0
     for step in ("step-000002", "step-000004"):
-        (run / "checkpoints" / step / "training_state.pt").write_bytes(b"not a pickle")
+        if state == "not a pickle":
+            (run / "checkpoints" / step / "training_state.pt").write_bytes(b"not a pickle")
+        else:  # it reads, and its parameter groups are not this model's
+            saved = torch.load(run / "checkpoints" / step / "training_state.pt", weights_only=True)
+            saved["optimizer"]["param_groups"][0]["params"] = [0]
+            torch.save(saved, run / "checkpoints" / step / "training_state.pt")
         seal(run / "checkpoints" / step, "checkpoint")  # as if written so
     unfinished(run)
     code, err = train_run(capsys, corpus, run, "--resume")

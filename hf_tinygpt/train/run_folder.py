@@ -399,6 +399,9 @@ def read_checkpoint(folder: Path, accelerator, state: TrainingState) -> dict:
         weights = load_file(folder / WEIGHTS)  # to the CPU: `load_state_dict` copies it where the model is
         saved = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=True)
         saved = {"optimizer": saved["optimizer"], "schedule": saved["schedule"]}
+        groups = [len(group["params"]) for group in saved["optimizer"]["param_groups"]]
+        if groups != [len(group["params"]) for group in state.optimizer.param_groups]:
+            raise ValueError(f"its optimizer holds parameter groups of {groups}: not this model's")
         if not _rng_file(folder, 0).is_file():
             raise FileNotFoundError(f"no {_rng_file(folder, 0).name}: every checkpoint holds the first process's")
         rng_file = _rng_file(folder, accelerator.process_index)
