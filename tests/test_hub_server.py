@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HUB_TOKEN, OTHER_HUB_TOKEN, hub_subprocess_env
+from conftest import HUB_TOKEN, OTHER_HUB_TOKEN, hub_subprocess_env, word_tokenizer
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -158,8 +158,7 @@ def test_errors_map_to_huggingface_hub_exceptions(hub, api, folder, tmp_path):
 @pytest.mark.slow
 def test_transformers_loads_model_and_tokenizer_from_hub(hub, api, tmp_path):
     """A fresh interpreter with HF_ENDPOINT set: exactly how a user of the uploaded repo would load it."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(
@@ -167,9 +166,7 @@ def test_transformers_loads_model_and_tokenizer_from_hub(hub, api, tmp_path):
     ).eval()
     folder = tmp_path / "model"
     model.save_pretrained(folder)
-    backend = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(folder)
+    word_tokenizer(["hello", "world"]).save_pretrained(folder)
     api.create_repo(REPO)
     api.upload_folder(repo_id=REPO, folder_path=folder)
 

@@ -353,36 +353,39 @@ if state.is_main_process:
 """
 
 
+# Two CPU processes (gloo) under torchrun, and a run both can be compared on: no dropout, a checkpoint every 3 steps.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+COMPARABLE_RUN = {
+    "block_size": 32,
+    "batch_size": 4,
+    "steps": 6,
+    "warmup_steps": 2,
+    "save_every": 3,
+    "config": {"n_layer": 1, "n_embd": 16, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+}
+
+
+def run_driver(tmp_path, launcher: list[str], settings: dict) -> subprocess.CompletedProcess:
+    """DRIVER under `launcher` (the interpreter, or TORCHRUN) on `settings`, one thread a process; it must succeed."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [*launcher, str(driver), json.dumps(settings)]
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)  # a hang: collectives disagree
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run
+
+
 @pytest.mark.slow
 def test_two_process_data_parallel_run_matches_one_process(plays, tmp_path):
     """torchrun, 2 CPU processes (gloo): the ranks end identical, and match a 1-process run on the same global batch
     (to float rounding: all-reduced gradients are summed in another order). The learning-rate schedule must advance
     once per step, not once per process as a schedule prepared by accelerate would."""
-    settings = {
-        "train": [str(plays)],
-        "validation": [str(plays / "held_out.txt")],
-        "block_size": 32,
-        "batch_size": 4,
-        "steps": 6,
-        "warmup_steps": 2,
-        "eval_every": 3,
-        "save_every": 3,
-        "config": {"n_layer": 1, "n_embd": 16, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
-    }
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for name, launcher in [
-        ("one", [sys.executable]),
-        ("two", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]),
-    ]:
-        run = subprocess.run(
-            [*launcher, str(driver), json.dumps({**settings, "out": str(tmp_path / name)})],
-            capture_output=True,
-            text=True,
-            env=env,
+    validated = {"validation": [str(plays / "held_out.txt")], "eval_every": 3}
+    for name, launcher in [("one", [sys.executable]), ("two", TORCHRUN)]:
+        run_driver(
+            tmp_path, launcher, {**COMPARABLE_RUN, **validated, "train": [str(plays)], "out": str(tmp_path / name)}
         )
-        assert run.returncode == 0, run.stderr[-4000:]
 
     rank0, rank1 = torch.load(tmp_path / "two-rank0.pt"), torch.load(tmp_path / "two-rank1.pt")
     assert all(torch.equal(rank0[key], rank1[key]) for key in rank0)
@@ -401,27 +404,13 @@ def test_a_run_saved_by_one_process_resumes_on_two(plays, tmp_path):
     so once, and end where the uninterrupted run ended (no dropout: the random numbers are not used)."""
     import shutil
 
-    settings = {
-        "train": [str(plays)],
-        "block_size": 32,
-        "batch_size": 4,
-        "steps": 6,
-        "warmup_steps": 2,
-        "save_every": 3,
-        "config": {"n_layer": 1, "n_embd": 16, "n_head": 2, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
-    }
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = [sys.executable, str(driver), json.dumps({**settings, "out": str(tmp_path / "run")})]
-    assert subprocess.run(one, capture_output=True, text=True, env=env).returncode == 0
+    settings = {**COMPARABLE_RUN, "train": [str(plays)], "out": str(tmp_path / "run")}
+    run_driver(tmp_path, [sys.executable], settings)
     uninterrupted = torch.load(tmp_path / "run-rank0.pt")
-    for name in ("model", "summary.json", "checkpoints/step-000006"):  # as if stopped after step 3's checkpoint
-        shutil.rmtree(tmp_path / "run" / name) if name != "summary.json" else (tmp_path / "run" / name).unlink()
-    two = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(driver)]
-    resumed = json.dumps({**settings, "out": str(tmp_path / "run"), "resume": True})
-    run = subprocess.run([*two, resumed], capture_output=True, text=True, env=env, timeout=300)
-    assert run.returncode == 0, run.stderr[-4000:]
+    shutil.rmtree(tmp_path / "run" / "model")  # as if stopped after step 3's checkpoint
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "step-000006")
+    (tmp_path / "run" / "summary.json").unlink()
+    run = run_driver(tmp_path, TORCHRUN, {**settings, "resume": True})
     said = run.stdout + run.stderr
     assert "step-000003 (step 3)" in said and said.count("was saved by 1 process and this run has 2") == 1
     rank0, rank1 = torch.load(tmp_path / "run-rank0.pt"), torch.load(tmp_path / "run-rank1.pt")

@@ -32,7 +32,7 @@ from ..folders.reading import (
     describe,
     has_tokenizer,
     load_strictly,
-    read_json_object,
+    read_config_dict,
     reading_checkpoint,
     tinygpt_folder,
 )
@@ -201,8 +201,9 @@ def stage_tinygpt_folder(
             "merges.txt; or pass `tokenizer='gpt2'`)"
         )
     with reading_checkpoint(folder):
-        model = load_strictly(folder)  # raises, naming tensors, if the weights do not fit
-    if unknown := _unknown_config_keys(folder):
+        config = read_config_dict(folder)  # read once: the model is built from it, and its keys are checked
+        model = load_strictly(folder, config=config)  # raises, naming tensors, if the weights do not fit
+    if unknown := _unknown_config_keys(config):
         raise ValueError(
             f"{folder}/config.json: {', '.join(unknown)}: no field of a TinyGPT's config; a config keeps such keys, "
             "and they would be published as they are (a local path, say): remove them from config.json"
@@ -232,11 +233,11 @@ def stage_tinygpt_folder(
         raise RuntimeError(f"staging {folder} for {repo_id}: the staged weights differ from the verified ones")
 
 
-def _unknown_config_keys(folder: Path) -> list[str]:
-    """The keys of the folder's config.json that are neither a TinyGPT config's fields (those of every scheme
-    registered now) nor what transformers writes beside them."""
+def _unknown_config_keys(config: dict) -> list[str]:
+    """The keys of a config.json that are neither a TinyGPT config's fields (those of every scheme registered now) nor
+    what transformers writes beside them."""
     known = {*TinyGPTConfig.field_names(), *PretrainedConfig().to_dict(), "auto_map", "torch_dtype"}
-    return sorted(read_json_object(folder / "config.json").keys() - known)
+    return sorted(config.keys() - known)
 
 
 def _weights_changed_since_written(folder: Path) -> list[str]:
