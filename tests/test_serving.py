@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import readme_blocks, text_model
+from conftest import readme_blocks, text_model, word_tokenizer
 from transformers import AutoTokenizer
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt.folders.bundled import tokenizer_sha256
 
 openai = pytest.importorskip("openai", reason="the [serve] extra's openai client")
 pytest.importorskip("transformers.cli.serving.model_manager", reason="transformers' server (5.25)")
@@ -153,12 +154,15 @@ def test_a_kernel_the_scheme_cannot_take_is_one_error_before_the_server_starts(t
 
 def test_a_model_whose_weights_or_scheme_it_cannot_serve_is_one_error_before_the_server_starts(tmp_path, capsys):
     """Weights that do not fit the model are refused, as by every command, not served with a tensor initialised at
-    random; no weights, or PaTH under continuous batching, are one line too, not the model's process's traceback."""
+    random; no weights, PaTH under continuous batching, or tokenizer files other than those the card says the weights
+    were trained with, are one line too, not the model's process's traceback (or, for the tokenizer, nothing)."""
     from hf_tinygpt.cli.commands import main
 
-    for scheme in ("learned", "rope", "path"):
-        text_model(scheme).save_pretrained(tmp_path / scheme)
+    for scheme in ("learned", "rope", "path", "swapped"):
+        text_model("learned" if scheme == "swapped" else scheme).save_pretrained(tmp_path / scheme)
         gpt2_tokenizer().save_pretrained(tmp_path / scheme)
+    words = tokenizer_sha256(word_tokenizer(["to", "be"]))  # what its card says it was trained with, not GPT-2's BPE
+    (tmp_path / "swapped" / "README.md").write_text(f"---\ntinygpt:\n  training:\n    tokenizer_sha256: {words}\n---\n")
     (tmp_path / "learned" / "model.safetensors").write_bytes((tmp_path / "rope" / "model.safetensors").read_bytes())
     (tmp_path / "rope" / "model.safetensors").unlink()
     capsys.readouterr()
@@ -170,6 +174,7 @@ def test_a_model_whose_weights_or_scheme_it_cannot_serve_is_one_error_before_the
             ("learned", [], "the checkpoint does not match the model (learned positions"),
             ("rope", [], "no file named model.safetensors"),
             ("path", ["--continuous-batching"], "position_embedding_type='path' rewrites the keys its cache holds"),
+            ("swapped", [], "the tokenizer its files hold is not the tokenizer its weights were trained with"),
         ]:
             assert main(["serve", str(tmp_path / folder), *options, *where]) == 2, folder
             err = capsys.readouterr().err.strip()

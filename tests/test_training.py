@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
+from hf_tinygpt.folders.bundled import load_tokenizer, tokenizer_sha256
 from hf_tinygpt.folders.outputs import unproven
 from hf_tinygpt.folders.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png
 from hf_tinygpt.train.data import tokenize_files
@@ -132,6 +134,11 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
     assert training["command"].startswith("hf-tinygpt train") and "--position rope" in training["command"]
     assert training["train_tokens"] > 0 and training["steps"] == 10
     assert training["tokenizer"] == "GPT-2's BPE" and f"{training['train_tokens']:,} tokens of GPT-2's BPE" in card.text
+    assert (
+        training["tokenizer_sha256"]
+        == tokenizer_sha256(gpt2_tokenizer())
+        == tokenizer_sha256(load_tokenizer(model_dir))
+    )
     assert f"Validation perplexity: {training['validation_perplexity']:.2f}" in card.text
     summary = json.loads((out / "summary.json").read_text())
     assert [r["step"] for r in summary["history"]] == list(range(1, 11))
@@ -148,8 +155,10 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
     assert again.returncode == 2 and "--force" in again.stderr
 
 
-def test_a_card_names_the_tokenizer_a_run_used(plays, tmp_path, cli):
-    """(Every card said "GPT-2 BPE tokens", a run with a tokenizer of its own too: a published fact that was false.)"""
+def test_a_card_names_the_tokenizer_a_run_used_and_its_folder_is_read_with_no_other(plays, tmp_path, cli):
+    """(Every card said "GPT-2 BPE tokens", a run with a tokenizer of its own too: a published fact that was false.
+    And a folder whose tokenizer files were swapped for another tokenizer of the same size read its ids as other words
+    in `generate`, the explorer and the pictures, was published so, and was fine-tuned so, with nothing said.)"""
     word_tokenizer(["Line", "to", "be", "or", "not"]).save_pretrained(tmp_path / "words")
     out = tmp_path / "run"
     run = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--tokenizer", tmp_path / "words", "--out", out)
@@ -157,6 +166,34 @@ def test_a_card_names_the_tokenizer_a_run_used(plays, tmp_path, cli):
     card = ModelCard.load(out / "model" / "README.md")
     assert card.data.tinygpt["training"]["tokenizer"] == "a WordLevel tokenizer of 7 tokens"
     assert "tokens of a WordLevel tokenizer of 7 tokens, 2 steps" in card.text and "GPT-2" not in card.text
+
+    # The card records which tokenizer exactly; what reads the folder holds its tokenizer to it.
+    from hf_tinygpt.explore.views import load_models
+    from hf_tinygpt.generate.text import load_for_generation
+    from hf_tinygpt.hub.publish import stage_for_hub
+
+    recorded = card.data.tinygpt["training"]["tokenizer_sha256"]
+    assert recorded == tokenizer_sha256(load_tokenizer(tmp_path / "words"))
+    assert recorded == tokenizer_sha256(load_tokenizer(out / "model"))  # what the folder holds reads the same
+    load_for_generation(str(out / "model"))
+    other = word_tokenizer(["Line", "to", "be", "or", "maybe"])
+    other.save_pretrained(tmp_path / "other")
+    swapped = tmp_path / "swapped"
+    shutil.copytree(out / "model", swapped)
+    other.save_pretrained(swapped)
+    refused = "the tokenizer its files hold is not the tokenizer its weights were trained with"
+    for load in (lambda: load_for_generation(str(swapped)), lambda: load_models([str(swapped)])):
+        with pytest.raises(ValueError, match=f"{swapped}: {refused}.*put back the tokenizer files"):
+            load()
+    with pytest.raises(ValueError, match=refused):
+        stage_for_hub(str(swapped), tmp_path / "staged", "me/words")
+    with pytest.raises(ValueError, match="the tokenizer `tokenizer` names .* is not the tokenizer its weights"):
+        stage_for_hub(str(out / "model"), tmp_path / "staged", "me/words", tokenizer=str(tmp_path / "other"))
+    assert not (tmp_path / "staged").exists()
+    tuning = ("--init-from", out / "model", "--tokenizer", tmp_path / "other", "--out", tmp_path / "tuned")
+    tuned = cli("train", "--train", plays, *tuning)
+    assert tuned.returncode == 2 and "the run's tokenizer (--tokenizer" in tuned.stderr, tuned.stderr[-2000:]
+    assert "train with the tokenizer it was made with" in tuned.stderr
 
 
 @pytest.mark.slow  # two runs, each in a fresh interpreter (tqdm reads its settings as it is imported)

@@ -17,12 +17,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
-from huggingface_hub import hf_hub_download
 from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
 from ..folders.bundled import DEFAULT_MODEL_DIR
-from ..folders.model_card import read_card
-from ..folders.reading import cannot_be_a_hub_id
+from ..folders.model_card import recorded_training
 from ..model.positions import positions_reach
 from ..plots.positions import load_for_plots, plot_positions, prompt_tokenizer, prompt_tokens, written_files
 
@@ -64,18 +62,7 @@ def load_models(sources=(), *, hub_kwargs: dict | None = None) -> list[ExploredM
 def training_context(model, hub_kwargs: dict | None = None) -> int | None:
     """The context the model was trained at, from the card (`tinygpt.training.block_size`) in the folder or Hub repo
     it was loaded from (`name_or_path`; `hub_kwargs` as it was loaded); None when unknown."""
-    source = model.config.name_or_path
-    folder = Path(source)
-    if not folder.is_dir():
-        if not source or cannot_be_a_hub_id(source):  # built here, untrained; or a folder gone since it loaded
-            return None
-        try:
-            folder = Path(hf_hub_download(source, "README.md", **(hub_kwargs or {}))).parent
-        except OSError:  # no card in the repo, none cached offline, or no answer: the marker is all that is missing
-            return None
-    card = read_card(folder)
-    training = (card.data.to_dict().get("tinygpt") or {}).get("training") or {} if card else {}
-    return training.get("block_size")
+    return recorded_training(model.config.name_or_path, **(hub_kwargs or {})).get("block_size")
 
 
 def position_pictures(

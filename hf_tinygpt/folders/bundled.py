@@ -1,6 +1,8 @@
 """The files that ship inside the package: OpenAI's GPT-2 tokenizer and the default (Shakespeare) model; and the
 one way every verb loads a tokenizer."""
 
+import hashlib
+import json
 from pathlib import Path
 
 from transformers import AutoTokenizer, GPT2TokenizerFast
@@ -80,8 +82,41 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
 
 
 def own_tokenizer(source: str | Path, *, vocab_size: int, **hub_kwargs):
-    """The tokenizer a model folder or Hub repo carries (`load_tokenizer`, checked against the model's `vocab_size`),
-    or None when it carries no tokenizer files."""
+    """The tokenizer a model folder or Hub repo carries (`load_tokenizer`, checked against the model's `vocab_size`
+    and against the tokenizer its card says it was trained with), or None when it carries no tokenizer files."""
     from .reading import has_tokenizer
 
-    return load_tokenizer(source, vocab_size=vocab_size, **hub_kwargs) if has_tokenizer(source, **hub_kwargs) else None
+    if not has_tokenizer(source, **hub_kwargs):
+        return None
+    tokenizer = load_tokenizer(source, vocab_size=vocab_size, **hub_kwargs)
+    check_trained_with(
+        tokenizer,
+        source,
+        what="the tokenizer its files hold",
+        fix="put back the tokenizer files its training run wrote beside the weights",
+        **hub_kwargs,
+    )
+    return tokenizer
+
+
+def tokenizer_sha256(tokenizer) -> str:
+    """Which tokenizer this is, as a sha256 of what decides its ids: every token with its id and, for BPE, its merges.
+    It hashes that data, not a file or serialization, so it holds across tokenizers versions and file layouts."""
+    vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    merges = (json.loads(backend.to_str())["model"].get("merges") or []) if backend is not None else []
+    merges = [merge.split(" ", 1) if isinstance(merge, str) else list(merge) for merge in merges]  # "a b" or [a, b]
+    return hashlib.sha256(json.dumps([vocabulary, merges], ensure_ascii=False).encode()).hexdigest()
+
+
+def check_trained_with(tokenizer, source: str | Path, *, what: str, fix: str, **hub_kwargs):
+    """Refuse `tokenizer` (`what` names it) for the model at `source` when its card records another tokenizer
+    (`tinygpt.training.tokenizer_sha256`): its ids would be read as other tokens, with nothing to show for it."""
+    from .model_card import recorded_training
+
+    recorded = recorded_training(source, **hub_kwargs).get("tokenizer_sha256")
+    if isinstance(recorded, str) and recorded != (actual := tokenizer_sha256(tokenizer)):
+        raise ValueError(
+            f"{source}: {what} is not the tokenizer its weights were trained with (its card's "
+            f"tinygpt.training.tokenizer_sha256 is {recorded[:12]}…, this one's {actual[:12]}…): {fix}"
+        )

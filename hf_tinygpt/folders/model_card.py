@@ -12,11 +12,11 @@ import shlex
 from importlib import resources
 from pathlib import Path
 
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData, hf_hub_download
 
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.params import parameter_breakdown
-from .reading import describe
+from .reading import HUB_OPTIONS, cannot_be_a_hub_id, describe
 from .training_history import LOSS_CURVE, TRAINING_HISTORY
 
 TEMPLATES = {"conversion": "converted_gpt2.md", "training": "trained.md"}
@@ -135,6 +135,27 @@ def read_card(folder: str | Path) -> ModelCard | None:
         ) from None
 
 
+def recorded_training(source: str | Path, **hub_kwargs) -> dict:
+    """What the card of a model folder or Hub repo says of how it was trained (`tinygpt.training`); {} where nothing
+    is recorded: no source (a model built here), no card (none in the repo, none cached offline, no answer from the
+    Hub), or a card of no training. A ValueError names a card that cannot be read."""
+    if not str(source):
+        return {}
+    folder = Path(source)
+    if not folder.is_dir():
+        if cannot_be_a_hub_id(str(source)):  # a folder gone since its model loaded
+            return {}
+        hub = {key: value for key, value in hub_kwargs.items() if key in HUB_OPTIONS}
+        try:
+            folder = Path(hf_hub_download(str(source), "README.md", **hub)).parent
+        except OSError:
+            return {}
+    card = read_card(folder)
+    provenance = card.data.to_dict().get("tinygpt") if card is not None else None
+    training = provenance.get("training") if isinstance(provenance, dict) else None
+    return training if isinstance(training, dict) else {}
+
+
 # What a card's `tinygpt:` provenance may hold, and of which type: it is rendered again (and published) from the card.
 _TEXT, _COUNT, _NUMBER = (str,), (int,), (int, float)
 PROVENANCE_FIELDS = {
@@ -148,6 +169,7 @@ TRAINING_FIELDS = {
     "train_description": _TEXT,
     "train_tokens": _COUNT,
     "tokenizer": _TEXT,  # what made the tokens: "GPT-2's BPE", "a WordLevel tokenizer of 300 tokens"
+    "tokenizer_sha256": _TEXT,  # which tokenizer exactly (`tokenizer_sha256`): loading checks the folder's against it
     "steps": _COUNT,
     "tokens_per_step": _COUNT,
     "hardware": _TEXT,

@@ -12,6 +12,7 @@ import sys
 import torch
 import typer
 
+from ..folders.bundled import check_trained_with
 from ..folders.reading import load_strictly, read_config_dict
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
@@ -53,7 +54,8 @@ class TinyGPTModelLoader(ModelLoader):
         """What serving the TinyGPT `model_id` raises, raised now rather than as the model's process's traceback:
         its attention kernel (transformers' check, the scheme's of a kernel that takes no mask: built on the meta
         device, which allocates nothing), its weights (loaded strictly, on the CPU, then let go) and, where the server
-        batches continuously (`generation_state`, as it decides with the model's processor), whether it can."""
+        batches continuously (`generation_state`, as it decides with the model's processor), whether it can; and its
+        tokenizer, where its card records which one its weights were trained with."""
         repo, revision, gguf_file = parse_model_id(model_id)
         if gguf_file:
             return
@@ -65,7 +67,16 @@ class TinyGPTModelLoader(ModelLoader):
             with torch.device("meta"):
                 TinyGPTForCausalLM(TinyGPTConfig.from_dict(config, attn_implementation=self.attn_implementation))
         model = load_strictly(repo, config=config, dtype=self.dtype, **hub)
-        if generation_state.use_continuous_batching(model.config, self.load_processor(model_id)):
+        processor = self.load_processor(model_id)
+        if hasattr(processor, "get_vocab"):  # a tokenizer: the one the card says the weights were trained with
+            check_trained_with(
+                processor,
+                repo,
+                what="the tokenizer its files hold",
+                fix="put back the tokenizer files its training run wrote beside the weights",
+                **hub,
+            )
+        if generation_state.use_continuous_batching(model.config, processor):
             model.check_continuous_batching()
 
 

@@ -183,7 +183,7 @@ def stage_tinygpt_folder(
     curve drawn again from them. Nothing else goes: no optimizer states, logs, images, notes, stray or linked files.
     A folder hf-tinygpt wrote whose weights changed since is refused while it holds the card and history of the
     weights it was written with."""
-    from ..folders.bundled import load_tokenizer
+    from ..folders.bundled import check_trained_with, load_tokenizer
     from ..folders.model_card import rerender_for
 
     refuse_links(folder, READ_FILES, inside=inside)
@@ -209,6 +209,12 @@ def stage_tinygpt_folder(
             "and they would be published as they are (a local path, say): remove them from config.json"
         )
     tokens = load_tokenizer(tokenizer or folder, vocab_size=model.config.vocab_size)
+    check_trained_with(
+        tokens,
+        folder,
+        what=f"the tokenizer `tokenizer` names ({tokenizer})" if tokenizer else "the tokenizer its files hold",
+        fix="publish it with the tokenizer its training run wrote beside the weights",
+    )
     generation = GenerationConfig.from_model_config(model.config)
     if (folder / "generation_config.json").is_file():
         try:

@@ -11,6 +11,7 @@ import torch
 from accelerate.utils import set_seed
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
+from ..folders.bundled import check_trained_with
 from ..folders.reading import load_strictly, read_config_dict
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
@@ -40,7 +41,7 @@ def training_state(settings: TrainingSettings, accelerator, tokenizer, token: st
         start = build_config(settings, vocab_size, tokenizer.eos_token_id)
         check_it_fits(start, accelerator.device)
     else:
-        start = starting_model(settings, vocab_size, token)
+        start = starting_model(settings, tokenizer, token)
     set_seed(settings.seed)
     model = start if isinstance(start, TinyGPTForCausalLM) else TinyGPTForCausalLM(start)
     decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices decay; biases and LayerNorms do not
@@ -99,9 +100,10 @@ def check_it_fits(config: TinyGPTConfig, device: torch.device):
         )
 
 
-def starting_model(settings: TrainingSettings, vocab_size: int, token: str | None = None) -> TinyGPTForCausalLM:
+def starting_model(settings: TrainingSettings, tokenizer, token: str | None = None) -> TinyGPTForCausalLM:
     """The model of `init_from`, loaded strictly in float32 (a GPT-2 checkpoint converted as it loads), with the
-    run's dropout; it must take the tokenizer's ids and the run's blocks."""
+    run's dropout; it must take the run's blocks and the tokenizer's ids, and be the tokenizer its card says it was
+    trained with, where it says."""
     hub = {"revision": settings.init_revision, "token": token}
     if quantized := read_config_dict(settings.init_from, **hub).get("quantization_config"):
         method = quantized.get("quant_method", "quantized") if isinstance(quantized, dict) else "quantized"
@@ -115,11 +117,18 @@ def starting_model(settings: TrainingSettings, vocab_size: int, token: str | Non
             f"sets {', '.join(fixed)}: leave {'it' if len(fixed) == 1 else 'them'} out; only dropout may change"
         )
     model = load_strictly(settings.init_from, dtype=torch.float32, **hub, **settings.config)  # the run's dropout
-    if vocab_size > model.config.vocab_size:
+    if len(tokenizer) > model.config.vocab_size:
         raise ValueError(
-            f"the tokenizer has {vocab_size} tokens, more than the {model.config.vocab_size} rows of "
+            f"the tokenizer has {len(tokenizer)} tokens, more than the {model.config.vocab_size} rows of "
             f"{settings.init_from} (`TrainingSettings.init_from`): train with the tokenizer it was made with"
         )
+    check_trained_with(
+        tokenizer,
+        settings.init_from,
+        what=f"the run's tokenizer (`TrainingSettings.tokenizer`: {settings.tokenizer or 'gpt2'})",
+        fix="train with the tokenizer it was made with (its model folder holds it)",
+        **hub,
+    )
     if (reach := positions_reach(model.config)) is not None and reach < settings.block_size:
         raise ValueError(
             f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} of "
