@@ -131,3 +131,29 @@ def test_compiled_decoder_arguments_are_checked_before_it_compiles(argument, val
     """`max_length=0` built a decoder of n_positions tokens, `batch_size=True` one of batch 1: each is an error."""
     with pytest.raises(ValueError, match=f"`{argument}`"):
         CompiledDecoder(tiny_model("rope"), **{"max_length": 16, "autotune": False, argument: value})
+
+
+def test_a_card_whose_tokenizer_record_cannot_be_checked_is_refused_by_name(tmp_path):
+    """A tokenizer_sha256 that is no sha256 turned the check off (a number, a list) or compared it with nothing (an
+    empty or cut value); the card's field is named, with the fix. The right value in capitals is the same hash."""
+    from hf_tinygpt.folders.bundled import tokenizer_sha256
+
+    folder = save_with_tokenizer(text_model(), tmp_path / "model")
+    right = tokenizer_sha256(hf_tinygpt.gpt2_tokenizer())
+    for value, refused in [
+        ("12345", True),
+        ("[a, b]", True),
+        ("''", True),
+        (right[:12], True),
+        (right.upper(), False),
+        ("null", False),  # no record: nothing to check, as in a card of an older version
+    ]:
+        (folder / "README.md").write_text(f"---\ntinygpt:\n  training:\n    tokenizer_sha256: {value}\n---\n")
+        if refused:
+            with pytest.raises(ValueError, match=r"tinygpt.training.tokenizer_sha256 is .*, not the sha256 \(64 hex"):
+                load_for_generation(str(folder))
+        else:
+            load_for_generation(str(folder))
+    (folder / "README.md").write_text("---\ntinygpt: [\n---\n")
+    with pytest.raises(ValueError, match=r"README.md: cannot read .* \(nothing of how the model was trained is known"):
+        load_for_generation(str(folder))

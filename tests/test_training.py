@@ -18,6 +18,7 @@ import torch
 from conftest import TINY_RUN, TINY_TRAINING, every_scheme, random_gpt2, tiny_model, word_tokenizer
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
+from tokenizers import normalizers
 
 from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.folders.bundled import load_tokenizer, tokenizer_sha256
@@ -178,13 +179,22 @@ def test_a_card_names_the_tokenizer_a_run_used_and_its_folder_is_read_with_no_ot
     load_for_generation(str(out / "model"))
     other = word_tokenizer(["Line", "to", "be", "or", "maybe"])
     other.save_pretrained(tmp_path / "other")
-    swapped = tmp_path / "swapped"
-    shutil.copytree(out / "model", swapped)
-    other.save_pretrained(swapped)
+    lowercased = word_tokenizer(["Line", "to", "be", "or", "not"])  # the same vocabulary, reading "NOT" as "not"
+    lowercased.backend_tokenizer.normalizer = normalizers.Lowercase()
     refused = "the tokenizer its files hold is not the tokenizer its weights were trained with"
-    for load in (lambda: load_for_generation(str(swapped)), lambda: load_models([str(swapped)])):
-        with pytest.raises(ValueError, match=f"{swapped}: {refused}.*put back the tokenizer files"):
-            load()
+    for name, tokenizer in (("swapped", other), ("lowercased", lowercased), ("none", None)):
+        shutil.copytree(out / "model", tmp_path / name)
+        if tokenizer is None:  # removed: GPT-2's would read its prompts
+            for file in ("tokenizer.json", "tokenizer_config.json"):
+                (tmp_path / name / file).unlink()
+            refused = "it has no tokenizer files, and GPT-2's is not the tokenizer its weights were trained with"
+        else:
+            tokenizer.save_pretrained(tmp_path / name)
+        for load, source in ((load_for_generation, str(tmp_path / name)), (load_models, [str(tmp_path / name)])):
+            with pytest.raises(ValueError, match=f"{tmp_path / name}: {refused}.*put back the tokenizer files"):
+                load(source)
+    swapped = tmp_path / "swapped"
+    refused = "the tokenizer its files hold is not the tokenizer its weights were trained with"
     with pytest.raises(ValueError, match=refused):
         stage_for_hub(str(swapped), tmp_path / "staged", "me/words")
     with pytest.raises(ValueError, match="the tokenizer `tokenizer` names .* is not the tokenizer its weights"):

@@ -3,6 +3,7 @@ one way every verb loads a tokenizer."""
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from transformers import AutoTokenizer, GPT2TokenizerFast
@@ -83,39 +84,51 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
 
 def own_tokenizer(source: str | Path, *, vocab_size: int, **hub_kwargs):
     """The tokenizer a model folder or Hub repo carries (`load_tokenizer`, checked against the model's `vocab_size`
-    and against the tokenizer its card says it was trained with), or None when it carries no tokenizer files."""
+    and against the tokenizer its card says it was trained with), or None when it carries no tokenizer files (then
+    GPT-2's reads its prompts: refused where its card records another)."""
     from .reading import has_tokenizer
 
+    fix = "put back the tokenizer files its training run wrote beside the weights"
     if not has_tokenizer(source, **hub_kwargs):
+        check_trained_with(None, source, what="it has no tokenizer files, and GPT-2's", fix=fix, **hub_kwargs)
         return None
     tokenizer = load_tokenizer(source, vocab_size=vocab_size, **hub_kwargs)
-    check_trained_with(
-        tokenizer,
-        source,
-        what="the tokenizer its files hold",
-        fix="put back the tokenizer files its training run wrote beside the weights",
-        **hub_kwargs,
-    )
+    check_trained_with(tokenizer, source, what="the tokenizer its files hold", fix=fix, **hub_kwargs)
     return tokenizer
 
 
+# Text whose ids tell tokenizers apart where their vocabularies agree: case, runs of spaces, tabs and new lines,
+# digits, punctuation and characters beyond ASCII (a normalizer, pre-tokenizer, unknown-token or special-token rule).
+PROBE_TEXT = "Hello, World! to be, or NOT to be:\n  1234 5.67 -- naïve café 日本語 🙂\tend"
+
+
 def tokenizer_sha256(tokenizer) -> str:
-    """Which tokenizer this is, as a sha256 of what decides its ids: every token with its id and, for BPE, its merges.
-    It hashes that data, not a file or serialization, so it holds across tokenizers versions and file layouts."""
+    """Which tokenizer this is, as a sha256 of what decides its ids: every token with its id, its BPE merges, and the
+    ids it gives `PROBE_TEXT` (special tokens and all). It hashes that data, not a file or serialization, so the
+    same tokenizer in another file layout, or read by another tokenizers version, hashes the same."""
     vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     backend = getattr(tokenizer, "backend_tokenizer", None)
     merges = (json.loads(backend.to_str())["model"].get("merges") or []) if backend is not None else []
     merges = [merge.split(" ", 1) if isinstance(merge, str) else list(merge) for merge in merges]  # "a b" or [a, b]
-    return hashlib.sha256(json.dumps([vocabulary, merges], ensure_ascii=False).encode()).hexdigest()
+    probe = tokenizer(PROBE_TEXT)["input_ids"]
+    return hashlib.sha256(json.dumps([vocabulary, merges, probe], ensure_ascii=False).encode()).hexdigest()
 
 
 def check_trained_with(tokenizer, source: str | Path, *, what: str, fix: str, **hub_kwargs):
-    """Refuse `tokenizer` (`what` names it) for the model at `source` when its card records another tokenizer
+    """Refuse `tokenizer` (`what` names it; None: GPT-2's) for the model at `source` when its card records another
     (`tinygpt.training.tokenizer_sha256`): its ids would be read as other tokens, with nothing to show for it."""
     from .model_card import recorded_training
 
     recorded = recorded_training(source, **hub_kwargs).get("tokenizer_sha256")
-    if isinstance(recorded, str) and recorded != (actual := tokenizer_sha256(tokenizer)):
+    if recorded is None:
+        return
+    if not (isinstance(recorded, str) and re.fullmatch(r"[0-9a-fA-F]{64}", recorded)):
+        raise ValueError(
+            f"{source}: its card's tinygpt.training.tokenizer_sha256 is {recorded!r:.80}, not the sha256 (64 hex "
+            "digits) hf-tinygpt writes there: put back the value its training run wrote, or remove the field "
+            "(its tokenizer is then not checked)"
+        )
+    if recorded.lower() != (actual := tokenizer_sha256(tokenizer or gpt2_tokenizer())):
         raise ValueError(
             f"{source}: {what} is not the tokenizer its weights were trained with (its card's "
             f"tinygpt.training.tokenizer_sha256 is {recorded[:12]}…, this one's {actual[:12]}…): {fix}"

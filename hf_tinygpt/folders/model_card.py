@@ -121,8 +121,9 @@ def render_model_card(
     )
 
 
-def read_card(folder: str | Path) -> ModelCard | None:
-    """The folder's `README.md` as huggingface_hub reads it (None without one); a ValueError names a card it cannot."""
+def read_card(folder: str | Path, *, if_removed: str = "a new card is written") -> ModelCard | None:
+    """The folder's `README.md` as huggingface_hub reads it (None without one); a ValueError names a card it cannot,
+    and says what follows from removing it (`if_removed`)."""
     path = Path(folder) / "README.md"
     if not path.is_file():
         return None
@@ -131,7 +132,7 @@ def read_card(folder: str | Path) -> ModelCard | None:
     except Exception as error:
         raise ValueError(
             f"{path}: cannot read the model card's metadata ({describe(error)}); fix its YAML header "
-            "or remove the file (a new card is written)"
+            f"or remove the file ({if_removed})"
         ) from None
 
 
@@ -150,7 +151,7 @@ def recorded_training(source: str | Path, **hub_kwargs) -> dict:
             folder = Path(hf_hub_download(str(source), "README.md", **hub)).parent
         except OSError:
             return {}
-    card = read_card(folder)
+    card = read_card(folder, if_removed="nothing of how the model was trained is known or checked then")
     provenance = card.data.to_dict().get("tinygpt") if card is not None else None
     training = provenance.get("training") if isinstance(provenance, dict) else None
     return training if isinstance(training, dict) else {}
