@@ -203,7 +203,7 @@ def test_a_card_names_the_tokenizer_a_run_used_and_its_folder_is_read_with_no_ot
     tuning = ("--init-from", out / "model", "--tokenizer", tmp_path / "other", "--out", tmp_path / "tuned")
     tuned = cli("train", "--train", plays, *tuning)
     assert tuned.returncode == 2 and "the run's tokenizer (--tokenizer" in tuned.stderr, tuned.stderr[-2000:]
-    assert "train with the tokenizer it was made with" in tuned.stderr
+    assert "train with the tokenizer it was made with (--tokenizer: --init-from itself, where" in tuned.stderr
 
 
 @pytest.mark.slow  # two runs, each in a fresh interpreter (tqdm reads its settings as it is imported)

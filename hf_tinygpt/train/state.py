@@ -120,13 +120,14 @@ def starting_model(settings: TrainingSettings, tokenizer, token: str | None = No
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(
             f"the tokenizer has {len(tokenizer)} tokens, more than the {model.config.vocab_size} rows of "
-            f"{settings.init_from} (`TrainingSettings.init_from`): train with the tokenizer it was made with"
+            f"{settings.init_from} (`TrainingSettings.init_from`): train with the tokenizer it was made with "
+            "(`TrainingSettings.tokenizer`: `TrainingSettings.init_from` itself, where it holds tokenizer files)"
         )
     check_trained_with(
         tokenizer,
         settings.init_from,
         what=f"the run's tokenizer (`TrainingSettings.tokenizer`: {settings.tokenizer or 'gpt2'})",
-        fix="train with the tokenizer it was made with (its model folder holds it)",
+        fix="train with the tokenizer it was made with (`TrainingSettings.tokenizer`: `TrainingSettings.init_from` itself, where it holds tokenizer files)",
         **hub,
     )
     if (reach := positions_reach(model.config)) is not None and reach < settings.block_size:
