@@ -11,8 +11,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from conftest import TINY_RUN, TINY_TRAINING, every_scheme, random_gpt2, tiny_model, word_tokenizer
@@ -24,11 +26,11 @@ from hf_tinygpt import TinyGPTForCausalLM, gpt2_tokenizer
 from hf_tinygpt.folders.bundled import load_tokenizer, tokenizer_sha256
 from hf_tinygpt.folders.outputs import unproven
 from hf_tinygpt.folders.training_history import LOSS_CURVE, TRAINING_HISTORY, loss_curve_png
-from hf_tinygpt.train.data import tokenize_files
+from hf_tinygpt.train.data import tokenize_files, warn_of_what_is_not_learned
 from hf_tinygpt.train.evaluate import perplexity
 from hf_tinygpt.train.loop import batch_indices, train
 from hf_tinygpt.train.settings import TrainingSettings
-from hf_tinygpt.train.token_files import pack, text_files
+from hf_tinygpt.train.token_files import pack, run_tokens, text_files
 
 
 def train_cli(*args, cwd=None, **popen):
@@ -53,6 +55,42 @@ def test_a_text_file_is_read_once_and_is_trained_on_or_held_out(plays):
         text_files([str(plays), str(plays / "a_play.txt")])
     with pytest.raises(ValueError, match="named by both `TrainingSettings.train` and `TrainingSettings.validation`"):
         text_files([str(plays / "a_play.txt")], exclude=[plays / "a_play.txt"])
+
+
+def test_held_out_text_is_never_trained_on_under_another_name(plays, tmp_path):
+    """(A hard link to a training file, or a copy of it, was taken as held-out text: the run reported a validation
+    perplexity measured on text it trained on.)"""
+    os.link(plays / "a_play.txt", tmp_path / "linked.txt")
+    with pytest.raises(ValueError, match="named by both `TrainingSettings.train` and `TrainingSettings.validation`"):
+        text_files([str(plays / "a_play.txt")], exclude=[tmp_path / "linked.txt"])
+    shutil.copyfile(plays / "a_play.txt", tmp_path / "copied.txt")
+    settings = TrainingSettings(
+        out=str(tmp_path / "run"),
+        train=[str(plays)],
+        validation=[str(tmp_path / "copied.txt")],
+        data_cache=str(tmp_path / "cache"),
+    )
+    copy = r"copied.txt \(`TrainingSettings.validation`\) holds the same text as .*a_play.txt \(`TrainingSettings.tr"
+    with pytest.raises(ValueError, match=copy):
+        run_tokens(settings, gpt2_tokenizer(), "gpt2")
+
+
+def test_a_run_says_what_of_its_text_it_does_not_learn_from():
+    """(The tokens past the last whole block, a whole file among them, and a tokenizer that read most of the text as
+    its unknown token, trained on without a word.) More than 1 % of the tokens is said; GPT-2's end-of-text, its
+    unknown token too, is not counted."""
+    words = word_tokenizer(["to", "be"])  # [UNK] = 0, [EOS] = 3
+    quiet = np.array([1, 2, 3] * 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_of_what_is_not_learned(quiet, pack(quiet, 32), words)
+        warn_of_what_is_not_learned(np.full(64, 50256), pack(np.full(64, 50256), 32), gpt2_tokenizer())
+    ragged = np.array([1, 2, 3] * 33)
+    with pytest.warns(UserWarning, match=r"the last 3 of the 99 training tokens do not fill a block of 32 \(`Tra"):
+        warn_of_what_is_not_learned(ragged, pack(ragged, 32), words)
+    unknown = np.array([0, 0, 1, 3] * 16)
+    with pytest.warns(UserWarning, match=r"50% of the training tokens are the tokenizer's unknown token '\[UNK\]'"):
+        warn_of_what_is_not_learned(unknown, pack(unknown, 32), words)
 
 
 def test_a_validation_folder_is_its_files_matching_the_glob(plays, tmp_path, cli):
@@ -164,6 +202,8 @@ def test_a_card_names_the_tokenizer_a_run_used_and_its_folder_is_read_with_no_ot
     out = tmp_path / "run"
     run = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--tokenizer", tmp_path / "words", "--out", out)
     assert run.returncode == 0, run.stderr[-3000:]
+    unknown = "of the training tokens are the tokenizer's unknown token '[UNK]': the tokenizer (--tokenizer) has no"
+    assert unknown in run.stderr
     card = ModelCard.load(out / "model" / "README.md")
     assert card.data.tinygpt["training"]["tokenizer"] == "a WordLevel tokenizer of 7 tokens"
     assert "tokens of a WordLevel tokenizer of 7 tokens, 2 steps" in card.text and "GPT-2" not in card.text

@@ -1,9 +1,11 @@
 """A run's data: its tokenizer, and text files, a token folder or a dataset, tokenized once into the data cache and
 cut into blocks of `block_size` tokens (the loop draws each step's batch from them)."""
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..folders.bundled import load_tokenizer
@@ -41,6 +43,8 @@ def run_data(settings: TrainingSettings, accelerator) -> RunData:
     with accelerator.main_process_first():
         train_file, description, validation_file = run_tokens(settings, tokenizer, tokenizer_from)
     blocks = pack(train_file.tokens, settings.block_size, what=", ".join(settings.train) or settings.dataset)
+    if accelerator.is_main_process:
+        warn_of_what_is_not_learned(train_file.tokens, blocks, tokenizer)
     if settings.batch_size > len(blocks):
         raise ValueError(
             f"`TrainingSettings.batch_size` {settings.batch_size} is more than the {len(blocks)} blocks of "
@@ -55,6 +59,28 @@ def run_data(settings: TrainingSettings, accelerator) -> RunData:
         tokenizer=tokenizer,
         tokenizer_from=tokenizer_from,
     )
+
+
+def warn_of_what_is_not_learned(tokens, blocks, tokenizer, share: float = 0.01):
+    """Say so where more than `share` of the training tokens teach the model nothing of the text: the tokens past the
+    last whole block (they may be a whole file), or the tokenizer's unknown token, read where it has no word for the
+    text (judged on a million tokens, evenly spread)."""
+    if (left := len(tokens) - blocks.shape[0] * blocks.shape[1]) > share * len(tokens):
+        warnings.warn(
+            f"the last {left:,} of the {len(tokens):,} training tokens do not fill a block of {blocks.shape[1]} "
+            "(`TrainingSettings.block_size`): they are not trained on; lower `TrainingSettings.block_size` or add text",
+            stacklevel=2,
+        )
+    unknown = tokenizer.unk_token_id
+    if unknown is None or unknown == tokenizer.eos_token_id:  # GPT-2's BPE has no word it cannot read
+        return
+    sample = np.asarray(tokens[:: max(1, len(tokens) // 1_000_000)])
+    if (found := float((sample == unknown).mean())) > share:
+        warnings.warn(
+            f"{found:.0%} of the training tokens are the tokenizer's unknown token {tokenizer.unk_token!r}: the "
+            "tokenizer (`TrainingSettings.tokenizer`) has no token for much of this text; train with one made for it",
+            stacklevel=2,
+        )
 
 
 def tokenize_files(files: list[Path], tokenizer) -> torch.Tensor:

@@ -409,18 +409,24 @@ def stays_inside(glob) -> bool:
     return isinstance(glob, str) and bool(glob) and not Path(glob).is_absolute() and ".." not in Path(glob).parts
 
 
+def _file_identity(path) -> tuple[int, int]:
+    """The file itself, however it is named: a link, symbolic or hard, is the file it names."""
+    found = os.stat(path)
+    return found.st_dev, found.st_ino
+
+
 def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), what: str = "train") -> list[Path]:
     """Files named directly, plus those matching `glob` in named folders (sorted), less the held-out files of a
     folder (`exclude`); each file once. `what`: the setting that names `paths`, for the errors."""
-    held_out = {Path(p).resolve() for p in exclude}
+    held_out = {_file_identity(p) for p in exclude}
     if not stays_inside(glob):
         raise ValueError(f"`glob` must be a pattern inside each folder of `paths`, such as '*.txt', got {glob!r}")
     files, named = [], {}
     for path in map(Path, paths):
         refuse_what_is_not_a_file(path)  # a FIFO would be read forever
         if path.is_dir():
-            found = sorted(f for f in path.glob(glob) if f.is_file() and f.resolve() not in held_out)
-        elif path.resolve() in held_out:
+            found = sorted(f for f in path.glob(glob) if f.is_file() and _file_identity(f) not in held_out)
+        elif path.exists() and _file_identity(path) in held_out:
             raise ValueError(
                 f"{path} is named by both `TrainingSettings.{what}` and `TrainingSettings.validation`: a file is "
                 "trained on or held out, not both"
@@ -430,11 +436,11 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), 
         else:
             raise FileNotFoundError(f"{path}: no such file or folder")
         for file in found:
-            if (twice := named.get(file.resolve())) is not None:
+            if (twice := named.get(_file_identity(file))) is not None:
                 raise ValueError(
                     f"`TrainingSettings.{what}` names {file} twice (also as {twice}): its text would be read twice"
                 )
-            named[file.resolve()] = file
+            named[_file_identity(file)] = file
         files += found
     if not files:
         held = ", after holding out validation" if held_out else ""
@@ -459,7 +465,15 @@ def run_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str, Tok
     describes them, and the held-out tokens (None without `TrainingSettings.validation`)."""
     cache = cache_folder(settings.data_cache)
     train, description = _training_tokens(settings, tokenizer, tokenizer_from, cache)
-    return train, description, _validation_tokens(settings, tokenizer, tokenizer_from, cache)
+    validation = _validation_tokens(settings, tokenizer, tokenizer_from, cache)
+    trained = {source["sha256"]: source["path"] for source in train.info.get("sources", []) if source["size"]}
+    for source in validation.info.get("sources", []) if validation is not None else []:
+        if (copy := trained.get(source["sha256"])) is not None:
+            raise ValueError(
+                f"{source['path']} (`TrainingSettings.validation`) holds the same text as {copy} "
+                "(`TrainingSettings.train`): held-out text must not be trained on; hold out another file"
+            )
+    return train, description, validation
 
 
 def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> tuple[TokenFile, str]:
