@@ -97,6 +97,64 @@ def test_a_lone_weights_file_has_n_embd_over_64_heads_or_the_n_head_given(tmp_pa
     assert_same_logits(TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").eval(), gpt2)
 
 
+def test_a_head_apart_from_wte_is_kept_or_refused_never_dropped(tmp_path, cli):
+    """(A GPT-2 folder whose config ties the head while its checkpoint holds another one loaded with wte as the head:
+    GPT-2 keeps the checkpoint's, so the logits differed, and `convert --verify` passed; a lone file with its own
+    head could not be converted at all.) The folder is refused with the fix, which gives GPT-2's logits; a lone file's
+    own head makes it untied."""
+    untied = random_gpt2(tie_word_embeddings=False)
+    tensors = gpt2_tensors(untied)
+    assert not torch.equal(tensors["lm_head.weight"], tensors["transformer.wte.weight"])
+    tied_config = GPT2Config(**{**untied.config.to_dict(), "tie_word_embeddings": True})
+    write_folder(tmp_path / "tied", GPT2LMHeadModel(tied_config), tensors)
+    differs = "lm_head.weight differs from transformer.wte.weight, but the config ties them"
+    with pytest.raises(ValueError, match=f"{differs} .*set tie_word_embeddings to false in its config.json"):
+        TinyGPTForCausalLM.from_pretrained(tmp_path / "tied")
+    refused = cli("convert", tmp_path / "tied", "--out", tmp_path / "out", "--verify")
+    assert refused.returncode == 2 and differs in refused.stderr and not (tmp_path / "out").exists()
+    write_folder(tmp_path / "untied", untied, tensors)
+    assert_same_logits(TinyGPTForCausalLM.from_pretrained(tmp_path / "untied").eval(), untied)
+    (tmp_path / "lone").mkdir()
+    save_file(tensors, tmp_path / "lone" / "w.safetensors", metadata={"format": "pt"})
+    lone = cli(
+        "convert",
+        tmp_path / "lone" / "w.safetensors",
+        "--out",
+        tmp_path / "lone-tiny",
+        "--n-head",
+        4,
+        "--tokenizer",
+        "gpt2",
+    )
+    assert lone.returncode == 0, lone.stderr[-2000:]
+    converted = TinyGPTForCausalLM.from_pretrained(tmp_path / "lone-tiny").eval()
+    assert not converted.config.tie_word_embeddings
+    assert_same_logits(converted, untied)
+
+
+def test_convert_refuses_the_options_its_source_does_not_take(gpt2_folder, tmp_path, cli):
+    """(`--n-head` and `--trim-vocab` were ignored where the source's config says its heads and vocabulary.)"""
+    save_file(gpt2_tensors(random_gpt2()), gpt2_folder / "beside.safetensors", metadata={"format": "pt"})
+    for source, option, value in [
+        (gpt2_folder, "--n-head", 8),
+        (gpt2_folder / "beside.safetensors", "--n-head", 8),  # its config.json beside it says its heads
+        (gpt2_folder, "--trim-vocab", 100),
+        (gpt2_folder / "beside.safetensors", "--trim-vocab", 100),
+    ]:
+        refused = cli("convert", source, "--out", tmp_path / "out", option, value, "--tokenizer", "gpt2")
+        assert refused.returncode == 2 and f"{option} applies to a" in refused.stderr, refused.stderr[-2000:]
+        assert f"leave {option} out" in refused.stderr and not (tmp_path / "out").exists()
+
+
+def test_verify_gpt2_compares_half_precision_weights_in_float32(tmp_path, cli):
+    """(A float16 or bfloat16 folder was compared in its own dtype, where the two libraries' roundings differ by far
+    more than 1e-5: MISMATCH for the same weights.)"""
+    for dtype in (torch.float16, torch.bfloat16):
+        random_gpt2(vocab_size=50257).to(dtype).save_pretrained(tmp_path / str(dtype))
+        verified = cli("verify-gpt2", tmp_path / str(dtype), "--text", "To be, or not to be")
+        assert verified.returncode == 0 and "both in float32" in verified.stdout, verified.stdout + verified.stderr
+
+
 def test_old_non_zip_pickle_loads(tmp_path):
     gpt2 = random_gpt2()
     tmp_path.mkdir(exist_ok=True)

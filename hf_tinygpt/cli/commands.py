@@ -170,7 +170,7 @@ def run_verify_gpt2(args) -> int:
 
     settings = VerificationSettings(**settings_values(args, VerificationSettings))
     source = settings.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
-    print(f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT ...")
+    print(f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT, both in float32 ...")
     result = verify_gpt2_checkpoint(settings.model, settings.text, tolerance=settings.tolerance, **hub_kwargs(settings))
     print(f"parameters: {result['parameters']:,}")
     print(

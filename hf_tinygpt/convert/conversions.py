@@ -63,9 +63,21 @@ def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None =
     path = Path(src)
     with reading_checkpoint(src):
         hub_kwargs = at_one_revision(src, hub_kwargs)
-        if path.is_file() and path.suffix in (".safetensors", ".bin") and not _is_nanogpt_file(path):
+        weights_file = path.is_file() and path.suffix in (".safetensors", ".bin") and not _is_nanogpt_file(path)
+        nanogpt = not weights_file and path.is_file() and path.suffix in (".pt", ".pth", ".ckpt", ".bin")
+        if n_head is not None and not (weights_file and not (path.parent / "config.json").is_file()):
+            raise ValueError(
+                f"{src}: `n_head` applies to a lone GPT-2 weights file, whose shapes do not tell its heads; this "
+                "source's config says them: leave `n_head` out"
+            )
+        if trim_vocab is not None and not nanogpt:
+            raise ValueError(
+                f"{src}: `trim_vocab` applies to a nanoGPT checkpoint (ckpt.pt), whose vocabulary is often padded; "
+                "this source is none: leave `trim_vocab` out"
+            )
+        if weights_file:
             source = _read_gpt2_weights_file(path, n_head=n_head)
-        elif path.is_file() and path.suffix in (".pt", ".pth", ".ckpt", ".bin"):
+        elif nanogpt:
             source = _read_nanogpt(path, trim_vocab=trim_vocab)
         elif path.is_file():
             raise ValueError(f"{src}: unknown checkpoint format {path.suffix!r} (expected .safetensors, .bin or .pt)")
@@ -93,7 +105,7 @@ def _is_nanogpt_file(path: Path) -> bool:
 def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
     """A lone GPT-2 weights file: a config.json beside it wins; otherwise the shapes give everything but the
     number of heads, which is n_embd / 64 for every released GPT-2 unless `n_head` says otherwise (and must say,
-    where 64 does not divide n_embd)."""
+    where 64 does not divide n_embd), and a head other than wte is an untied one."""
     state_dict = gpt2_state_dict_to_tinygpt(read_state_dict(str(path)))
     beside = read_json_object(path.parent / "config.json") if (path.parent / "config.json").is_file() else {}
     if beside.get("model_type") == "gpt2":
@@ -122,6 +134,7 @@ def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
             n_layer=n_layer,
             n_head=n_head or n_embd // 64,
             n_inner=None if n_inner == 4 * n_embd else n_inner,
+            tie_word_embeddings=HEAD not in state_dict or torch.equal(state_dict[HEAD], wte),
         )
     check_state_dict(config, state_dict, source=str(path))
     return Source(config, state_dict, "gpt2-weights-file", None)

@@ -83,8 +83,8 @@ class VerificationSettings:
 def verify_gpt2_checkpoint(
     gpt2_folder: str | None, text: str, seed: int = 0, tolerance: float = 1e-5, **hub_kwargs
 ) -> dict:
-    """Load a GPT-2 folder or Hub id (or, with None, a random GPT-2 small made here) with both libraries, from one
-    read of its config.json, and compare them on `text`: `compare_with_gpt2`'s result, both continuations as text,
+    """Load a GPT-2 folder or Hub id (or, with None, a random GPT-2 small made here) with both libraries in float32
+    (whatever its weights are stored in), from one read of its config.json, and compare them on `text`: `compare_with_gpt2`'s result, both continuations as text,
     the parameter count, `tolerance`, and the verdict `ok`: the same greedy tokens and max |Δlogits| within
     `tolerance` per unit of the logits' scale."""
     from ..folders.bundled import gpt2_tokenizer
@@ -100,8 +100,9 @@ def verify_gpt2_checkpoint(
         if not text:
             raise ValueError("`text` is empty: give a prompt to compare the two models on")
         with reading_checkpoint(folder):
-            gpt2 = load_strictly(folder, GPT2LMHeadModel, config=config_dict, **hub_kwargs).eval()
-            tiny = load_strictly(folder, config=config_dict, **hub_kwargs).eval()
+            # in float32, whatever the weights are stored in: the claim is fp32 logits within 1e-5 of GPT-2's
+            gpt2 = load_strictly(folder, GPT2LMHeadModel, config=config_dict, dtype=torch.float32, **hub_kwargs).eval()
+            tiny = load_strictly(folder, config=config_dict, dtype=torch.float32, **hub_kwargs).eval()
         tokenizer = gpt2_tokenizer()
         ids = torch.tensor([tokenizer(text).input_ids])
         if ids.shape[1] >= gpt2.config.n_positions:

@@ -13,7 +13,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedConfig
 
 from .compat import resolve_revision
 from .configuration_tinygpt import TinyGPTConfig
-from .gpt2_layout import HEAD, LEGACY_BUFFERS, gpt2_state_dict_to_tinygpt
+from .gpt2_layout import HEAD, LEGACY_BUFFERS, TIED_TO, gpt2_state_dict_to_tinygpt
 
 # What `from_pretrained` passes on to the Hub when it reads config.json and GPT-2's weights.
 HUB_KWARGS = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder")
@@ -58,7 +58,16 @@ def from_gpt2_checkpoint(load_tinygpt, pretrained_model_name_or_path, gpt2_confi
     state_dict = gpt2_state_dict_to_tinygpt(gpt2.state_dict())
     del gpt2
     if kwargs["config"].tie_word_embeddings:  # the head is wte: a TinyGPT checkpoint does not hold it either
-        state_dict.pop(HEAD, None)
+        head = state_dict.pop(HEAD, None)  # GPT-2 keeps a head the checkpoint holds apart, whatever its config says
+        if (
+            head is not None
+            and head.data_ptr() != state_dict[TIED_TO].data_ptr()
+            and not head.equal(state_dict[TIED_TO])
+        ):
+            raise ValueError(
+                f"{pretrained_model_name_or_path}: {HEAD} differs from {TIED_TO}, but the config ties them "
+                "(tie_word_embeddings): set tie_word_embeddings to false in its config.json to keep the head it holds"
+            )
     if kwargs.get("quantization_config") is not None:  # quantized from GPT-2's transposed views, kernels want rows
         state_dict = {key: tensor.contiguous() for key, tensor in state_dict.items()}
     model, ours = load_tinygpt(None, *model_args, state_dict=state_dict, output_loading_info=True, **kwargs)

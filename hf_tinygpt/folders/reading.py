@@ -287,7 +287,10 @@ def check_state_dict(config: TinyGPTConfig, state_dict: dict[str, torch.Tensor],
     if config.tie_word_embeddings:
         expected.pop(HEAD)
         if HEAD in state_dict and TIED_TO in state_dict and not torch.equal(state_dict[HEAD], state_dict[TIED_TO]):
-            raise ValueError(f"{source}: {HEAD} differs from {TIED_TO}, but the config ties them")
+            raise ValueError(
+                f"{source}: {HEAD} differs from {TIED_TO}, but the config ties them (tie_word_embeddings): set "
+                "tie_word_embeddings to false in its config.json to keep the head it holds"
+            )
         state_dict.pop(HEAD, None)
     problems = []
     if missing := sorted(expected.keys() - state_dict.keys()):
