@@ -72,6 +72,10 @@ def missing(folder: Path) -> Path:
     return folder  # a path, not there: not sent to the Hub as a repo id
 
 
+def mistyped(folder: Path) -> Path:
+    return Path("no-such-tokenizer")  # a Hub id's shape: asked of the Hub (offline here), and said so in one line
+
+
 def a_file(folder: Path) -> Path:
     gpt2_tokenizer().save_pretrained(folder)
     return folder / "tokenizer.json"  # the folder's file, not the folder
@@ -93,6 +97,7 @@ def no_eos(folder: Path) -> Path:
         (empty, "no tokenizer files (tokenizer.json, or vocab.json + merges.txt)"),
         (no_eos, "has no end-of-text (eos) token"),
         (missing, "no such tokenizer folder (nor a Hub id)"),
+        (mistyped, "no such tokenizer folder here, nor a Hub repo that could be read (We couldn't connect"),
         (a_file, "tokenizer.json is a file: give the tokenizer folder that holds it"),
     ],
 )

@@ -75,7 +75,8 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_matches_an_uninterrupted_run(plays
     assert not (tmp_path / "cut" / "model").exists()
 
     changed = cli("train", *args, "--out", tmp_path / "cut", "--resume", "--lr", "0.5")
-    assert changed.returncode == 2 and "changed: learning_rate" in changed.stderr
+    assert changed.returncode == 2 and "changed: --lr 0.001 → 0.5 (it started as: hf-tinygpt train" in changed.stderr
+    assert "Give them as they were, or train on from its model in a new run (--init-from)" in changed.stderr
     resumed = cli("train", *args, "--out", tmp_path / "cut", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout
@@ -221,7 +222,7 @@ def test_resume_takes_the_same_folder_spelled_differently(corpus, tmp_path, caps
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "train", "--train", "data", *EVERY_TWO, "--steps", 2, "--out", "run")[0] == 0
     code, err = run_cli(capsys, "train", "--train", "./data/", *EVERY_TWO, "--steps", 4, "--out", "./run", "--resume")
-    assert code == 2 and "changed: steps" in err  # only what changed is named
+    assert code == 2 and "changed: --steps 2 → 4 (" in err  # only what changed is named
     code, err = run_cli(capsys, "train", "--train", "./data/", *EVERY_TWO, "--steps", 2, "--out", "./run", "--resume")
     assert code == 0 and "already finished" in err
 

@@ -41,6 +41,7 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
     transformers without running any code that came with it. A ValueError names what is wrong: no vocabulary files,
     files transformers cannot read, an empty vocabulary, or (with `vocab_size`, the model's) token ids the model has
     no row for."""
+    from .errors import first_line, hub_answer
     from .reading import cannot_be_a_hub_id, describe, read_json_object, refuse_foreign_code
 
     if str(tokenizer) in ("gpt2", str(GPT2_TOKENIZER_DIR)):
@@ -67,8 +68,14 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             raise FileNotFoundError(f"{tokenizer}: no such tokenizer folder (nor a Hub id)")
         try:
             loaded = AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=False, **hub_kwargs)
-        except (OSError, ImportError):
+        except ImportError:
             raise
+        except OSError as error:
+            if folder.exists() or hub_answer(error) is not None:  # the Hub's answer is told as it stands
+                raise
+            raise OSError(
+                f"{tokenizer}: no such tokenizer folder here, nor a Hub repo that could be read ({first_line(error)})"
+            ) from error
         except Exception as error:
             raise ValueError(f"{tokenizer}: transformers cannot read this tokenizer ({describe(error)})") from error
     words = len(loaded.get_vocab()) - len(loaded.all_special_tokens)

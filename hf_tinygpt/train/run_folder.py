@@ -190,9 +190,16 @@ class RunFolder:
             except (OSError, ValueError) as error:
                 self.say(f"skipping {folder}: {error}")
                 continue
-            if changed := changed_settings(saved["settings"], comparable(settings)):
+            now = comparable(settings)
+            if changed := changed_settings(saved["settings"], now):
+                default = {name: f.default for name, f in TrainingSettings.__dataclass_fields__.items()}
+                was = {name: saved["settings"].get(name, default[name]) for name in changed}
+                started = f" (it started as: {progress.command})" if progress.command else ""
                 raise ValueError(
-                    f"`TrainingSettings.resume` needs the settings the run started with; changed: {', '.join(changed)}"
+                    "`TrainingSettings.resume` goes on with the settings the run started with; changed: "
+                    + "; ".join(f"`TrainingSettings.{name}` {was[name]!r:.60} → {now[name]!r:.60}" for name in changed)
+                    + f"{started}. Give them as they were, or train on from its model in a new run "
+                    "(`TrainingSettings.init_from`)"
                 )
             if "data" in saved and (changed := _changed_data(saved["data"], data.identity)):
                 raise ValueError(
