@@ -281,6 +281,11 @@ def test_train_config_typos_are_named(corpus, tmp_path, capsys):
         capsys, "train", "--train", corpus, "--config", tmp_path / "config.json", "--out", tmp_path / "run"
     )
     assert code == 2 and "n_postions is not a TinyGPTConfig field" in err
+    # A vocabulary smaller than the tokenizer's failed at the first step, as a token id with no row.
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 10}))
+    config = ("--config", tmp_path / "config.json", "--out", tmp_path / "run")
+    code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 1, *config)
+    assert code == 2 and "--config sets vocab_size 10, fewer than the tokenizer's 50257 tokens" in last_line(err)
     # A scheme's own fields are the config's too (the study's RoPE with NoPE layers, in the slow tier, needs them).
     from hf_tinygpt.train.settings import TrainingSettings
 

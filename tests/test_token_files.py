@@ -445,6 +445,28 @@ def test_a_missing_text_column_is_named_with_the_columns_there_are(datasets, tmp
     assert not (tmp_path / "run").exists()
 
 
+def test_a_text_column_without_text_is_named(datasets, tokenizer, tmp_path):
+    """(A column of numbers, or rows without text, failed inside the tokenizer: "text input must be of type str".)"""
+    rows = {"text": ["To be", None, "or not", None], "n": [1, 2, 3, 4]}
+    datasets.Dataset.from_dict(rows).save_to_disk(tmp_path / "saved")
+    with pytest.raises(
+        ValueError, match=r"column 'n' \(`TrainingSettings.text_column`\) holds Value\('int64'\), not t"
+    ):
+        dataset_tokens(
+            str(tmp_path / "saved"),
+            config=None,
+            split="train",
+            text_column="n",
+            tokenizer=tokenizer,
+            tokenizer_name="gpt2",
+            cache=tmp_path / "cache",
+        )
+    with pytest.raises(
+        ValueError, match=r"column 'text' \(`TrainingSettings.text_column`\) has no text in row 1 \(and 1"
+    ):
+        split_tokens(tmp_path / "saved", "train", tokenizer, tmp_path)
+
+
 def test_train_from_a_dataset(datasets, tmp_path, cli):
     datasets.Dataset.from_dict({"body": ROWS}).save_to_disk(tmp_path / "saved")
     args = ["--dataset", tmp_path / "saved", "--text-column", "body", *TINY_RUN, "--steps", 3]

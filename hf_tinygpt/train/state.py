@@ -72,6 +72,11 @@ def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int)
         **settings.config,
     }
     config = TinyGPTConfig(**fields)
+    if config.vocab_size < vocab_size:  # found out only at the first step, as a token id with no row
+        raise ValueError(
+            f"`TrainingSettings.config` sets vocab_size {config.vocab_size}, fewer than the tokenizer's {vocab_size} "
+            "tokens: leave vocab_size out (a new model takes the tokenizer's)"
+        )
     if (reach := positions_reach(config)) is not None and reach < settings.block_size:
         raise ValueError(
             f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} "

@@ -348,6 +348,12 @@ def load_text_dataset(dataset: str, config: str | None, split: str, text_column:
             f"the dataset {dataset} has no column {text_column!r} (`TrainingSettings.text_column`); its columns: "
             f"{', '.join(loaded.column_names)}"
         )
+    feature = loaded.features[text_column]
+    if not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")):
+        raise ValueError(
+            f"the dataset {dataset}'s column {text_column!r} (`TrainingSettings.text_column`) holds {feature}, not "
+            f"text; its columns: {', '.join(loaded.column_names)}"
+        )
     return loaded
 
 
@@ -382,7 +388,12 @@ def dataset_tokens(
 
         eos, dtype = tokenizer.eos_token_id, token_dtype(len(tokenizer))
 
-        def tokenize(batch):
+        def tokenize(batch, indices):
+            if missing := [index for index, text in zip(indices, batch[text_column], strict=True) if text is None]:
+                raise ValueError(
+                    f"the dataset {dataset}'s column {text_column!r} (`TrainingSettings.text_column`) has no text "
+                    f"in row {missing[0]}{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}"
+                )
             return {"ids": [row + [eos] for row in tokenizer(batch[text_column], verbose=False).input_ids]}
 
         features = datasets.Features({"ids": datasets.List(datasets.Value(dtype.name))})
@@ -390,6 +401,7 @@ def dataset_tokens(
             mapped = loaded.map(
                 tokenize,
                 batched=True,
+                with_indices=True,
                 remove_columns=loaded.column_names,
                 features=features,
                 cache_file_name=str(Path(scratch) / "ids.arrow"),
