@@ -44,8 +44,8 @@ def train_cli(*args, cwd=None, **popen):
 def test_text_files_hold_out_validation_and_follow_the_glob(plays):
     files = text_files([str(plays)], "*.txt", exclude=[str(plays / "held_out.txt")])
     assert [f.name for f in files] == ["a_play.txt", "b_play.txt"]
-    with pytest.raises(FileNotFoundError, match="nowhere"):
-        text_files([str(plays / "nowhere")])
+    with pytest.raises(FileNotFoundError, match=r"nowhere \(`TrainingSettings.validation`\): no such file or folder"):
+        text_files([str(plays / "nowhere")], what="validation")
     with pytest.raises(ValueError, match="no text files"):
         text_files([str(plays)], "*.csv")
 

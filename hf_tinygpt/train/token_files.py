@@ -446,7 +446,7 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), 
         elif path.is_file():
             found = [path]
         else:
-            raise FileNotFoundError(f"{path}: no such file or folder")
+            raise FileNotFoundError(f"{path} (`TrainingSettings.{what}`): no such file or folder")
         for file in found:
             if (twice := named.get(_file_identity(file))) is not None:
                 raise ValueError(
