@@ -505,6 +505,50 @@ def test_a_run_saved_by_one_process_resumes_on_two(plays, tmp_path):
     assert max((rank0[key] - uninterrupted[key]).abs().max().item() for key in rank0) < 1e-5
 
 
+# The second process alone cannot read a checkpoint's progress, or sees other settings than the first.
+SECOND_PROCESS_DIFFERS = """
+import os
+import hf_tinygpt.train.run_folder as run_folder
+if os.environ["RANK"] == "1" and os.environ["SECOND_SEES"] == "unreadable":
+    def unreadable(folder):
+        raise OSError("not readable on this process")
+    run_folder._read_progress = unreadable
+elif os.environ["RANK"] == "1":
+    run_folder.comparable = lambda settings, comparable=run_folder.comparable: {**comparable(settings), "seed": 7}
+"""
+
+
+@pytest.mark.slow
+def test_every_process_resumes_from_the_same_checkpoint_or_none_does(plays, tmp_path):
+    """A checkpoint one process alone could not read was skipped by it alone, and a run one process alone refused
+    ended on it alone: the others waited in a collective for ever. Now what one skips all skip, and what one refuses
+    ends the run on every process."""
+    import shutil
+
+    settings = {**COMPARABLE_RUN, "train": [str(plays)], "out": str(tmp_path / "run")}
+    run_driver(tmp_path, [sys.executable], settings)
+    uninterrupted = torch.load(tmp_path / "run-rank0.pt")
+    shutil.rmtree(tmp_path / "run" / "model")
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "step-000006")
+    (tmp_path / "run" / "summary.json").unlink()
+    (tmp_path / "driver.py").write_text(SECOND_PROCESS_DIFFERS + DRIVER)
+    command = [*TORCHRUN, str(tmp_path / "driver.py"), json.dumps({**settings, "resume": True})]
+    runs = {
+        sees: subprocess.run(
+            command, capture_output=True, text=True, timeout=300, env={**os.environ, "SECOND_SEES": sees}
+        )
+        for sees in ("other settings", "unreadable")
+    }
+    refused = runs["other settings"]
+    assert refused.returncode != 0 and "changed: `TrainingSettings.seed` 0 → 7" in refused.stderr, refused.stderr
+    skipped = runs["unreadable"]
+    assert skipped.returncode == 0, skipped.stderr[-4000:]
+    assert "step-000003: not readable on this process" in skipped.stderr, skipped.stderr[-4000:]
+    rank0, rank1 = torch.load(tmp_path / "run-rank0.pt"), torch.load(tmp_path / "run-rank1.pt")
+    assert all(torch.equal(rank0[key], rank1[key]) for key in rank0)  # both trained from step 0
+    assert max((rank0[key] - uninterrupted[key]).abs().max().item() for key in rank0) < 1e-5
+
+
 # ---- metrics and the optimizer -------------------------------------------------------------------------------
 
 

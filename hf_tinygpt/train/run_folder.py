@@ -181,40 +181,23 @@ class RunFolder:
     def _resume(self, state: TrainingState) -> tuple[Progress, Path | None]:
         """Load the newest checkpoint that loads (an unreadable one is reported and skipped) into `state`; where the
         run then stands, and that checkpoint (None: there was none). Checkpoints a kill cut short are removed first:
-        only those the manifest proves ours."""
-        settings, data = self.settings, self.data
+        only those the manifest proves ours. Every process resumes from the same checkpoint, or none does: each
+        judges it, and what one of them cannot read is skipped, what one of them refuses ends the run, for all."""
+        settings = self.settings
         self._remove_checkpoints_cut_short()
         for folder in reversed(self.checkpoints()):
+            progress = read = skip = refusal = None
             try:
-                progress, saved = _read_progress(folder)
-            except (OSError, ValueError) as error:
-                self.say(f"skipping {folder}: {error}")
-                continue
-            now = comparable(settings)
-            if changed := changed_settings(saved["settings"], now):
-                default = {name: f.default for name, f in TrainingSettings.__dataclass_fields__.items()}
-                was = {name: saved["settings"].get(name, default[name]) for name in changed}
-                started = f" (it started as: {progress.command})" if progress.command else ""
-                raise ValueError(
-                    "`TrainingSettings.resume` goes on with the settings the run started with; changed: "
-                    + "; ".join(f"`TrainingSettings.{name}` {was[name]!r:.60} → {now[name]!r:.60}" for name in changed)
-                    + f"{started}. Give them as they were, or train on from its model in a new run "
-                    "(`TrainingSettings.init_from`)"
-                )
-            if "data" in saved and (changed := _changed_data(saved["data"], data.identity)):
-                raise ValueError(
-                    f"`TrainingSettings.resume`: the data changed since {folder} was saved: {', '.join(changed[:3])}; "
-                    "continue on the data the run started on, or start a new run"
-                )
-            if progress.step > settings.steps:
-                raise ValueError(f"{folder} is at step {progress.step}, past `TrainingSettings.steps` {settings.steps}")
-            try:
-                read, problem = read_checkpoint(folder, self.accelerator, state), None
+                progress, read = self._read_to_resume(folder, state)
+            except _Skip as error:
+                skip = str(error)
             except ValueError as error:
-                read, problem = None, str(error)
-            # Every process resumes from the same checkpoint, or none does: a file one of them cannot read skips it.
-            if problems := [problem for problem in gather_object([problem]) if problem]:
-                self.say(f"skipping {folder}: {problems[0]}")
+                refusal = str(error)
+            verdicts = gather_object([(skip, refusal)])
+            if refusals := [refusal for _, refusal in verdicts if refusal]:
+                raise ValueError(refusals[0])
+            if skips := [skip for skip, _ in verdicts if skip]:
+                self.say(f"skipping {folder}: {skips[0]}")
                 continue
             load_checkpoint(self.accelerator, state, read)
             if (count := len(list(folder.glob("rng_state_*.pt")))) != self.accelerator.num_processes:
@@ -225,6 +208,37 @@ class RunFolder:
                 )
             return replace(progress, command=progress.command or settings.command), folder
         return Progress(command=settings.command), None
+
+    def _read_to_resume(self, folder: Path, state: TrainingState) -> tuple[Progress, dict]:
+        """Where the checkpoint stands and what `load_checkpoint` puts into `state`: a _Skip where it does not read, a
+        ValueError where the run must not go on from it (other settings or data, or past `steps`)."""
+        settings = self.settings
+        try:
+            progress, saved = _read_progress(folder)
+        except (OSError, ValueError) as error:
+            raise _Skip(error) from error
+        now = comparable(settings)
+        if changed := changed_settings(saved["settings"], now):
+            default = {name: f.default for name, f in TrainingSettings.__dataclass_fields__.items()}
+            was = {name: saved["settings"].get(name, default[name]) for name in changed}
+            started = f" (it started as: {progress.command})" if progress.command else ""
+            raise ValueError(
+                "`TrainingSettings.resume` goes on with the settings the run started with; changed: "
+                + "; ".join(f"`TrainingSettings.{name}` {was[name]!r:.60} → {now[name]!r:.60}" for name in changed)
+                + f"{started}. Give them as they were, or train on from its model in a new run "
+                "(`TrainingSettings.init_from`)"
+            )
+        if "data" in saved and (changed := _changed_data(saved["data"], self.data.identity)):
+            raise ValueError(
+                f"`TrainingSettings.resume`: the data changed since {folder} was saved: {', '.join(changed[:3])}; "
+                "continue on the data the run started on, or start a new run"
+            )
+        if progress.step > settings.steps:
+            raise ValueError(f"{folder} is at step {progress.step}, past `TrainingSettings.steps` {settings.steps}")
+        try:
+            return progress, read_checkpoint(folder, self.accelerator, state)
+        except ValueError as error:
+            raise _Skip(error) from error
 
     def _remove_checkpoints_cut_short(self):
         if self.main:
@@ -431,6 +445,10 @@ def load_checkpoint(accelerator, state: TrainingState, read: dict):
     state.schedule.load_state_dict(read["schedule"])
     if read["rng"] is not None:
         _set_rng_state(read["rng"])
+
+
+class _Skip(Exception):
+    """A checkpoint that does not read: the run goes on to the one before it."""
 
 
 def _read_progress(folder: Path) -> tuple[Progress, dict]:
