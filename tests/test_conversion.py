@@ -144,6 +144,14 @@ def test_convert_refuses_the_options_its_source_does_not_take(gpt2_folder, tmp_p
         refused = cli("convert", source, "--out", tmp_path / "out", option, value, "--tokenizer", "gpt2")
         assert refused.returncode == 2 and f"{option} applies to a" in refused.stderr, refused.stderr[-2000:]
         assert f"leave {option} out" in refused.stderr and not (tmp_path / "out").exists()
+    # A config.json of another kind beside a lone file says nothing of it: its heads are still `n_head`'s to say.
+    (tmp_path / "lone").mkdir()
+    save_file(gpt2_tensors(random_gpt2()), tmp_path / "lone" / "w.safetensors", metadata={"format": "pt"})
+    (tmp_path / "lone" / "config.json").write_text('{"model_type": "something_else"}')
+    given = cli(
+        "convert", tmp_path / "lone" / "w.safetensors", "--out", tmp_path / "out", "--n-head", 4, "--tokenizer", "gpt2"
+    )
+    assert given.returncode == 0, given.stderr[-2000:]
 
 
 def test_verify_gpt2_compares_half_precision_weights_in_float32(tmp_path, cli):

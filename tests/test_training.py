@@ -246,6 +246,22 @@ def test_a_card_names_the_tokenizer_a_run_used_and_its_folder_is_read_with_no_ot
     assert "train with the tokenizer it was made with (--tokenizer: --init-from itself, where" in tuned.stderr
 
 
+def test_a_tokenizer_that_cannot_read_every_text_has_its_sha256_too():
+    """(A tokenizer without an unknown token, such as one of the characters a corpus holds, raised on the probe
+    texts' other characters when the card was written, after the last step: the run was lost.)"""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    def characters(text):
+        backend = Tokenizer(models.WordLevel({c: i for i, c in enumerate(sorted(set(text)))}))
+        backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+        return PreTrainedTokenizerFast(tokenizer_object=backend)
+
+    with pytest.raises(Exception, match="Missing \\[UNK\\] token"):
+        characters("to be")("Hello")
+    assert tokenizer_sha256(characters("to be")) != tokenizer_sha256(characters("or not"))
+
+
 @pytest.mark.slow  # two runs, each in a fresh interpreter (tqdm reads its settings as it is imported)
 def test_the_progress_bars_follow_tqdms_own_settings(plays, tmp_path):
     """The tokenizing and training bars are tqdm's, shown by default; TQDM_DISABLE=1 (tqdm's own setting) hides

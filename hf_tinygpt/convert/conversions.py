@@ -65,7 +65,7 @@ def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None =
         hub_kwargs = at_one_revision(src, hub_kwargs)
         weights_file = path.is_file() and path.suffix in (".safetensors", ".bin") and not _is_nanogpt_file(path)
         nanogpt = not weights_file and path.is_file() and path.suffix in (".pt", ".pth", ".ckpt", ".bin")
-        if n_head is not None and not (weights_file and not (path.parent / "config.json").is_file()):
+        if n_head is not None and not (weights_file and _gpt2_config_beside(path) is None):
             raise ValueError(
                 f"{src}: `n_head` applies to a lone GPT-2 weights file, whose shapes do not tell its heads; this "
                 "source's config says them: leave `n_head` out"
@@ -102,13 +102,18 @@ def _is_nanogpt_file(path: Path) -> bool:
     return isinstance(checkpoint, dict) and "model_args" in checkpoint
 
 
+def _gpt2_config_beside(path: Path) -> dict | None:
+    """The GPT-2 config.json beside a weights file, which says what its shapes do not; None where there is none."""
+    beside = read_json_object(path.parent / "config.json") if (path.parent / "config.json").is_file() else {}
+    return beside if beside.get("model_type") == "gpt2" else None
+
+
 def _read_gpt2_weights_file(path: Path, n_head: int | None) -> Source:
     """A lone GPT-2 weights file: a config.json beside it wins; otherwise the shapes give everything but the
     number of heads, which is n_embd / 64 for every released GPT-2 unless `n_head` says otherwise (and must say,
     where 64 does not divide n_embd), and a head other than wte is an untied one."""
     state_dict = gpt2_state_dict_to_tinygpt(read_state_dict(str(path)))
-    beside = read_json_object(path.parent / "config.json") if (path.parent / "config.json").is_file() else {}
-    if beside.get("model_type") == "gpt2":
+    if (beside := _gpt2_config_beside(path)) is not None:
         config = TinyGPTConfig.from_dict(beside)
     else:
         wte, wpe = state_dict.get(PREFIX + "wte.weight"), state_dict.get(PREFIX + "wpe.weight")

@@ -104,21 +104,28 @@ def own_tokenizer(source: str | Path, *, vocab_size: int, **hub_kwargs):
     return tokenizer
 
 
-# Text whose ids tell tokenizers apart where their vocabularies agree: case, runs of spaces, tabs and new lines,
+# Texts whose ids tell tokenizers apart where their vocabularies agree: case, runs of spaces, tabs and new lines,
 # digits, punctuation and characters beyond ASCII (a normalizer, pre-tokenizer, unknown-token or special-token rule).
-PROBE_TEXT = "Hello, World! to be, or NOT to be:\n  1234 5.67 -- naïve café 日本語 🙂\tend"
+PROBE_TEXTS = ("Hello, World!", " to be, or NOT to be:", "\n  1234 5.67 --", " naïve café", " 日本語 🙂", "\tend")
 
 
 def tokenizer_sha256(tokenizer) -> str:
     """Which tokenizer this is, as a sha256 of what decides its ids: every token with its id, its BPE merges, and the
-    ids it gives `PROBE_TEXT` (special tokens and all). It hashes that data, not a file or serialization, so the
-    same tokenizer in another file layout, or read by another tokenizers version, hashes the same."""
+    ids it gives each of `PROBE_TEXTS` (special tokens and all; None for a text it cannot read, as a tokenizer
+    without an unknown token cannot read characters it has no token for). It hashes that data, not a file or
+    serialization, so the same tokenizer in another file layout, or read by another tokenizers version, hashes the
+    same."""
     vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     backend = getattr(tokenizer, "backend_tokenizer", None)
     merges = (json.loads(backend.to_str())["model"].get("merges") or []) if backend is not None else []
     merges = [merge.split(" ", 1) if isinstance(merge, str) else list(merge) for merge in merges]  # "a b" or [a, b]
-    probe = tokenizer(PROBE_TEXT)["input_ids"]
-    return hashlib.sha256(json.dumps([vocabulary, merges, probe], ensure_ascii=False).encode()).hexdigest()
+    probes = []
+    for text in PROBE_TEXTS:
+        try:
+            probes.append(tokenizer(text)["input_ids"])
+        except Exception:  # tokenizers raises a bare Exception ("Missing [UNK] token")
+            probes.append(None)
+    return hashlib.sha256(json.dumps([vocabulary, merges, probes], ensure_ascii=False).encode()).hexdigest()
 
 
 def check_trained_with(tokenizer, source: str | Path, *, what: str, fix: str, **hub_kwargs):

@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import re
 import shlex
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData, hf_hub_downloa
 
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.params import parameter_breakdown
+from .errors import first_line
 from .reading import HUB_OPTIONS, cannot_be_a_hub_id, describe
 from .training_history import LOSS_CURVE, TRAINING_HISTORY
 
@@ -121,9 +123,8 @@ def render_model_card(
     )
 
 
-def read_card(folder: str | Path, *, if_removed: str = "a new card is written") -> ModelCard | None:
-    """The folder's `README.md` as huggingface_hub reads it (None without one); a ValueError names a card it cannot,
-    and says what follows from removing it (`if_removed`)."""
+def read_card(folder: str | Path) -> ModelCard | None:
+    """The folder's `README.md` as huggingface_hub reads it (None without one); a ValueError names a card it cannot."""
     path = Path(folder) / "README.md"
     if not path.is_file():
         return None
@@ -132,14 +133,14 @@ def read_card(folder: str | Path, *, if_removed: str = "a new card is written") 
     except Exception as error:
         raise ValueError(
             f"{path}: cannot read the model card's metadata ({describe(error)}); fix its YAML header "
-            f"or remove the file ({if_removed})"
+            "or remove the file (a new card is written)"
         ) from None
 
 
 def recorded_training(source: str | Path, **hub_kwargs) -> dict:
     """What the card of a model folder or Hub repo says of how it was trained (`tinygpt.training`); {} where nothing
     is recorded: no source (a model built here), no card (none in the repo, none cached offline, no answer from the
-    Hub), or a card of no training. A ValueError names a card that cannot be read."""
+    Hub), a card of no training, or one that does not read (said in a warning)."""
     if not str(source):
         return {}
     folder = Path(source)
@@ -151,7 +152,12 @@ def recorded_training(source: str | Path, **hub_kwargs) -> dict:
             folder = Path(hf_hub_download(str(source), "README.md", **hub)).parent
         except OSError:
             return {}
-    card = read_card(folder, if_removed="nothing of how the model was trained is known or checked then")
+    try:
+        card = read_card(folder)
+    except ValueError as error:  # a loader's card, perhaps not ours: it loads, unchecked, and says so
+        said = f"{first_line(error).split(';')[0]}: what it records of the model's training is not checked"
+        warnings.warn(said, stacklevel=2)
+        return {}
     provenance = card.data.to_dict().get("tinygpt") if card is not None else None
     training = provenance.get("training") if isinstance(provenance, dict) else None
     return training if isinstance(training, dict) else {}

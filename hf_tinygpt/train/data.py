@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..folders.bundled import load_tokenizer
+from ..folders.bundled import load_tokenizer, tokenizer_sha256
 from .settings import TrainingSettings
 from .token_files import file_token_ids, pack, run_tokens
 
@@ -23,6 +23,7 @@ class RunData:
     identity: dict  # what the tokens are made of (`TokenFile.identity` by split): a resumed run must go on with it
     tokenizer: object  # the run's tokenizer: a new model takes its size and end-of-text id
     tokenizer_from: str  # the tokenizer's folder, or "gpt2" for the bundled BPE
+    tokenizer_sha256: str  # which tokenizer exactly (`tokenizer_sha256`), as the card records it
 
 
 def run_data(settings: TrainingSettings, accelerator) -> RunData:
@@ -58,6 +59,7 @@ def run_data(settings: TrainingSettings, accelerator) -> RunData:
         identity={"train": train_file.identity(), "validation": validation_file and validation_file.identity()},
         tokenizer=tokenizer,
         tokenizer_from=tokenizer_from,
+        tokenizer_sha256=tokenizer_sha256(tokenizer),
     )
 
 
@@ -74,7 +76,9 @@ def warn_of_what_is_not_learned(tokens, blocks, tokenizer, share: float = 0.01):
     unknown = tokenizer.unk_token_id
     if unknown is None or unknown == tokenizer.eos_token_id:  # GPT-2's BPE has no word it cannot read
         return
-    sample = np.asarray(tokens[:: max(1, len(tokens) // 1_000_000)])
+    chunk, chunks = 1 << 16, 16  # a million tokens in 16 runs: a few pages each, not the whole file, are read
+    starts = range(0, len(tokens), max(chunk, len(tokens) // chunks))
+    sample = np.concatenate([np.asarray(tokens[start : start + chunk]) for start in starts][:chunks])
     if (found := float((sample == unknown).mean())) > share:
         warnings.warn(
             f"{found:.0%} of the training tokens are the tokenizer's unknown token {tokenizer.unk_token!r}: the "

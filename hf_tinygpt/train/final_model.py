@@ -8,7 +8,6 @@ from pathlib import Path
 
 import torch
 
-from ..folders.bundled import tokenizer_sha256
 from ..folders.model_card import render_model_card
 from ..folders.model_folder import DTYPES, save_model_folder
 from ..folders.outputs import output_folder
@@ -55,7 +54,7 @@ def card_training(settings: TrainingSettings, data: RunData, summary: dict, acce
         "train_paths": settings.train or [settings.dataset],  # a published card names them without folders
         "train_tokens": int(data.blocks.size),
         "tokenizer": tokenizer_description(data.tokenizer, data.tokenizer_from),
-        "tokenizer_sha256": tokenizer_sha256(data.tokenizer),
+        "tokenizer_sha256": data.tokenizer_sha256,
         "steps": settings.steps,
         "tokens_per_step": settings.batch_size * settings.block_size,
         "hardware": hardware(settings, accelerator),

@@ -217,16 +217,14 @@ class RunFolder:
             progress, saved = _read_progress(folder)
         except (OSError, ValueError) as error:
             raise _Skip(error) from error
-        now = comparable(settings)
-        if changed := changed_settings(saved["settings"], now):
-            default = {name: f.default for name, f in TrainingSettings.__dataclass_fields__.items()}
-            was = {name: saved["settings"].get(name, default[name]) for name in changed}
+        if changed := changed_settings(saved["settings"], comparable(settings)):
             started = f" (it started as: {progress.command})" if progress.command else ""
+            model = "train on from its model in a new run (`TrainingSettings.init_from`)"
             raise ValueError(
                 "`TrainingSettings.resume` goes on with the settings the run started with; changed: "
-                + "; ".join(f"`TrainingSettings.{name}` {was[name]!r:.60} → {now[name]!r:.60}" for name in changed)
-                + f"{started}. Give them as they were, or train on from its model in a new run "
-                "(`TrainingSettings.init_from`)"
+                + "; ".join(f"`TrainingSettings.{name}` {was!r:.60} → {now!r:.60}" for name, was, now in changed)
+                + f"{started}. Give them as they were, or "
+                + (model if (self.out / FINAL).is_dir() else "start a new run")
             )
         if "data" in saved and (changed := _changed_data(saved["data"], self.data.identity)):
             raise ValueError(
@@ -372,11 +370,13 @@ def comparable(settings: TrainingSettings) -> dict:
     return fields
 
 
-def changed_settings(saved: dict, now: dict) -> list[str]:
-    """The settings that change what the run computes and differ between a checkpoint's and now."""
+def changed_settings(saved: dict, now: dict) -> list[tuple[str, object, object]]:
+    """The settings that change what the run computes and differ between a checkpoint's and now: (name, its value
+    then, its value now)."""
     # A setting added since the checkpoint was saved had its default then.
     default = {name: f.default for name, f in TrainingSettings.__dataclass_fields__.items()}
-    return sorted(key for key in now if key not in FREE_ON_RESUME and saved.get(key, default[key]) != now[key])
+    was = {key: saved.get(key, default[key]) for key in now}
+    return [(key, was[key], now[key]) for key in sorted(now) if key not in FREE_ON_RESUME and was[key] != now[key]]
 
 
 def _rng_file(folder: Path, rank: int) -> Path:

@@ -121,20 +121,18 @@ def starting_model(settings: TrainingSettings, tokenizer, token: str | None = No
             f"the model of `TrainingSettings.init_from` ({settings.init_from}) fixes its shape, and the run's config "
             f"sets {', '.join(fixed)}: leave {'it' if len(fixed) == 1 else 'them'} out; only dropout may change"
         )
+    its_own = (
+        "train with the tokenizer it was made with (`TrainingSettings.tokenizer`: `TrainingSettings.init_from` "
+        "itself, where it holds tokenizer files)"
+    )
+    what = f"the run's tokenizer (`TrainingSettings.tokenizer`: {settings.tokenizer or 'gpt2'})"
+    check_trained_with(tokenizer, settings.init_from, what=what, fix=its_own, **hub)  # before its weights are read
     model = load_strictly(settings.init_from, dtype=torch.float32, **hub, **settings.config)  # the run's dropout
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(
             f"the tokenizer has {len(tokenizer)} tokens, more than the {model.config.vocab_size} rows of "
-            f"{settings.init_from} (`TrainingSettings.init_from`): train with the tokenizer it was made with "
-            "(`TrainingSettings.tokenizer`: `TrainingSettings.init_from` itself, where it holds tokenizer files)"
+            f"{settings.init_from} (`TrainingSettings.init_from`): {its_own}"
         )
-    check_trained_with(
-        tokenizer,
-        settings.init_from,
-        what=f"the run's tokenizer (`TrainingSettings.tokenizer`: {settings.tokenizer or 'gpt2'})",
-        fix="train with the tokenizer it was made with (`TrainingSettings.tokenizer`: `TrainingSettings.init_from` itself, where it holds tokenizer files)",
-        **hub,
-    )
     if (reach := positions_reach(model.config)) is not None and reach < settings.block_size:
         raise ValueError(
             f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} of "

@@ -349,7 +349,7 @@ def load_text_dataset(dataset: str, config: str | None, split: str, text_column:
             f"{', '.join(loaded.column_names)}"
         )
     feature = loaded.features[text_column]
-    if not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")):
+    if not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string", "string_view")):
         raise ValueError(
             f"the dataset {dataset}'s column {text_column!r} (`TrainingSettings.text_column`) holds {feature}, not "
             f"text; its columns: {', '.join(loaded.column_names)}"
@@ -421,10 +421,11 @@ def stays_inside(glob) -> bool:
     return isinstance(glob, str) and bool(glob) and not Path(glob).is_absolute() and ".." not in Path(glob).parts
 
 
-def _file_identity(path) -> tuple[int, int]:
-    """The file itself, however it is named: a link, symbolic or hard, is the file it names."""
+def _file_identity(path) -> tuple:
+    """The file itself, however it is named: a link, symbolic or hard, is the file it names (where the filesystem
+    numbers its files: some network mounts give every file inode 0, and then its resolved path says)."""
     found = os.stat(path)
-    return found.st_dev, found.st_ino
+    return (found.st_dev, found.st_ino) if found.st_ino else (found.st_dev, str(Path(path).resolve()))
 
 
 def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), what: str = "train") -> list[Path]:
@@ -477,15 +478,7 @@ def run_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str, Tok
     describes them, and the held-out tokens (None without `TrainingSettings.validation`)."""
     cache = cache_folder(settings.data_cache)
     train, description = _training_tokens(settings, tokenizer, tokenizer_from, cache)
-    validation = _validation_tokens(settings, tokenizer, tokenizer_from, cache)
-    trained = {source["sha256"]: source["path"] for source in train.info.get("sources", []) if source["size"]}
-    for source in validation.info.get("sources", []) if validation is not None else []:
-        if (copy := trained.get(source["sha256"])) is not None:
-            raise ValueError(
-                f"{source['path']} (`TrainingSettings.validation`) holds the same text as {copy} "
-                "(`TrainingSettings.train`): held-out text must not be trained on; hold out another file"
-            )
-    return train, description, validation
+    return train, description, _validation_tokens(settings, tokenizer, tokenizer_from, cache)
 
 
 def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> tuple[TokenFile, str]:
@@ -502,10 +495,26 @@ def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> tuple[
         return data, f"the {settings.dataset_split} split of {settings.dataset} (column `{settings.text_column}`)"
     if data := _token_folder(settings.train, "train", tokenizer, tokenizer_from):
         return data, f"the token folder {settings.train[0]} ({data.info['tokens']:,} tokens)"
-    files = text_files(settings.train, settings.glob, exclude=_held_out_files(settings))
+    held_out = _held_out_files(settings)
+    files = text_files(settings.train, settings.glob, exclude=held_out)
+    _refuse_copies_of(held_out, files)
     data = text_tokens(files, tokenizer, tokenizer_from, cache)
     glob = f", `{settings.glob}`" if any(Path(path).is_dir() for path in settings.train) else ""  # folders only
     return data, f"{len(files)} text file{'s' * (len(files) != 1)} ({', '.join(settings.train)}{glob})"
+
+
+def _refuse_copies_of(held_out: list[Path], files: list[Path]):
+    """Refuse a training file with a held-out file's text (their sha256, of those of one size: no more is read)."""
+    sizes = {file.stat().st_size for file in held_out} - {0}
+    if not (alike := [file for file in files if file.stat().st_size in sizes]):
+        return
+    held = {sha256_file(file): file for file in held_out if file.stat().st_size in sizes}
+    for file in alike:
+        if (copy := held.get(sha256_file(file))) is not None:
+            raise ValueError(
+                f"{copy} (`TrainingSettings.validation`) holds the same text as {file} (`TrainingSettings.train`): "
+                "held-out text must not be trained on; hold out another file"
+            )
 
 
 def _held_out_files(settings) -> list[Path]:
