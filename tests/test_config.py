@@ -53,6 +53,7 @@ def test_a_schemes_own_fields_take_their_defaults_and_survive_a_round_trip(tmp_p
         (dict(position_embedding_type="relative"), "position_embedding_type='relative' is not one of"),
         (dict(position_embedding_type="rope", n_embd=48, n_head=4, partial_rotary_factor=0.25), "must be even"),
         (dict(position_embedding_type="rope", partial_rotary_factor=1.5), "partial_rotary_factor must be in"),
+        (dict(position_embedding_type="rope", partial_rotary_factor=0.0), "partial_rotary_factor must be in"),
         (dict(position_embedding_type="rope", rope_parameters={"rope_type": "spiral"}), "rope_type"),
         (dict(position_embedding_type="alibi", rope_theta=500.0), "only applies to position_embedding_type='rope'"),
         (dict(position_embedding_type="sinusoidal", n_embd=33, n_head=3), "needs an even n_embd"),
@@ -95,6 +96,10 @@ def test_invalid_config_raises_value_error_naming_the_field(fields, message):
         ({"rope_type": "dynamic"}, "lack 'factor'"),
         ({"rope_type": "yarn", "factor": 0.5}, "must be a finite number >= 1"),
         ({"rope_type": "default", "rope_theta": -5.0}, "must be a finite number > 0"),
+        (  # head_dim 64: 32 rotating pairs (the factors' length failed inside transformers, as a tensor error)
+            {"rope_type": "longrope", "short_factor": [1.0] * 64, "long_factor": [1.0] * 32, "factor": 2.0},
+            r"rope_parameters\['short_factor'\] must hold one factor per rotating pair of dimensions, 32 here",
+        ),
     ],
 )
 def test_incomplete_rope_parameters_are_named(rope_parameters, message):
@@ -149,9 +154,12 @@ def test_config_values_of_the_wrong_type_are_named(fields, message):
     [("scale_attn_by_inverse_layer_idx", True), ("reorder_and_upcast_attn", True), ("scale_attn_weights", False)],
 )
 def test_gpt2_options_that_change_the_math_are_refused_by_name(tmp_path, option, value):
+    """In a GPT-2 checkpoint's config, and in a TinyGPT's own (where they were kept, and nothing read them)."""
     random_gpt2(**{option: value}).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=f"{option}={value}"):
         TinyGPTForCausalLM.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=f"the config has {option}={value}; TinyGPT reproduces only"):
+        TinyGPTConfig(**{option: value})
 
 
 def test_gpt2_folder_takes_config_overrides(tmp_path):

@@ -81,7 +81,8 @@ class RotaryPositions(PositionScheme):
         )
         # Stated, even when whole heads rotate; the dict's own value wins (transformers 5.16 let the attribute win).
         stated = (config.rope_parameters or values["rope_scaling"] or {}).get("partial_rotary_factor", 1.0)
-        values["partial_rotary_factor"] = values["partial_rotary_factor"] or stated
+        if values["partial_rotary_factor"] is None:  # 0.0 is a value, refused by check_config, never the default
+            values["partial_rotary_factor"] = stated
         return {name: value for name, value in values.items() if value is not None or name == "no_rope_layer_interval"}
 
     @classmethod
@@ -114,6 +115,15 @@ class RotaryPositions(PositionScheme):
                 f"({fraction}) = {turning} must be even and at least 2 (see n_embd, n_head, partial_rotary_factor)"
             )
         if rope_type != "default":
+            if rope_type == "longrope":  # its factors scale the turning pairs' frequencies, one each
+                for name in ("short_factor", "long_factor"):
+                    given = parameters.get(name)
+                    if isinstance(given, list) and len(given) != turning // 2:
+                        raise ValueError(
+                            f"rope_parameters['{name}'] must hold one factor per rotating pair of dimensions, "
+                            f"{turning // 2} here (head_dim {config.head_size} × partial_rotary_factor {fraction} / 2), "
+                            f"got {len(given)}"
+                        )
             try:  # transformers' own frequency function reads exactly the keys this rope_type needs
                 ROPE_INIT_FUNCTIONS[rope_type](config)
             except (KeyError, TypeError) as error:

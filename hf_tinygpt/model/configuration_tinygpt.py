@@ -11,7 +11,7 @@ from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
 from .checks import is_int, is_number
-from .gpt2_layout import tinygpt_fields_of_gpt2
+from .gpt2_layout import refuse_gpt2_only_options, tinygpt_fields_of_gpt2
 from .positions import POSITION_SCHEME_CLASSES, PositionScheme
 
 
@@ -79,6 +79,7 @@ class TinyGPTConfig(PreTrainedConfig):
             raise ValueError(
                 f"dtype must name a floating-point torch dtype such as 'float32' or 'bfloat16', got {dtype!r}"
             )
+        refuse_gpt2_only_options(kwargs, "the config")  # transformers would keep them, and nothing would read them
         scheme = self.position_scheme()  # its fields settled before transformers' own __post_init__ reads kwargs
         kwargs = {**kwargs, **scheme.config_values(self, self._scheme_fields(scheme, kwargs))}
         super().__post_init__(**kwargs)

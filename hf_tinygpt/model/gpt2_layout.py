@@ -57,14 +57,17 @@ def _is_conv1d(key: str) -> bool:
     return key.endswith(CONV1D_WEIGHTS)
 
 
+def refuse_gpt2_only_options(values: dict, where: str):
+    """A ValueError naming a GPT-2 option in `values` set to math TinyGPT does not reproduce."""
+    for option, supported in GPT2_ONLY_OPTIONS.items():
+        if values.get(option, supported) != supported:
+            raise ValueError(f"{where} has {option}={values[option]!r}; TinyGPT reproduces only {option}={supported!r}")
+
+
 def tinygpt_fields_of_gpt2(gpt2_config: dict) -> dict:
     """TinyGPTConfig fields (learned positions) with the same math as a GPT-2 `config.json` dict, or a ValueError
     naming a GPT-2 option TinyGPT does not reproduce."""
-    for option, supported in GPT2_ONLY_OPTIONS.items():
-        if gpt2_config.get(option, supported) != supported:
-            raise ValueError(
-                f"GPT-2 config has {option}={gpt2_config[option]!r}; TinyGPT reproduces only {option}={supported!r}"
-            )
+    refuse_gpt2_only_options(gpt2_config, "GPT-2 config")
     fields = {name: gpt2_config[name] for name in SHARED_CONFIG_FIELDS if name in gpt2_config}
     dtype = gpt2_config.get("dtype", gpt2_config.get("torch_dtype"))
     if dtype is not None:
