@@ -847,3 +847,17 @@ def test_a_scheme_acting_on_the_scores_is_refused_at_load_under_a_kernel_that_ca
     tiny_model("rope").save_pretrained(tmp_path / "rope")  # the other schemes run on any kernel
     model = TinyGPTForCausalLM.from_pretrained(tmp_path / "rope", attn_implementation=kernel_without_bias)
     assert torch.isfinite(model(torch.randint(0, VOCAB, (1, 5))).logits).all()
+
+
+def test_only_the_schemes_that_read_positions_take_position_ids():
+    """The README's Limits: learned, sinusoidal, RoPE and xPos read `position_ids`; every other scheme counts a key's
+    distance in tokens of the sequence, so positions with gaps do not move it."""
+    ids = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(0))
+    moved = set()
+    for name in POSITION_SCHEME_CLASSES:
+        model = tiny_model(name, vocab_size=50).eval()
+        with torch.no_grad():
+            gapped = model(ids, position_ids=2 * torch.arange(12)[None]).logits
+            if (gapped - model(ids).logits).abs().max() > 1e-6:
+                moved.add(name)
+    assert moved == {"learned", "sinusoidal", "rope", "xpos"}
