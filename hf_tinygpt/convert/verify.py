@@ -84,9 +84,9 @@ def verify_gpt2_checkpoint(
     gpt2_folder: str | None, text: str, seed: int = 0, tolerance: float = 1e-5, **hub_kwargs
 ) -> dict:
     """Load a GPT-2 folder or Hub id (or, with None, a random GPT-2 small made here) with both libraries in float32
-    (whatever its weights are stored in), from one read of its config.json, and compare them on `text`: `compare_with_gpt2`'s result, both continuations as text,
-    the parameter count, `tolerance`, and the verdict `ok`: the same greedy tokens and max |Δlogits| within
-    `tolerance` per unit of the logits' scale."""
+    (whatever its weights are stored in), from one read of its config.json, and compare them on `text`:
+    `compare_with_gpt2`'s result, both continuations as text, the parameter count, `tolerance`, and the verdict
+    `ok`: the same greedy tokens and max |Δlogits| within `tolerance` per unit of the logits' scale."""
     from ..folders.bundled import gpt2_tokenizer
 
     check_tolerance(tolerance)

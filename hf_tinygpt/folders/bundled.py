@@ -95,12 +95,11 @@ def own_tokenizer(source: str | Path, *, vocab_size: int, **hub_kwargs):
     GPT-2's reads its prompts: refused where its card records another)."""
     from .reading import has_tokenizer
 
-    fix = "put back the tokenizer files its training run wrote beside the weights"
     if not has_tokenizer(source, **hub_kwargs):
-        check_trained_with(None, source, what="it has no tokenizer files, and GPT-2's", fix=fix, **hub_kwargs)
+        check_trained_with(None, source, what="it has no tokenizer files, and GPT-2's", **hub_kwargs)
         return None
     tokenizer = load_tokenizer(source, vocab_size=vocab_size, **hub_kwargs)
-    check_trained_with(tokenizer, source, what="the tokenizer its files hold", fix=fix, **hub_kwargs)
+    check_trained_with(tokenizer, source, **hub_kwargs)
     return tokenizer
 
 
@@ -128,9 +127,17 @@ def tokenizer_sha256(tokenizer) -> str:
     return hashlib.sha256(json.dumps([vocabulary, merges, probes], ensure_ascii=False).encode()).hexdigest()
 
 
-def check_trained_with(tokenizer, source: str | Path, *, what: str, fix: str, **hub_kwargs):
-    """Refuse `tokenizer` (`what` names it; None: GPT-2's) for the model at `source` when its card records another
-    (`tinygpt.training.tokenizer_sha256`): its ids would be read as other tokens, with nothing to show for it."""
+def check_trained_with(
+    tokenizer,
+    source: str | Path,
+    *,
+    what: str = "the tokenizer its files hold",
+    fix: str = "put back the tokenizer files its training run wrote beside the weights",
+    **hub_kwargs,
+):
+    """Refuse `tokenizer` (`what` names it, `fix` says what to do; None: GPT-2's) for the model at `source` when its
+    card records another (`tinygpt.training.tokenizer_sha256`): its ids would be read as other tokens, with nothing
+    to show for it."""
     from .model_card import recorded_training
 
     recorded = recorded_training(source, **hub_kwargs).get("tokenizer_sha256")

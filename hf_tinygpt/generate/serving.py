@@ -69,13 +69,7 @@ class TinyGPTModelLoader(ModelLoader):
         model = load_strictly(repo, config=config, dtype=self.dtype, **hub)
         processor = self.load_processor(model_id)
         if hasattr(processor, "get_vocab"):  # a tokenizer: the one the card says the weights were trained with
-            check_trained_with(
-                processor,
-                repo,
-                what="the tokenizer its files hold",
-                fix="put back the tokenizer files its training run wrote beside the weights",
-                **hub,
-            )
+            check_trained_with(processor, repo, **hub)
         if generation_state.use_continuous_batching(model.config, processor):
             model.check_continuous_batching()
 

@@ -66,7 +66,7 @@ def run_data(settings: TrainingSettings, accelerator) -> RunData:
 def warn_of_what_is_not_learned(tokens, blocks, tokenizer, share: float = 0.01):
     """Say so where more than `share` of the training tokens teach the model nothing of the text: the tokens past the
     last whole block (they may be a whole file), or the tokenizer's unknown token, read where it has no word for the
-    text (judged on a million tokens, evenly spread)."""
+    text (judged on a million tokens, in 16 runs spread over the text)."""
     if (left := len(tokens) - blocks.shape[0] * blocks.shape[1]) > share * len(tokens):
         warnings.warn(
             f"the last {left:,} of the {len(tokens):,} training tokens do not fill a block of {blocks.shape[1]} "
@@ -76,7 +76,7 @@ def warn_of_what_is_not_learned(tokens, blocks, tokenizer, share: float = 0.01):
     unknown = tokenizer.unk_token_id
     if unknown is None or unknown == tokenizer.eos_token_id:  # GPT-2's BPE has no word it cannot read
         return
-    chunk, chunks = 1 << 16, 16  # a million tokens in 16 runs: a few pages each, not the whole file, are read
+    chunk, chunks = 1 << 16, 16  # runs, not a stride through it all: a few pages of a large file are read
     starts = range(0, len(tokens), max(chunk, len(tokens) // chunks))
     sample = np.concatenate([np.asarray(tokens[start : start + chunk]) for start in starts][:chunks])
     if (found := float((sample == unknown).mean())) > share:
