@@ -449,11 +449,11 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), 
         else:
             raise FileNotFoundError(f"{path} (`TrainingSettings.{what}`): no such file or folder")
         for file in found:
-            if (twice := named.get(_file_identity(file))) is not None:
+            if (twice := named.get(identity := _file_identity(file))) is not None:
                 raise ValueError(
                     f"`TrainingSettings.{what}` names {file} twice (also as {twice}): its text would be read twice"
                 )
-            named[_file_identity(file)] = file
+            named[identity] = file
         files += found
     if not files:
         held = ", after holding out validation" if held_out else ""
