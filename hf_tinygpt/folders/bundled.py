@@ -1,6 +1,7 @@
 """The files that ship inside the package: OpenAI's GPT-2 tokenizer and the default (Shakespeare) model; and the
 one way every verb loads a tokenizer."""
 
+import gc
 import hashlib
 import json
 import re
@@ -114,17 +115,23 @@ def tokenizer_sha256(tokenizer) -> str:
     without an unknown token cannot read characters it has no token for). It hashes that data, not a file or
     serialization, so the same tokenizer in another file layout, or read by another tokenizers version, hashes the
     same."""
-    vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    merges = (json.loads(backend.to_str())["model"].get("merges") or []) if backend is not None else []
-    merges = [merge.split(" ", 1) if isinstance(merge, str) else list(merge) for merge in merges]  # "a b" or [a, b]
-    probes = []
-    for text in PROBE_TEXTS:
-        try:
-            probes.append(tokenizer(text)["input_ids"])
-        except Exception:  # tokenizers raises a bare Exception ("Missing [UNK] token")
-            probes.append(None)
-    return hashlib.sha256(json.dumps([vocabulary, merges, probes], ensure_ascii=False).encode()).hexdigest()
+    collecting = gc.isenabled()
+    gc.disable()  # ~200,000 objects without cycles come and go here: a collection meanwhile walks the whole heap
+    try:
+        vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        merges = (json.loads(backend.to_str())["model"].get("merges") or []) if backend is not None else []
+        merges = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in merges]  # "a b" or [a, b]
+        probes = []
+        for text in PROBE_TEXTS:
+            try:
+                probes.append(tokenizer(text)["input_ids"])
+            except Exception:  # tokenizers raises a bare Exception ("Missing [UNK] token")
+                probes.append(None)
+        return hashlib.sha256(json.dumps([vocabulary, merges, probes], ensure_ascii=False).encode()).hexdigest()
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def check_trained_with(

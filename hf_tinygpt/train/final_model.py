@@ -91,7 +91,7 @@ def write_final_model(
     dtype = DTYPES.get(settings.save_dtype) if settings.save_dtype else None
     to_save = model if dtype is None else copy.deepcopy(model).to(dtype)
     with output_folder(folder, force=True, inside=folder.parent) as staging:  # ours: the run folder is locked
-        save_model_folder(to_save, staging, tokenizer=data.tokenizer_from, history=history)
+        save_model_folder(to_save, staging, tokenizer=data.tokenizer, history=history)
         if data.validation is not None:
             written = load_strictly(staging, dtype=torch.float32)
             training["validation_perplexity"] = perplexity(

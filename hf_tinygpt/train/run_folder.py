@@ -339,7 +339,7 @@ class RunFolder:
             rescued = place / f"{self.out.name}-rescued-step-{step}-{stamp}"
             try:
                 with output_folder(rescued) as staging:
-                    save_model_folder(model, staging, tokenizer=self.data.tokenizer_from)
+                    save_model_folder(model, staging, tokenizer=self.data.tokenizer)
             except OSError:
                 continue
             return FileNotFoundError(
