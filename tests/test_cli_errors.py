@@ -440,6 +440,7 @@ def test_ctrl_c_while_the_command_exits_ends_with_one_line(tmp_path):
 # ---- the Hub's answers: one line, never the token -------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the command in a fresh interpreter: its stderr is all a user sees
 def test_a_hub_error_while_loading_by_hub_id_ends_in_one_line_without_the_token(hub, tmp_path):
     """transformers wraps the Hub's answer in an OSError that quotes all of it, token and all, when the server puts
     the token in its answer: the command says status, endpoint and reason in one line, and the token nowhere."""

@@ -50,6 +50,7 @@ def test_the_readme_has_the_blocks_these_tests_run():
     assert all(name in README.read_text() for name in STAND_INS)  # a stand-in for nothing would hide a drift
 
 
+@pytest.mark.slow  # each block in a fresh interpreter, as a reader runs it
 @pytest.mark.parametrize("index", range(len(readme_blocks("python"))))
 def test_every_python_block_of_the_readme_runs(index, tmp_path):
     run_python(readme_blocks("python")[index], tmp_path)
