@@ -132,6 +132,23 @@ def test_a_head_apart_from_wte_is_kept_or_refused_never_dropped(tmp_path, cli):
     assert_same_logits(converted, untied)
 
 
+def test_untying_a_tied_gpt2_checkpoint_gives_the_head_its_own_copy_of_wte(gpt2_folder, tmp_path):
+    """(`from_pretrained(gpt2_folder, tie_word_embeddings=False)` left the head on wte's storage while the config said
+    untied: training one changed the other, and `save_pretrained` wrote no head, so the folder loaded a random one.)
+    The head starts as a copy of wte, GPT-2's logits exactly, and is a weight of its own from then on."""
+    gpt2 = GPT2LMHeadModel.from_pretrained(gpt2_folder).eval()
+    untied = TinyGPTForCausalLM.from_pretrained(gpt2_folder, tie_word_embeddings=False).eval()
+    head, wte = untied.get_output_embeddings().weight, untied.get_input_embeddings().weight
+    assert not untied.config.tie_word_embeddings and head.data_ptr() != wte.data_ptr() and torch.equal(head, wte)
+    assert_same_logits(untied, gpt2)
+    with torch.no_grad():
+        head.mul_(2.0)
+    assert torch.equal(wte, gpt2.get_input_embeddings().weight)
+    untied.save_pretrained(tmp_path / "untied")
+    reloaded, info = TinyGPTForCausalLM.from_pretrained(tmp_path / "untied", output_loading_info=True)
+    assert not info["missing_keys"] and torch.equal(reloaded.get_output_embeddings().weight, head)
+
+
 def test_convert_refuses_the_options_its_source_does_not_take(gpt2_folder, tmp_path, cli):
     """(`--n-head` and `--trim-vocab` were ignored where the source's config says its heads and vocabulary.)"""
     save_file(gpt2_tensors(random_gpt2()), gpt2_folder / "beside.safetensors", metadata={"format": "pt"})

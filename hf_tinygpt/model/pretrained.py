@@ -68,6 +68,8 @@ def from_gpt2_checkpoint(load_tinygpt, pretrained_model_name_or_path, gpt2_confi
                 f"{pretrained_model_name_or_path}: {HEAD} differs from {TIED_TO}, but the config ties them "
                 "(tie_word_embeddings): set tie_word_embeddings to false in its config.json to keep the head it holds"
             )
+    elif state_dict[HEAD].data_ptr() == state_dict[TIED_TO].data_ptr():  # untied here, tied in GPT-2's checkpoint
+        state_dict[HEAD] = state_dict[HEAD].clone()  # a head of its own, GPT-2's to begin with
     if kwargs.get("quantization_config") is not None:  # quantized from GPT-2's transposed views, kernels want rows
         state_dict = {key: tensor.contiguous() for key, tensor in state_dict.items()}
     model, ours = load_tinygpt(None, *model_args, state_dict=state_dict, output_loading_info=True, **kwargs)
