@@ -57,6 +57,17 @@ def test_a_text_file_is_read_once_and_is_trained_on_or_held_out(plays):
         text_files([str(plays / "a_play.txt")], exclude=[plays / "a_play.txt"])
 
 
+def test_a_training_folder_whose_every_file_is_held_out_says_so(plays, tmp_path, cli):
+    """(`--train data --validation data` said "no text files in data", of a folder full of them.)"""
+    every = [plays / name for name in ("a_play.txt", "b_play.txt", "held_out.txt")]
+    with pytest.raises(
+        ValueError, match=r"every file of .* \(`TrainingSettings.train`\) matching '\*.txt' is held out"
+    ):
+        text_files([str(plays)], exclude=every)
+    run = cli("train", "--train", plays, "--validation", plays, *TINY_RUN, "--steps", 1, "--out", tmp_path / "run")
+    assert run.returncode == 2 and "(--train) matching '*.txt' is held out by --validation: none is left" in run.stderr
+
+
 def test_held_out_text_is_never_trained_on_under_another_name(plays, tmp_path):
     """(A hard link to a training file, or a copy of it, was taken as held-out text: the run reported a validation
     perplexity measured on text it trained on.)"""

@@ -438,7 +438,13 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), 
     for path in map(Path, paths):
         refuse_what_is_not_a_file(path)  # a FIFO would be read forever
         if path.is_dir():
-            found = sorted(f for f in path.glob(glob) if f.is_file() and _file_identity(f) not in held_out)
+            matching = sorted(f for f in path.glob(glob) if f.is_file())
+            found = [f for f in matching if _file_identity(f) not in held_out]
+            if matching and not found:
+                raise ValueError(
+                    f"every file of {path} (`TrainingSettings.{what}`) matching {glob!r} is held out by "
+                    "`TrainingSettings.validation`: none is left to train on; hold out files apart from these"
+                )
         elif path.exists() and _file_identity(path) in held_out:
             raise ValueError(
                 f"{path} is named by both `TrainingSettings.{what}` and `TrainingSettings.validation`: a file is "
@@ -456,8 +462,7 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), 
             named[identity] = file
         files += found
     if not files:
-        held = ", after holding out validation" if held_out else ""
-        raise ValueError(f"no text files in {', '.join(paths)} (matching {glob!r}{held})")
+        raise ValueError(f"no text files in {', '.join(paths)} (matching {glob!r})")
     return files
 
 
