@@ -5,6 +5,7 @@ over the whole sequence, and for GPT-2 weights transformers' own GPT2LMHeadModel
 """
 
 import copy
+import re
 from functools import partial
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 import transformers
 from conftest import VOCAB, int8_kernel_rows, random_gpt2, tiny_model
 from torch._dynamo.utils import counters
+from transformers import GenerationConfig
 from transformers.testing_utils import CaptureLogger
 
 from hf_tinygpt import POSITION_SCHEME_CLASSES, TinyGPTForCausalLM
@@ -239,6 +241,17 @@ def test_an_argument_that_would_compile_the_step_again_is_refused_and_the_decode
     for argument in ("output_hidden_states", "output_attentions"):
         with pytest.raises(ValueError, match="changes what this decoder's compiled step computes"):
             decoder.generate(prompt, max_new_tokens=4, return_dict_in_generate=True, **{argument: True})
+    # (Beams and several sequences per prompt failed inside the cache, "index_copy_(): Source/destination tensor must
+    # have same slice shapes"; use_cache=False was one of a list of every argument given.)
+    refused = {
+        "num_beams": (dict(num_beams=2), "num_beams / num_return_sequences make 2 rows of each prompt"),
+        "num_return_sequences": (dict(do_sample=True, num_return_sequences=3), "make 3 rows of each prompt"),
+        "use_cache": (dict(use_cache=False, pad_token_id=0), "use_cache=False: this decoder's step decodes through"),
+        "generation_config": (dict(generation_config=GenerationConfig(num_beams=2)), "make 2 rows of each prompt"),
+    }
+    for arguments, message in refused.values():
+        with pytest.raises(ValueError, match=re.escape(message)):
+            decoder.generate(prompt, max_new_tokens=4, **arguments)
     compiled = decoder.generate(prompt, max_new_tokens=8, min_new_tokens=8, **GREEDY)
     assert step_logits_against_full_forward(model, 4, compiled) < 1e-5
 

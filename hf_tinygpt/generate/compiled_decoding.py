@@ -163,8 +163,8 @@ class CompiledDecoder:
     memory; scripts/measurement_log.md, "Costs", has the figures), frozen into the step: after the model's weights
     change visibly (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the
     new ones; a change through `.data`, which it cannot see, leaves it decoding the weights it was built with. Arguments
-    that change what the step computes (`output_hidden_states`, `output_attentions`) are refused, since the step
-    compiles only at the build. Safe to call from several threads: a decoder's calls run one at a time.
+    that change what the step computes (`output_hidden_states`, `output_attentions`, `use_cache=False`) or the rows
+    it decodes (`num_beams`, `num_return_sequences`) are refused, since the step compiles only at the build. Safe to call from several threads: a decoder's calls run one at a time.
     """
 
     def __init__(self, model, *, batch_size: int = 1, max_length: int | None = None, autotune: bool = True):
@@ -226,6 +226,7 @@ class CompiledDecoder:
                 f"Prompt ({length} tokens) + max_new_tokens ({max_new_tokens}) exceeds this decoder's "
                 f"max_length={self.max_length}: build it with a larger max_length."
             )
+        self._refuse_what_the_step_cannot_do(generate_kwargs)
         if weights_fingerprint(self.source) != self.weights:
             raise ValueError(
                 "The model's weights changed after this decoder was built, and it decodes with its copy "
@@ -245,8 +246,32 @@ class CompiledDecoder:
                 if self.backend.building or not _raised_by(error, _STEP_WOULD_COMPILE):
                     raise
                 raise ValueError(
-                    f"An argument of this call ({', '.join(sorted(generate_kwargs))}) changes what "
-                    "this decoder's compiled step computes (output_hidden_states or output_attentions, "
-                    "say), and the step compiles only when the decoder is built, with the weights frozen "
-                    "in: call the model's own generate for it."
+                    f"One of this call's arguments ({', '.join(sorted(generate_kwargs))}) changes what this "
+                    "decoder's compiled step computes, and the step compiles only when the decoder is built, with "
+                    "the weights frozen in: call the model's own generate for it."
                 ) from None
+
+    def _refuse_what_the_step_cannot_do(self, generate_kwargs: dict):
+        """Name the argument (or the `generation_config` field) that asks for what the compiled step does not do:
+        more rows than a sequence per prompt (its cache holds `batch_size` rows), no cache, or other outputs."""
+        settings = generate_kwargs.get("generation_config") or self.model.generation_config
+
+        def asked(name):
+            return generate_kwargs.get(name, getattr(settings, name, None))
+
+        if (rows := max(asked("num_beams") or 1, asked("num_return_sequences") or 1)) > 1:
+            raise ValueError(
+                f"num_beams / num_return_sequences make {rows} rows of each prompt, and this decoder's step and "
+                "cache decode one row per prompt: call the model's own generate for beam search or several "
+                "sequences per prompt."
+            )
+        if asked("use_cache") is False:
+            raise ValueError(
+                "use_cache=False: this decoder's step decodes through its static cache: call the model's own "
+                "generate to decode without a cache."
+            )
+        if outputs := [name for name in ("output_hidden_states", "output_attentions") if asked(name)]:
+            raise ValueError(
+                f"{' and '.join(outputs)} changes what this decoder's compiled step computes, and the step compiles "
+                "only when the decoder is built, with the weights frozen in: call the model's own generate for it."
+            )
