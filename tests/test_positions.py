@@ -90,6 +90,23 @@ def test_save_load_round_trip(scheme, tmp_path):
         assert torch.equal(loaded(ids).logits, model(ids).logits)
 
 
+def test_a_model_cast_to_bf16_keeps_its_computed_buffers_as_a_bf16_load_does(scheme, tmp_path):
+    """(`model.to(torch.bfloat16)` rounded RoPE's and the sinusoidal rows' frequencies to bf16, where
+    `from_pretrained(dtype=torch.bfloat16)` keeps them float32: logits 3× and 8× further from fp32's.) A scheme's
+    computed buffers stay float32 whatever the weights are cast to, and move with the model."""
+    model = tiny_model(scheme)
+    model.save_pretrained(tmp_path)
+    loaded = TinyGPTForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    cast = model.to(torch.bfloat16)
+    positions = cast.transformer.positions
+    for name, value in positions.fixed_buffers().items():
+        assert getattr(positions, name).dtype == value.dtype and torch.equal(getattr(positions, name), value), name
+    ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(cast(ids).logits, loaded(ids).logits)
+    assert all(buffer.dtype == torch.float32 for buffer in cast.half().buffers() if buffer.is_floating_point())
+
+
 def test_each_scheme_builds_its_own_module(scheme):
     """The config's name builds the class registered under it, as the module its class names; only learned positions
     are a table of rows (GPT-2's `wpe.weight`)."""

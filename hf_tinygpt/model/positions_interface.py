@@ -98,9 +98,23 @@ class PositionScheme(nn.Module):
         meta device when loading, so `_init_weights` fills these in again from here."""
         return {}
 
+    fixed_buffer_names: tuple[str, ...] = ()  # what `register_fixed_buffers` registered
+
     def register_fixed_buffers(self):
-        for name, value in self.fixed_buffers().items():
+        buffers = self.fixed_buffers()
+        self.fixed_buffer_names = tuple(buffers)
+        for name, value in buffers.items():
             self.register_buffer(name, value, persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        """`model.to(dtype)` and `.half()` cast the weights and move these buffers, but keep their dtype, as
+        `from_pretrained(dtype=...)` does: computed in float32, bf16 would round them (and RoPE's angles with them)."""
+        before = {name: self._buffers[name] for name in self.fixed_buffer_names if self._buffers.get(name) is not None}
+        super()._apply(fn, recurse)
+        for name, kept in before.items():
+            if (moved := self._buffers[name]).dtype != kept.dtype:
+                self._buffers[name] = kept.to(moved.device)
+        return self
 
     def init_parameters(self):
         """Initialise the scheme's own parameters (its nn.Linear and nn.Embedding layers start as GPT-2's do), with
