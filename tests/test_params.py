@@ -64,6 +64,16 @@ def test_params_command_reports_a_missing_path(cli):
     assert out.returncode == 2 and "./no/such/folder: no such model folder" in out.stderr
 
 
+def test_params_of_a_scheme_name_says_what_it_counts(cli, tmp_path, monkeypatch):
+    """(`params rope`, as `plot-positions rope` is given, asked the Hub for a repo "rope": 23 s of retries offline.)"""
+    monkeypatch.chdir(tmp_path)
+    out = cli("params", "rope")
+    assert out.returncode == 2 and "rope is a position scheme's name, not a model: params counts a" in out.stderr
+    tiny_model(n_layer=1, n_head=1).save_pretrained(tmp_path / "one")
+    out = cli("params", tmp_path / "one")
+    assert out.returncode == 0 and "learned positions, 1 layer, n_embd 32, 1 head, vocab" in out.stdout
+
+
 def test_verify_gpt2_command_on_the_4_36_checkpoint(cli):
     from pathlib import Path
 

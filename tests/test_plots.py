@@ -377,9 +377,11 @@ def test_cli_writes_every_picture_into_out(tmp_path, capsys):
         (["/nonexistent/model"], "/nonexistent/model: not a scheme name"),
         (["learned", "--max-positions", "999"], "n_positions=256"),
         (["sinusoidal", "--dims", "0"], "--dims must be at least 1"),
-        (["rope", "--max-positions", "0"], "--max-positions must be at least 1"),
+        (["rope", "--max-positions", "0"], "--max-positions must be at least 2"),
+        (["rope", "--dims", "0"], "--dims must be at least 1"),  # (accepted where no picture traces dimensions)
+        (["rope", "--max-positions", "1"], "--max-positions must be at least 2"),  # (one solid cell was drawn)
     ],
-    ids=["bad-path", "learned-too-long", "no-dims", "no-positions"],
+    ids=["bad-path", "learned-too-long", "no-dims", "no-positions", "no-dims-where-none-is-traced", "one-position"],
 )
 def test_cli_refuses_with_exit_code_2_and_a_message(tmp_path, capsys, args, message):
     assert main(["plot-positions", *args, "--out", str(tmp_path / "plots")]) == 2

@@ -22,6 +22,7 @@ from ..folders.reading import read_tinygpt_config
 from ..generate.text import GenerationSettings
 from ..hub.settings import PushSettings, SpacePushSettings
 from ..model.params import parameter_breakdown
+from ..model.positions import POSITION_SCHEME_CLASSES
 from ..plots.settings import PlotSettings
 from ..settings import hub_kwargs, hub_revision, hub_token
 from ..train.settings import SMALL_MODEL, ModelShape, TrainingSettings
@@ -68,12 +69,18 @@ def add_params_arguments(parser: argparse.ArgumentParser):
 
 
 def run_params(args) -> int:
+    if args.model in POSITION_SCHEME_CLASSES and not os.path.exists(args.model):  # else asked of the Hub, as an id
+        raise ValueError(
+            f"{args.model} is a position scheme's name, not a model: params counts a model folder's, a config.json's "
+            f"or a Hub repo's parameters (`hf-tinygpt plot-positions {args.model}` draws an untrained one)"
+        )
     config = read_tinygpt_config(args.model, **hub_kwargs(args))
     parts = parameter_breakdown(config)
     width = max(map(len, parts))
     print(
-        f"{args.model}: {config.position_embedding_type} positions, {config.n_layer} layers, "
-        f"n_embd {config.n_embd}, {config.n_head} heads, vocab {config.vocab_size}"
+        f"{args.model}: {config.position_embedding_type} positions, {config.n_layer} "
+        f"layer{'s' * (config.n_layer != 1)}, n_embd {config.n_embd}, {config.n_head} head{'s' * (config.n_head != 1)}, "
+        f"vocab {config.vocab_size}"
     )
     for name, count in parts.items():
         note = " (tied to token_embedding)" if name == "lm_head" and config.tie_word_embeddings else ""

@@ -237,7 +237,7 @@ class Explorer:
             if len(ids) < context:
                 whose = _whose(label, [len(ids) for ids in texts])
                 raise ValueError(
-                    f"the long text has {len(ids)} tokens: paste at least one window ({context} tokens){whose}"
+                    f"the long text has {len(ids)} token{'s' * (len(ids) != 1)}: paste at least one window ({context} tokens){whose}"
                 )
         curves, unscored, windows = [], [], set()
         with self.lock:

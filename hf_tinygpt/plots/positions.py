@@ -166,8 +166,8 @@ MAX_PLOTTED_POSITIONS = 8192
 def _positions(model, max_positions: int | None) -> int:
     """How many positions to plot: `max_positions`, default n_positions; learned has no rows past n_positions."""
     n = model.config.n_positions if max_positions is None else int(max_positions)
-    if n < 1:
-        raise ValueError(f"`max_positions` must be at least 1, got {n}")
+    if n < 2:  # one position has nothing to be compared with
+        raise ValueError(f"`max_positions` must be at least 2, got {n}")
     if (reach := positions_reach(model.config)) is not None and n > reach:
         raise ValueError(f"{_scheme(model)} positions stop at n_positions={reach}; cannot plot {n}")
     if n > MAX_PLOTTED_POSITIONS:  # the similarity pictures are positions × positions
@@ -800,7 +800,7 @@ def plot_positions(
     if names is not None and (foreign := [name for name in names if name not in applies]):
         raise ValueError(f"`names` {foreign} are not pictures of {_scheme(model)} positions: choose from {applies}")
     names = applies if names is None else tuple(names)
-    if n_dims < 1 and "dimension_traces" in names:
+    if n_dims < 1:  # refused where no picture traces dimensions too: it is a mistake either way
         raise ValueError(f"`n_dims` must be at least 1, got {n_dims}")
     if any(name in ON_A_PROMPT or name == "token_vs_position" for name in names):
         prompt_tokens(model, prompt, tokenizer)  # an empty or too long prompt, refused before any picture is drawn
