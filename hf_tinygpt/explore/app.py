@@ -237,7 +237,8 @@ class Explorer:
             if len(ids) < context:
                 whose = _whose(label, [len(ids) for ids in texts])
                 raise ValueError(
-                    f"the long text has {len(ids)} token{'s' * (len(ids) != 1)}: paste at least one window ({context} tokens){whose}"
+                    f"the long text has {len(ids)} token{'s' * (len(ids) != 1)}: paste at least one window "
+                    f"({context} tokens){whose}"
                 )
         curves, unscored, windows = [], [], set()
         with self.lock:
@@ -299,11 +300,48 @@ def _on(button, function, inputs, outputs, name: str):
     button.click(answered_in_one_sentence(function), inputs, outputs, api_name=name)
 
 
+class _Slider(gr.Slider):
+    """Gradio's slider, drawn as it is (a template of it), whose value out of its range is refused as the endpoint
+    refuses any other, in one sentence naming it (`checked_as`) and without a traceback in the server's log: Gradio's
+    own check says only "Value 12 is greater than maximum value 11", a traceback for each."""
+
+    is_template = True
+    checked_as = "value"
+
+    def preprocess(self, payload):
+        _in_range(payload, self)
+        return super().preprocess(payload)
+
+
+class _Number(gr.Number):
+    """Gradio's number box, refusing a value past its bounds as `_Slider` does."""
+
+    is_template = True
+    checked_as = "value"
+
+    def preprocess(self, payload):
+        _in_range(payload, self)
+        return super().preprocess(payload)
+
+
+def _in_range(payload, component):
+    try:
+        whole_number(payload, component.checked_as, component.minimum, component.maximum)
+    except ValueError as error:
+        raise gr.Error(str(error), print_exception=False) from None
+
+
+def _checked_as(component, name: str):
+    """`component`, whose refusals call its value `name`, as the endpoint's own checks do (`whole_number`)."""
+    component.checked_as = name
+    return component
+
+
 def _number_slider(most: int, label: str):
     """A slider from 0 to `most`; a fixed number where there is only 0 (Gradio's slider needs two ends)."""
     if most == 0:
         return gr.Number(0, label=label, interactive=False)
-    return gr.Slider(0, most, value=0, step=1, label=label)
+    return _checked_as(_Slider(0, most, value=0, step=1, label=label), label)
 
 
 def _token_tab(explorer: Explorer, prompt):
@@ -317,11 +355,14 @@ def _token_tab(explorer: Explorer, prompt):
 def _scheme_tab(explorer: Explorer, prompt):
     with gr.Tab("The position scheme"):
         with gr.Row():
-            n_dims = gr.Slider(1, MAX_DIMENSIONS, value=8, step=1, label="dimensions traced")
-            positions = gr.Slider(
+            n_dims = _Slider(1, MAX_DIMENSIONS, value=8, step=1, label="dimensions traced")
+            n_dims = _checked_as(n_dims, "number of dimensions traced")
+            positions = _Slider(
                 2, explorer.most_plotted, value=explorer.most_positions, step=1, label="positions plotted"
             )
-            seed = gr.Number(0, minimum=0, maximum=MAX_SEED, step=1, label="seed (which dimensions)")
+            positions = _checked_as(positions, "number of positions plotted")
+            seed = _Number(0, minimum=0, maximum=MAX_SEED, step=1, label="seed (which dimensions)")
+            seed = _checked_as(seed, "seed")
         button = gr.Button("Draw")
         with gr.Row():
             galleries = [
@@ -355,7 +396,7 @@ def _length_tab(explorer: Explorer, long_text: str | None):
             max_lines=6,
             max_length=MAX_TEXT_CHARACTERS,
         )
-        context = gr.Slider(MIN_WINDOW, MAX_WINDOW, value=512, step=8, label="window (tokens)")
+        context = _checked_as(_Slider(MIN_WINDOW, MAX_WINDOW, value=512, step=8, label="window (tokens)"), "window")
         button = gr.Button("Score")
         plot = gr.Plot(label="per-position loss")
         hover = gr.LinePlot(
@@ -367,7 +408,8 @@ def _length_tab(explorer: Explorer, long_text: str | None):
 
 def _generate_tab(explorer: Explorer, prompt):
     with gr.Tab("Generate"):
-        new_tokens = gr.Slider(1, MAX_NEW_TOKENS, value=40, step=1, label="new tokens (greedy)")
+        new_tokens = _Slider(1, MAX_NEW_TOKENS, value=40, step=1, label="new tokens (greedy)")
+        new_tokens = _checked_as(new_tokens, "number of new tokens")
         button = gr.Button("Generate")
         with gr.Row():
             continuations = [gr.Textbox(label=label, lines=6) for label in explorer.labels]
