@@ -211,6 +211,36 @@ def test_views_are_the_models_own_numbers(monkeypatch):
         per_position_loss(model, long[:30], 40)
 
 
+def test_building_the_app_writes_nothing_into_the_package():
+    """(Subclassing a Gradio component, as a672e1c did for its sliders, makes Gradio write a .pyi stub beside the
+    module that defines it: into the installed package.)"""
+    import hf_tinygpt
+
+    build_app([("alibi", text_model("alibi"))])
+    assert not list(Path(hf_tinygpt.__file__).parent.rglob("*.pyi"))
+
+
+def test_a_model_the_prompt_runs_past_says_so_in_its_own_pane_and_the_others_answer():
+    """(One model of 16 positions among others refused every request that ran past its end, the app's defaults
+    too, and no model answered.) Its pane says why; the request is refused only where no model can take it."""
+    from hf_tinygpt.explore.app import Explorer
+
+    short, alibi = text_model("learned", seed=1, n_positions=16), text_model("alibi", seed=1)
+    alibi.set_attn_implementation("eager")  # as `load_models` loads them: attention weights to show
+    explorer = Explorer([("short", short), ("alibi", alibi)])
+    ids = torch.tensor([gpt2_tokenizer()(PROMPT)["input_ids"]])
+    expected = alibi.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False)
+    said = "the prompt's 9 tokens and 10 new ones run past the 16 positions short reaches: ask for fewer"
+    assert list(explorer.generate(PROMPT, 10))[-1] == [f"({said})", gpt2_tokenizer().decode(expected[0, 9:])]
+    long_prompt = " ".join(["the"] * 20)
+    message, drawn = explorer.token_images(long_prompt)
+    assert Path(message).name == "message.png" and Path(drawn).name == "token_vs_position.png"
+    refused, none, figure, table = explorer.attention(long_prompt, 0, 0)
+    assert none is None and table["data"] and refused.axes[0].texts[0].get_text().startswith("the prompt's 20 tokens")
+    with pytest.raises(ValueError, match=f"^{said}$"):
+        list(Explorer([("short", short)]).generate(PROMPT, 10))
+
+
 def test_each_model_reads_the_prompt_with_its_own_tokenizer(tmp_path):
     """A model folder that holds its own tokenizer is shown on its tokens (GPT-2's would give ids the explorer maps
     into its vocabulary: other tokens' rows, a garbled continuation), beside a model that reads GPT-2's."""

@@ -163,11 +163,14 @@ class Explorer:
         """One value per model, as Gradio takes them: a list for several outputs, the value itself for one."""
         return values if len(values) > 1 else values[0]
 
-    def checked_prompt(self, prompt, new_tokens: int = 0) -> str:
-        """The prompt, or a ValueError: too long, or past where a model's positions reach."""
+    def checked_prompt(self, prompt, new_tokens: int = 0) -> tuple[str, dict[int, str]]:
+        """The prompt and, by model index, why a model cannot take it (it runs past where the model's positions
+        reach: that model's pane says so, the others answer); or a ValueError: empty, too long, or past every
+        model's reach."""
         prompt = checked_text(prompt, "prompt", MAX_PROMPT_CHARACTERS)
         counts = [len(shown.tokenizer(prompt)["input_ids"]) for shown in self.models]
-        for (label, model, *_), count in zip(self.models, counts, strict=True):
+        past = {}
+        for index, ((label, model, *_), count) in enumerate(zip(self.models, counts, strict=True)):
             if count == 0:
                 raise ValueError("the prompt is empty: type a few words")
             if count > MAX_PROMPT_TOKENS:
@@ -177,11 +180,20 @@ class Explorer:
                 )
             if (reach := positions_reach(model.config)) is not None and count + new_tokens > reach:
                 asked = f"{count} tokens" + (f" and {new_tokens} new ones" if new_tokens else "")
-                raise ValueError(f"the prompt's {asked} run past the {reach} positions {label} reaches: ask for fewer")
-        return prompt
+                past[index] = f"the prompt's {asked} run past the {reach} positions {label} reaches: ask for fewer"
+        if len(past) == len(self.models):
+            raise ValueError(past[0])
+        return prompt, past
+
+    def message_picture(self, index: int, text: str) -> str:
+        """A PNG that says `text`, for the model `index`'s picture pane."""
+        path = self.pictures_dir / str(index) / "message.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plot_message(text).savefig(path)
+        return str(path)
 
     def pictures(self, prompt, token_vs_position, n_dims=8, positions=None, seed=0):
-        self.checked_prompt(prompt)
+        prompt, past = self.checked_prompt(prompt)
         n_dims = whole_number(n_dims, "number of dimensions traced", 1, MAX_DIMENSIONS)
         positions = self.most_positions if positions is None else positions
         positions = whole_number(positions, "number of positions plotted", 2, self.most_plotted)
@@ -189,6 +201,9 @@ class Explorer:
         shown = []
         with self.lock:
             for index, (label, model, tokenizer, _) in enumerate(self.models):
+                if index in past:
+                    shown.append([(self.message_picture(index, past[index]), f"{label}: {past[index]}")])
+                    continue
                 count = min(positions, positions_reach(model.config) or positions)  # no rows past a table's end
                 made = position_pictures(
                     model,
@@ -211,12 +226,15 @@ class Explorer:
         return self.per_model(self.pictures(prompt, False, n_dims, positions, seed))
 
     def attention(self, prompt, layer, head):
-        self.checked_prompt(prompt)
+        prompt, past = self.checked_prompt(prompt)
         layer = whole_number(layer, "layer", 0, self.layers - 1)
         head = whole_number(head, "head", 0, self.heads - 1)
         outputs = []
         with self.lock:
-            for label, model, tokenizer, _ in self.models:
+            for index, (label, model, tokenizer, _) in enumerate(self.models):
+                if index in past:
+                    outputs += [plot_message(past[index]), None]
+                    continue
                 if layer >= model.config.n_layer or head >= model.config.n_head:
                     shape = f"{model.config.n_layer} layers of {model.config.n_head} heads"
                     outputs += [plot_message(f"{label} has {shape}: no layer {layer}, head {head}"), None]
@@ -267,9 +285,11 @@ class Explorer:
 
     def generate(self, prompt, max_new_tokens):
         new_tokens = whole_number(max_new_tokens, "number of new tokens", 1, MAX_NEW_TOKENS)
-        prompt = self.checked_prompt(prompt, new_tokens)
-        texts = [""] * len(self.models)
+        prompt, past = self.checked_prompt(prompt, new_tokens)
+        texts = [f"({past[index]})" if index in past else "" for index in range(len(self.models))]
         for index, (_, model, tokenizer, _) in enumerate(self.models):
+            if index in past:
+                continue
             ids, _, remapped = prompt_tokens(model, prompt, tokenizer)
             if remapped:  # its ids are not the tokenizer's: nothing can decode what it writes
                 texts[index] = f"({_REMAPPED.format(model.config.vocab_size)}: it has no text to show)"
@@ -300,40 +320,21 @@ def _on(button, function, inputs, outputs, name: str):
     button.click(answered_in_one_sentence(function), inputs, outputs, api_name=name)
 
 
-class _Slider(gr.Slider):
-    """Gradio's slider, drawn as it is (a template of it), whose value out of its range is refused as the endpoint
-    refuses any other, in one sentence naming it (`checked_as`) and without a traceback in the server's log: Gradio's
-    own check says only "Value 12 is greater than maximum value 11", a traceback for each."""
-
-    is_template = True
-    checked_as = "value"
-
-    def preprocess(self, payload):
-        _in_range(payload, self)
-        return super().preprocess(payload)
-
-
-class _Number(gr.Number):
-    """Gradio's number box, refusing a value past its bounds as `_Slider` does."""
-
-    is_template = True
-    checked_as = "value"
-
-    def preprocess(self, payload):
-        _in_range(payload, self)
-        return super().preprocess(payload)
-
-
-def _in_range(payload, component):
-    try:
-        whole_number(payload, component.checked_as, component.minimum, component.maximum)
-    except ValueError as error:
-        raise gr.Error(str(error), print_exception=False) from None
-
-
 def _checked_as(component, name: str):
-    """`component`, whose refusals call its value `name`, as the endpoint's own checks do (`whole_number`)."""
-    component.checked_as = name
+    """`component` (a slider or number box), whose value past its range is refused in the endpoint's own words
+    (`whole_number`), naming it `name`, without a traceback in the server's log: Gradio's own check says only "Value
+    12 is greater than maximum value 11", and logs a traceback for each. (Wrapped on the instance: a subclass of a
+    Gradio component writes a .pyi stub beside the module that defines it.)"""
+    preprocess = component.preprocess
+
+    def checked(payload):
+        try:
+            whole_number(payload, name, component.minimum, component.maximum)
+        except ValueError as error:
+            raise gr.Error(str(error), print_exception=False) from None
+        return preprocess(payload)
+
+    component.preprocess = checked
     return component
 
 
@@ -341,7 +342,7 @@ def _number_slider(most: int, label: str):
     """A slider from 0 to `most`; a fixed number where there is only 0 (Gradio's slider needs two ends)."""
     if most == 0:
         return gr.Number(0, label=label, interactive=False)
-    return _checked_as(_Slider(0, most, value=0, step=1, label=label), label)
+    return _checked_as(gr.Slider(0, most, value=0, step=1, label=label), label)
 
 
 def _token_tab(explorer: Explorer, prompt):
@@ -355,13 +356,13 @@ def _token_tab(explorer: Explorer, prompt):
 def _scheme_tab(explorer: Explorer, prompt):
     with gr.Tab("The position scheme"):
         with gr.Row():
-            n_dims = _Slider(1, MAX_DIMENSIONS, value=8, step=1, label="dimensions traced")
+            n_dims = gr.Slider(1, MAX_DIMENSIONS, value=8, step=1, label="dimensions traced")
             n_dims = _checked_as(n_dims, "number of dimensions traced")
-            positions = _Slider(
+            positions = gr.Slider(
                 2, explorer.most_plotted, value=explorer.most_positions, step=1, label="positions plotted"
             )
             positions = _checked_as(positions, "number of positions plotted")
-            seed = _Number(0, minimum=0, maximum=MAX_SEED, step=1, label="seed (which dimensions)")
+            seed = gr.Number(0, minimum=0, maximum=MAX_SEED, step=1, label="seed (which dimensions)")
             seed = _checked_as(seed, "seed")
         button = gr.Button("Draw")
         with gr.Row():
@@ -396,7 +397,7 @@ def _length_tab(explorer: Explorer, long_text: str | None):
             max_lines=6,
             max_length=MAX_TEXT_CHARACTERS,
         )
-        context = _checked_as(_Slider(MIN_WINDOW, MAX_WINDOW, value=512, step=8, label="window (tokens)"), "window")
+        context = _checked_as(gr.Slider(MIN_WINDOW, MAX_WINDOW, value=512, step=8, label="window (tokens)"), "window")
         button = gr.Button("Score")
         plot = gr.Plot(label="per-position loss")
         hover = gr.LinePlot(
@@ -408,7 +409,7 @@ def _length_tab(explorer: Explorer, long_text: str | None):
 
 def _generate_tab(explorer: Explorer, prompt):
     with gr.Tab("Generate"):
-        new_tokens = _Slider(1, MAX_NEW_TOKENS, value=40, step=1, label="new tokens (greedy)")
+        new_tokens = gr.Slider(1, MAX_NEW_TOKENS, value=40, step=1, label="new tokens (greedy)")
         new_tokens = _checked_as(new_tokens, "number of new tokens")
         button = gr.Button("Generate")
         with gr.Row():
