@@ -358,7 +358,8 @@ def test_the_verb_serves_the_app_on_loopback(tmp_path):
         server.wait(timeout=30)
     printed = server.stdout.read()
     assert f"Running on local URL:  http://127.0.0.1:{port}" in printed
-    assert not any(word in printed for word in ("share link", "public URL", "SSR", "MCP")), printed
+    assert "untrained rope TinyGPT" in printed and "(2)" not in printed  # (two bare schemes had one name, and "(2)")
+    assert not any(word in printed for word in ("share", "public URL", "public link", "SSR", "MCP")), printed
 
 
 def test_the_pictures_are_plot_positions_own(tmp_path):

@@ -19,6 +19,7 @@ import inspect
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -120,8 +121,10 @@ def launch(demo: "gr.Blocks", *, server_name: str | None = None, server_port: in
     """Serve `demo` where it is told (`server_name`; a Space says where through GRADIO_SERVER_NAME) and nowhere
     else, whatever Gradio's environment variables say: no share link, no server-side rendering proxy, no MCP
     server, no folder served beyond the app's own. It takes no uploads (Gradio's upload route would otherwise
-    store files of any size from anyone): the app reads text, never files."""
-    return demo.launch(
+    store files of any size from anyone): the app reads text, never files. It says where it listens, and not
+    Gradio's hint to set `share=True`, which it never does."""
+    quiet, blocking = options.pop("quiet", False), not options.pop("prevent_thread_lock", False)
+    launched = demo.launch(
         server_name=server_name,
         server_port=server_port,
         share=False,
@@ -129,8 +132,15 @@ def launch(demo: "gr.Blocks", *, server_name: str | None = None, server_port: in
         mcp_server=False,
         allowed_paths=[os.environ["GRADIO_TEMP_DIR"]],  # given, so GRADIO_ALLOWED_PATHS adds nothing
         max_file_size=1,  # bytes
+        quiet=True,
+        prevent_thread_lock=True,
         **options,
     )
+    if not quiet:
+        print(f"* Running on local URL:  {demo.local_url.rstrip('/')}", flush=True)
+    if blocking and not getattr(sys, "ps1", sys.flags.interactive):  # as Gradio: a script waits, a console goes on
+        demo.block_thread()
+    return launched
 
 
 class Explorer:

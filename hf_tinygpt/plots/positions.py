@@ -82,7 +82,7 @@ def load_for_plots(
         if scheme not in (None, source):
             raise ValueError(f"{source!r} is a scheme name; scheme={scheme!r} contradicts it")
         config = TinyGPTConfig(**{**BARE_CONFIG, **config_overrides, "position_embedding_type": source})
-        return _untrained(config, seed, "untrained TinyGPT")
+        return _untrained(config, seed, f"untrained {source} TinyGPT")  # two bare schemes: two names
     if os.path.isfile(source):
         config = read_tinygpt_config(source)  # tinygpt and GPT-2 config.json files alike
         if scheme is not None or config_overrides:
