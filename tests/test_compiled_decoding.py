@@ -248,6 +248,10 @@ def test_an_argument_that_would_compile_the_step_again_is_refused_and_the_decode
         "num_return_sequences": (dict(do_sample=True, num_return_sequences=3), "make 3 rows of each prompt"),
         "use_cache": (dict(use_cache=False, pad_token_id=0), "use_cache=False: this decoder's step decodes through"),
         "generation_config": (dict(generation_config=GenerationConfig(num_beams=2)), "make 2 rows of each prompt"),
+        "outputs": (
+            dict(output_hidden_states=True, output_attentions=True, return_dict_in_generate=True),
+            "output_hidden_states and output_attentions change what this decoder's compiled step computes",
+        ),
     }
     for arguments, message in refused.values():
         with pytest.raises(ValueError, match=re.escape(message)):

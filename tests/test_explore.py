@@ -211,9 +211,9 @@ def test_views_are_the_models_own_numbers(monkeypatch):
         per_position_loss(model, long[:30], 40)
 
 
-def test_building_the_app_writes_nothing_into_the_package():
-    """(Subclassing a Gradio component, as a672e1c did for its sliders, makes Gradio write a .pyi stub beside the
-    module that defines it: into the installed package.)"""
+def test_the_app_writes_nothing_into_the_package():
+    """(A Gradio component subclass, as a672e1c defined for its sliders, makes Gradio write a .pyi stub beside the
+    module that defines it, into the installed package, as that module is imported.)"""
     import hf_tinygpt
 
     build_app([("alibi", text_model("alibi"))])

@@ -64,6 +64,9 @@ def test_a_training_folder_whose_every_file_is_held_out_says_so(plays, tmp_path,
         ValueError, match=r"every file of .* \(`TrainingSettings.train`\) matching '\*.txt' is held out"
     ):
         text_files([str(plays)], exclude=every)
+    (tmp_path / "more").mkdir()  # another training folder: its text is trained on
+    (tmp_path / "more" / "more.txt").write_text("more text")
+    assert text_files([str(plays), str(tmp_path / "more")], exclude=every) == [tmp_path / "more" / "more.txt"]
     run = cli("train", "--train", plays, "--validation", plays, *TINY_RUN, "--steps", 1, "--out", tmp_path / "run")
     assert run.returncode == 2 and "(--train) matching '*.txt' is held out by --validation: none is left" in run.stderr
 

@@ -164,7 +164,8 @@ class CompiledDecoder:
     change visibly (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the
     new ones; a change through `.data`, which it cannot see, leaves it decoding the weights it was built with. Arguments
     that change what the step computes (`output_hidden_states`, `output_attentions`, `use_cache=False`) or the rows
-    it decodes (`num_beams`, `num_return_sequences`) are refused, since the step compiles only at the build. Safe to call from several threads: a decoder's calls run one at a time.
+    it decodes (`num_beams`, `num_return_sequences`) are refused, since the step compiles only at the build. Safe to
+    call from several threads: a decoder's calls run one at a time.
     """
 
     def __init__(self, model, *, batch_size: int = 1, max_length: int | None = None, autotune: bool = True):
@@ -254,10 +255,14 @@ class CompiledDecoder:
     def _refuse_what_the_step_cannot_do(self, generate_kwargs: dict):
         """Name the argument (or the `generation_config` field) that asks for what the compiled step does not do:
         more rows than a sequence per prompt (its cache holds `batch_size` rows), no cache, or other outputs."""
-        settings = generate_kwargs.get("generation_config") or self.model.generation_config
+        given = generate_kwargs.get("generation_config")
 
-        def asked(name):
-            return generate_kwargs.get(name, getattr(settings, name, None))
+        def asked(name):  # as generate reads it: the call's, else the given config's, else the model's
+            if name in generate_kwargs:
+                return generate_kwargs[name]
+            if given is not None and getattr(given, name, None) is not None:
+                return getattr(given, name)
+            return getattr(self.model.generation_config, name, None)
 
         if (rows := max(asked("num_beams") or 1, asked("num_return_sequences") or 1)) > 1:
             raise ValueError(
@@ -272,6 +277,7 @@ class CompiledDecoder:
             )
         if outputs := [name for name in ("output_hidden_states", "output_attentions") if asked(name)]:
             raise ValueError(
-                f"{' and '.join(outputs)} changes what this decoder's compiled step computes, and the step compiles "
-                "only when the decoder is built, with the weights frozen in: call the model's own generate for it."
+                f"{' and '.join(outputs)} change{'s' * (len(outputs) == 1)} what this decoder's compiled step "
+                "computes, and the step compiles only when the decoder is built, with the weights frozen in: call the "
+                "model's own generate for it."
             )

@@ -434,17 +434,14 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), 
     held_out = {_file_identity(p) for p in exclude}
     if not stays_inside(glob):
         raise ValueError(f"`glob` must be a pattern inside each folder of `paths`, such as '*.txt', got {glob!r}")
-    files, named = [], {}
+    files, named, all_held = [], {}, []
     for path in map(Path, paths):
         refuse_what_is_not_a_file(path)  # a FIFO would be read forever
         if path.is_dir():
             matching = sorted(f for f in path.glob(glob) if f.is_file())
             found = [f for f in matching if _file_identity(f) not in held_out]
             if matching and not found:
-                raise ValueError(
-                    f"every file of {path} (`TrainingSettings.{what}`) matching {glob!r} is held out by "
-                    "`TrainingSettings.validation`: none is left to train on; hold out files apart from these"
-                )
+                all_held.append(str(path))
         elif path.exists() and _file_identity(path) in held_out:
             raise ValueError(
                 f"{path} is named by both `TrainingSettings.{what}` and `TrainingSettings.validation`: a file is "
@@ -461,6 +458,11 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), 
                 )
             named[identity] = file
         files += found
+    if not files and all_held:
+        raise ValueError(
+            f"every file of {', '.join(all_held)} (`TrainingSettings.{what}`) matching {glob!r} is held out by "
+            "`TrainingSettings.validation`: none is left to train on; hold out files apart from these"
+        )
     if not files:
         raise ValueError(f"no text files in {', '.join(paths)} (matching {glob!r})")
     return files
