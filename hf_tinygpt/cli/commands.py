@@ -22,8 +22,7 @@ from ..folders.reading import read_tinygpt_config
 from ..generate.text import GenerationSettings
 from ..hub.settings import PushSettings, SpacePushSettings
 from ..model.params import parameter_breakdown
-from ..model.positions import POSITION_SCHEME_CLASSES
-from ..plots.settings import PlotSettings
+from ..plots.settings import PlotSettings, is_scheme_name
 from ..settings import hub_kwargs, hub_revision, hub_token
 from ..train.settings import SMALL_MODEL, ModelShape, TrainingSettings
 from .errors import in_flags, presented
@@ -69,7 +68,7 @@ def add_params_arguments(parser: argparse.ArgumentParser):
 
 
 def run_params(args) -> int:
-    if args.model in POSITION_SCHEME_CLASSES and not os.path.exists(args.model):  # else asked of the Hub, as an id
+    if is_scheme_name(args.model):  # else asked of the Hub, as an id
         raise ValueError(
             f"{args.model} is a position scheme's name, not a model: params counts a model folder's, a config.json's "
             f"or a Hub repo's parameters (`hf-tinygpt plot-positions {args.model}` draws an untrained one)"

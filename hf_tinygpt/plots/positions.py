@@ -45,7 +45,7 @@ from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.positions import POSITION_SCHEME_CLASSES, PositionScheme, apply_rotary, positions_reach
 from ..settings import hub_kwargs
-from .settings import DEFAULT_PROMPT, PlotSettings
+from .settings import DEFAULT_PROMPT, PlotSettings, is_scheme_name
 
 try:
     from matplotlib.figure import Figure
@@ -78,7 +78,7 @@ def load_for_plots(
 
     The label names the source and says when the weights are untrained; titles add the scheme."""
     source = str(model_or_config)
-    if source in POSITION_SCHEME_CLASSES and not os.path.exists(source):
+    if is_scheme_name(source):
         if scheme not in (None, source):
             raise ValueError(f"{source!r} is a scheme name; scheme={scheme!r} contradicts it")
         config = TinyGPTConfig(**{**BARE_CONFIG, **config_overrides, "position_embedding_type": source})
@@ -116,7 +116,7 @@ def prompt_tokenizer(source: str, model, *, hub_kwargs: dict | None = None):
     """What reads prompts for the model `load_for_plots(source)` gave: the folder's or Hub repo's own tokenizer where
     it carries one, else the bundled GPT-2 tokenizer (whose ids `prompt_tokens` fits into a smaller vocabulary)."""
     source = str(source)
-    if os.path.isfile(source) or (source in POSITION_SCHEME_CLASSES and not os.path.exists(source)):
+    if os.path.isfile(source) or is_scheme_name(source):
         return gpt2_tokenizer()  # an untrained model has no tokenizer of its own
     return own_tokenizer(source, vocab_size=model.config.vocab_size, **(hub_kwargs or {})) or gpt2_tokenizer()
 

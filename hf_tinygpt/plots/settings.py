@@ -1,11 +1,18 @@
 """What `plot-positions` is asked to draw: `PlotSettings`, kept apart from the plotting code so that the command
 line reads it without matplotlib (the [plots] extra)."""
 
+import os
 from dataclasses import dataclass
 
+from ..model.positions import POSITION_SCHEME_CLASSES
 from ..settings import hub_revision, hub_token, setting
 
 DEFAULT_PROMPT = "The cat sat on the mat by the door"  # " the" twice: one token, two positions
+
+
+def is_scheme_name(source) -> bool:
+    """Whether `source` names a position scheme (an untrained model of it) rather than a file, folder or Hub id."""
+    return str(source) in POSITION_SCHEME_CLASSES and not os.path.exists(source)
 
 
 @dataclass
