@@ -437,22 +437,22 @@ def text_files(paths: list[str], glob: str = "*.txt", exclude: list[Path] = (), 
     files, named, all_held = [], {}, []
     for path in map(Path, paths):
         refuse_what_is_not_a_file(path)  # a FIFO would be read forever
-        if path.is_dir():
-            matching = sorted(f for f in path.glob(glob) if f.is_file())
-            found = [f for f in matching if _file_identity(f) not in held_out]
+        if path.is_dir():  # each file by its identity, taken once
+            matching = {f: _file_identity(f) for f in sorted(path.glob(glob)) if f.is_file()}
+            found = {f: identity for f, identity in matching.items() if identity not in held_out}
             if matching and not found:
                 all_held.append(str(path))
-        elif path.exists() and _file_identity(path) in held_out:
-            raise ValueError(
-                f"{path} is named by both `TrainingSettings.{what}` and `TrainingSettings.validation`: a file is "
-                "trained on or held out, not both"
-            )
         elif path.is_file():
-            found = [path]
+            found = {path: _file_identity(path)}
+            if found[path] in held_out:
+                raise ValueError(
+                    f"{path} is named by both `TrainingSettings.{what}` and `TrainingSettings.validation`: a file is "
+                    "trained on or held out, not both"
+                )
         else:
             raise FileNotFoundError(f"{path} (`TrainingSettings.{what}`): no such file or folder")
-        for file in found:
-            if (twice := named.get(identity := _file_identity(file))) is not None:
+        for file, identity in found.items():
+            if (twice := named.get(identity)) is not None:
                 raise ValueError(
                     f"`TrainingSettings.{what}` names {file} twice (also as {twice}): its text would be read twice"
                 )
