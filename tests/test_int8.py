@@ -7,6 +7,7 @@ whole model a float twin holding exactly the dequantized weights.
 """
 
 import sys
+import warnings
 
 import pytest
 import torch
@@ -254,3 +255,19 @@ def assert_same_greedy_tokens_up_to_a_bf16_tie(model, tokens, expected):
     ours, theirs = logits[tokens[0, step]], logits[expected[0, step]]
     assert theirs == logits.max() and ours >= logits.topk(2).values[1]  # the eager choice and the runner-up
     assert theirs - ours <= 2 * torch.finfo(torch.bfloat16).eps * theirs.abs(), (step, theirs.item(), ours.item())
+
+
+@pytest.mark.parametrize("has_bf16", [False, True])
+def test_a_bf16_load_on_a_cpu_without_bf16_instructions_warns_with_the_ways_out(tiny_folder, monkeypatch, has_bf16):
+    monkeypatch.setattr("hf_tinygpt.model.pretrained.cpu_has_bf16_instructions", lambda: has_bf16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        AutoModelForCausalLM.from_pretrained(tiny_folder, dtype=torch.bfloat16)
+        AutoModelForCausalLM.from_pretrained(tiny_folder)  # float32
+        AutoModelForCausalLM.from_pretrained(  # int8 weights: int8 products
+            tiny_folder, dtype=torch.bfloat16, quantization_config=int8_weight_only()
+        )
+    slow = [str(w.message) for w in caught if "without bf16 instructions" in str(w.message)]
+    assert len(slow) == (0 if has_bf16 else 1)
+    if slow:
+        assert "dtype=torch.float32" in slow[0] and "int8_weight_only()" in slow[0] and "CompiledDecoder" in slow[0]

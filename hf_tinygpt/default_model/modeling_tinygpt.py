@@ -37,7 +37,13 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .compat import CACHE_FIELD, MODELS_UPDATE_THE_PAGED_CACHE, renamed_cache_argument
 from .configuration_tinygpt import TinyGPTConfig
 from .positions import POSITION_SCHEME_CLASSES, PositionScheme, apply_rotary, checked_lookup
-from .pretrained import from_gpt2_checkpoint, quantize_tied_table, read_config, saving_as_tinygpt
+from .pretrained import (
+    from_gpt2_checkpoint,
+    quantize_tied_table,
+    read_config,
+    saving_as_tinygpt,
+    warn_if_eager_bf16_is_slow_here,
+)
 from .tensor_parallel import check_sharded_heads
 
 # ---- Blocks: attention, MLP, pre-LN block ---------------------------------------------------------------------
@@ -280,7 +286,9 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             loaded = from_gpt2_checkpoint(
                 load, pretrained_model_name_or_path, gpt2_config, *model_args, config=config, **kwargs
             )
-        quantize_tied_table(loaded[0] if isinstance(loaded, tuple) else loaded)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        quantize_tied_table(model)
+        warn_if_eager_bf16_is_slow_here(model)
         return loaded
 
     def check_continuous_batching(self):

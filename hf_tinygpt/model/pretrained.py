@@ -7,7 +7,9 @@ Part of the model bundle saved beside the weights: it imports transformers and i
 import contextlib
 import copy
 import importlib
+import warnings
 
+import torch
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedConfig
 
@@ -115,3 +117,27 @@ def quantize_tied_table(model):
         # Imported by name only here: a saved folder's copy of this file must load where torchao is not installed.
         importlib.import_module("torchao.quantization").quantize_(head, settings.get_apply_tensor_subclass())
         table.weight = head.weight
+
+
+def cpu_has_bf16_instructions() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX-512 BF16 or AMX), by torch's own probes (private, so a
+    torch without them counts as having the instructions: no warning rather than a wrong one)."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    probes = [probe for probe in probes if probe is not None]
+    return not probes or any(probe() for probe in probes)
+
+
+def warn_if_eager_bf16_is_slow_here(model):
+    """A bf16 model (not quantized) on a CPU without bf16 instructions: its eager products run several times slower
+    than float32's (scripts/README.md, "Decoding speed"), so say so once, with the ways out."""
+    quantized = getattr(model, "hf_quantizer", None) is not None  # int8 weights: int8 products
+    if model.dtype != torch.bfloat16 or model.device.type != "cpu" or quantized or cpu_has_bf16_instructions():
+        return
+    warnings.warn(
+        "TinyGPT loaded in bfloat16 on a CPU without bf16 instructions (AVX-512 BF16 or AMX): its eager products "
+        "(`generate`, `pipeline`, a forward) run several times slower than in float32 here. Load it with "
+        "dtype=torch.float32, or with int8 weights (hf_tinygpt.generate.text.int8_weight_only()), or decode "
+        "with hf_tinygpt.generate.compiled_decoding.CompiledDecoder, which multiplies bf16 with kernels of its "
+        "own on such a CPU",
+        stacklevel=3,  # the caller of from_pretrained
+    )

@@ -17,6 +17,7 @@ from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.params import parameter_breakdown
 from ..model.positions import positions_reach
+from ..model.pretrained import cpu_has_bf16_instructions
 from .settings import DROPOUT_FIELDS, SMALL_MODEL, TrainingSettings
 
 BETAS = (0.9, 0.95)  # AdamW's, as nanoGPT and GPT-3 train
@@ -139,14 +140,6 @@ def starting_model(settings: TrainingSettings, tokenizer, token: str | None = No
             f"{settings.init_from} (`TrainingSettings.init_from`, {model.config.position_embedding_type} positions)"
         )
     return model
-
-
-def cpu_has_bf16_instructions() -> bool:
-    """Whether this CPU multiplies bf16 in hardware (AVX-512 BF16 or AMX), by torch's own probes (private, so a
-    torch without them counts as having the instructions: no warning rather than a wrong one)."""
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    probes = [probe for probe in probes if probe is not None]
-    return not probes or any(probe() for probe in probes)
 
 
 def warn_if_bf16_is_slow_here(settings: TrainingSettings, device: torch.device):
