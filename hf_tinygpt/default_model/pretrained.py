@@ -129,7 +129,7 @@ def cpu_has_bf16_instructions() -> bool:
 
 def warn_if_eager_bf16_is_slow_here(model):
     """A bf16 model (not quantized) on a CPU without bf16 instructions: its eager products run several times slower
-    than float32's (scripts/README.md, "Decoding speed"), so say so once, with the ways out."""
+    than float32's (scripts/measurement_log.md, "bf16 and int8 on AVX2"), so say so once, with the ways out."""
     quantized = getattr(model, "hf_quantizer", None) is not None  # int8 weights: int8 products
     if model.dtype != torch.bfloat16 or model.device.type != "cpu" or quantized or cpu_has_bf16_instructions():
         return
