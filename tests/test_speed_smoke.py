@@ -12,7 +12,7 @@ from conftest import run_module
 
 from hf_tinygpt import POSITION_SCHEME_CLASSES
 from scripts.bench.measure import llama_cpp_build_check, measure_in_subprocess, paired_timings
-from scripts.bench.speed_benchmark import across_runs, format_across_runs
+from scripts.bench.speed_benchmark import EAGER_BF16_LEFT_OUT, across_runs, eager_bf16_is_slow_here, format_across_runs
 
 MiB = 2**20
 
@@ -223,9 +223,12 @@ def test_speed_benchmark_script_smoke(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads((tmp_path / "speed.json").read_text())
     measures = [row["measure"] for row in result["rows"]]
-    assert measures[:2] == ["prefill 1×32", "prefill 2×16"]
+    prefill = ["prefill 1×32", "prefill 2×16"]
+    if eager_bf16_is_slow_here():  # no int8 prefill rows on this CPU (HF GPT-2's int8 is its bf16): the run says why
+        assert result["left_out"] == [EAGER_BF16_LEFT_OUT]
+        prefill = []
     caches = ["dynamic cache", "static cache", "static cache + torch.compile"]
-    assert measures[2:] == [f"decode batch 1, {cache}" for cache in caches]
+    assert measures == prefill + [f"decode batch 1, {cache}" for cache in caches]
     for row in result["rows"]:
         assert row["dtype"] == "int8" and row["memory_bandwidth_GBps"] > 0
         assert row["hf_tok_s"] > 0 and row["tinygpt_tok_s"] > 0
