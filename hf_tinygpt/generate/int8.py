@@ -14,6 +14,8 @@ import sys
 import torch
 from torch import nn
 
+from ..model.pretrained import cpu_has_bf16_instructions
+
 # A private ATen op: should it go, int8 weights go back to torchao's own product.
 HAS_INT8_KERNEL = hasattr(torch.ops.aten, "_weight_int8pack_mm")
 # The kernel needs every int8 row to start on this many bytes (it crashes on other rows in torch 2.13).
@@ -41,16 +43,27 @@ def int8_rows(weight: torch.Tensor) -> bool:
 
 class Int8Linear(nn.Linear):
     """`nn.Linear` whose int8 weight is multiplied in int8, with the scales applied once per output, when a few rows
-    of activations on a CPU meet it (decoding); anything else takes torchao's own product."""
+    of activations on a CPU meet it (decoding); more rows (a prompt) as `many_rows` says; anything else takes
+    torchao's own product."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        few_rows = x.numel() <= INT8_KERNEL_MAX_ROWS * x.shape[-1]
-        if x.device.type != "cpu" or not few_rows or not int8_rows(self.weight):
+        if x.device.type != "cpu" or not int8_rows(self.weight):
             return super().forward(x)
+        if x.numel() > INT8_KERNEL_MAX_ROWS * x.shape[-1]:  # a prompt
+            return self.many_rows(x)
         scale = self.weight.scale.reshape(-1).to(x.dtype)
         y = self.multiply_rows(x.reshape(-1, x.shape[-1]).contiguous(), self.weight.qdata, scale)
         y = y.reshape(*x.shape[:-1], y.shape[-1])
         return y if self.bias is None else y + self.bias
+
+    def many_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """torchao's product (the weight converted to bf16, then one GEMM) where the CPU multiplies bf16 in hardware;
+        elsewhere, where eager bf16 GEMMs are several times slower, the same numbers multiplied in fp32 and rounded
+        once (a prompt's prefill took 3 to 4 times as long: scripts/measurement_log.md, "bf16 and int8 on AVX2")."""
+        if torch.compiler.is_compiling() or cpu_has_bf16_instructions():
+            return super().forward(x)
+        y = nn.functional.linear(x.float(), self.weight.qdata.float()) * self.weight.scale.reshape(-1).float()
+        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
 
     def multiply_rows(self, rows: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """`(rows @ weight.T) * scale` for at most `INT8_KERNEL_MAX_ROWS` rows, with torch's int8 kernel."""
