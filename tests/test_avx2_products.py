@@ -135,7 +135,8 @@ def assert_every_step_product_takes(decoder, model, products: int, op: str):
 
 
 @pytest.mark.slow
-def test_a_compiled_bf16_step_multiplies_with_the_op_where_it_is_wanted(monkeypatch):
+@pytest.mark.parametrize("autotune", [False, True])  # autotuned, the step calls its kernels from C++ (cpp_wrapper)
+def test_a_compiled_bf16_step_multiplies_with_the_op_where_it_is_wanted(monkeypatch, autotune):
     """With the op wanted (as ATen reports on an AVX2 CPU), a batch-1 decoder's compiled step takes every product
     there, once per weight and step, in its private copy, and decodes as the eager bf16 model does."""
     from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
@@ -143,14 +144,16 @@ def test_a_compiled_bf16_step_multiplies_with_the_op_where_it_is_wanted(monkeypa
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     model = tiny_model("rope", n_embd=64).to(torch.bfloat16)
     linears = [module for module in model.modules() if isinstance(module, nn.Linear)]
-    decoder = CompiledDecoder(model, max_length=16, autotune=False)
+    decoder = CompiledDecoder(model, max_length=16, autotune=autotune)
+    assert decoder.inductor_settings.get("cpp_wrapper", False) == autotune
     assert decoder.avx2_products and all(type(module) is nn.Linear for module in linears)  # the model's own
     assert_every_step_product_takes(decoder, model, len(linears), "hf_tinygpt_avx2::bf16_products")
     assert not CompiledDecoder(model, batch_size=5, max_length=16, autotune=False).avx2_products
 
 
 @pytest.mark.slow
-def test_a_compiled_int8_step_multiplies_with_the_op_where_it_is_wanted(monkeypatch, tmp_path):
+@pytest.mark.parametrize("autotune", [False, True])
+def test_a_compiled_int8_step_multiplies_with_the_op_where_it_is_wanted(monkeypatch, tmp_path, autotune):
     """The same for int8 weights (transformers' TorchAoConfig): a batch-1 decoder's step multiplies every int8
     weight with `int8_products`, and decodes as the eager int8 model (torch's int8 kernel) does."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
@@ -163,7 +166,8 @@ def test_a_compiled_int8_step_multiplies_with_the_op_where_it_is_wanted(monkeypa
     int8 = TinyGPTForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, quantization_config=int8_weight_only())
     use_int8_kernels(int8)  # as `generate --int8` loads it: the eager model multiplies in int8 too
     linears = [module for module in int8.modules() if isinstance(module, nn.Linear)]
-    decoder = CompiledDecoder(int8.eval(), max_length=16, autotune=False)
+    decoder = CompiledDecoder(int8.eval(), max_length=16, autotune=autotune)
+    assert decoder.inductor_settings.get("cpp_wrapper", False) == autotune
     assert decoder.avx2_products and all(type(module) is Int8Linear for module in linears)  # the model's own
     assert_every_step_product_takes(decoder, int8, len(linears), "hf_tinygpt_avx2::int8_products")
 

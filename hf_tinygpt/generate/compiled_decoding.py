@@ -63,6 +63,10 @@ AUTOTUNE_SETTINGS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,AT
 # from a few rows on, ATen's bf16 and fp32 GEMMs are worth having (scripts/README.md, "Why CompiledDecoder is set up
 # as it is").
 GEMV_AUTOTUNE_SETTINGS = AUTOTUNE_SETTINGS | {"max_autotune_gemm_backends": "CPP"}
+# The step's ~100 kernel calls made from C++ rather than Python: a faster step where Python is slow (an AVX2 EPYC), for
+# a few seconds more of compile; so with autotuning, the settings for the fastest step (scripts/measurement_log.md,
+# "bf16 and int8 on AVX2").
+FASTEST_STEP_SETTINGS = {"cpp_wrapper": True}
 DYNAMO_SETTINGS = {"recompile_limit": 64}
 # The step's guards leave out the decoder's private modules (most of a step's guards, and faster decoding:
 # scripts/measurement_log.md, "Why CompiledDecoder is set up as it is"): nothing changes those modules, the decoder
@@ -158,7 +162,8 @@ class CompiledDecoder:
 
     Works for any transformers causal LM whose cache can be static: TinyGPT, and GPT2LMHeadModel for comparison.
     Building it compiles the step (how long that takes: scripts/measurement_log.md, "Costs"; `autotune=False` skips
-    timing candidate kernels, for a faster compile and a slower step); calls reuse it. The model is left as it was. The
+    timing candidate kernels and compiles the step's calls as Python, for a faster compile and a slower step); calls
+    reuse it. The model is left as it was. The
     decoder decodes with its own copy of the weights as they were at build time (one more copy of the weights in
     memory; scripts/measurement_log.md, "Costs", has the figures), frozen into the step: after the model's weights
     change visibly (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the
@@ -203,7 +208,7 @@ class CompiledDecoder:
         self.weights = weights_fingerprint(model)
         template_only = batch_size == 1 or int8_products_only(self.model)
         autotuning = GEMV_AUTOTUNE_SETTINGS if template_only else AUTOTUNE_SETTINGS
-        settings = INDUCTOR_SETTINGS | (autotuning if autotune else {})
+        settings = INDUCTOR_SETTINGS | (autotuning | FASTEST_STEP_SETTINGS if autotune else {})
         self.inductor_settings = settings  # what the step was compiled under
         with _BUILDING, torch._inductor.config.patch(settings), torch._dynamo.config.patch(DYNAMO_SETTINGS):
             # Two decoding steps through the compiled path: the step compiles, frozen, with this decoder's cache. The
