@@ -163,14 +163,13 @@ class CompiledDecoder:
     Works for any transformers causal LM whose cache can be static: TinyGPT, and GPT2LMHeadModel for comparison.
     Building it compiles the step (how long that takes: scripts/measurement_log.md, "Costs"; `autotune=False` skips
     timing candidate kernels and compiles the step's calls as Python, for a faster compile and a slower step); calls
-    reuse it. The model is left as it was. The
-    decoder decodes with its own copy of the weights as they were at build time (one more copy of the weights in
-    memory; scripts/measurement_log.md, "Costs", has the figures), frozen into the step: after the model's weights
-    change visibly (an optimizer step, `load_state_dict`, an in-place op), calls refuse and a new decoder compiles the
-    new ones; a change through `.data`, which it cannot see, leaves it decoding the weights it was built with. Arguments
-    that change what the step computes (`output_hidden_states`, `output_attentions`, `use_cache=False`) or the rows
-    it decodes (`num_beams`, `num_return_sequences`) are refused, since the step compiles only at the build. Safe to
-    call from several threads: a decoder's calls run one at a time.
+    reuse it. The model is left as it was. The decoder decodes with its own copy of the weights as they were at build
+    time (one more copy of the weights in memory; scripts/measurement_log.md, "Costs", has the figures), frozen into
+    the step: after the model's weights change visibly (an optimizer step, `load_state_dict`, an in-place op), calls
+    refuse and a new decoder compiles the new ones; a change through `.data`, which it cannot see, leaves it decoding
+    the weights it was built with. Arguments that change what the step computes (`output_hidden_states`,
+    `output_attentions`, `use_cache=False`) or the rows it decodes (`num_beams`, `num_return_sequences`) are refused,
+    since the step compiles only at the build. Safe to call from several threads: a decoder's calls run one at a time.
     """
 
     def __init__(self, model, *, batch_size: int = 1, max_length: int | None = None, autotune: bool = True):

@@ -59,7 +59,8 @@ class Int8Linear(nn.Linear):
     def many_rows(self, x: torch.Tensor) -> torch.Tensor:
         """torchao's product (the weight converted to bf16, then one GEMM) where the CPU multiplies bf16 in hardware;
         elsewhere, where eager bf16 GEMMs are several times slower, the same numbers multiplied in fp32 and rounded
-        once (a prompt's prefill took 3 to 4 times as long: scripts/measurement_log.md, "bf16 and int8 on AVX2")."""
+        once (a prompt's prefill took 3 to 4 times as long: scripts/measurement_log.md, "bf16 and int8 on AVX2"). A
+        compiled step keeps torchao's product, which inductor lowers its own way."""
         if torch.compiler.is_compiling() or cpu_has_bf16_instructions():
             return super().forward(x)
         y = nn.functional.linear(x.float(), self.weight.qdata.float()) * self.weight.scale.reshape(-1).float()
