@@ -5,6 +5,7 @@ over the whole sequence, and for GPT-2 weights transformers' own GPT2LMHeadModel
 """
 
 import copy
+import functools
 import re
 from functools import partial
 
@@ -361,3 +362,55 @@ def test_building_a_batched_decoder_logs_no_padding_warning():
     with CaptureLogger(logger) as logged:
         CompiledDecoder(tiny_model("rope"), batch_size=2, max_length=16, autotune=False)
     assert "padding" not in logged.out
+
+
+def generate_counting_inputs(decoder, prompt, **kwargs):
+    """`decoder.generate(prompt, **kwargs)`, and how many times the step's inputs were made for it
+    (`prepare_inputs_for_generation`: transformers' loop makes them for the prompt and every further token)."""
+    prepare, made = decoder.model.prepare_inputs_for_generation, []
+
+    @functools.wraps(prepare)  # generate checks its arguments against this signature
+    def counting(*args, **kwargs):
+        made.append(1)
+        return prepare(*args, **kwargs)
+
+    decoder.model.prepare_inputs_for_generation = counting  # the decoder's private copy: no one else calls it
+    try:
+        return decoder.generate(prompt, **kwargs), len(made)
+    finally:
+        del decoder.model.prepare_inputs_for_generation
+
+
+@pytest.mark.parametrize("scheme", list(POSITION_SCHEME_CLASSES))
+def test_the_greedy_loop_gives_transformers_loops_tokens_making_the_steps_inputs_once(scheme):
+    """Plain greedy decoding takes the decoder's own loop, which makes the step's inputs for the prompt and the first
+    new token and moves them on in place; asked for scores, the decoder runs transformers' loop over the same step."""
+    decoder = CompiledDecoder(tiny_model(scheme), max_length=24, autotune=False)
+    prompt = torch.randint(1, VOCAB, (1, 9), generator=torch.Generator().manual_seed(3))
+    greedy = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    ours, made = generate_counting_inputs(decoder, prompt, **greedy)
+    theirs, made_by_theirs = generate_counting_inputs(decoder, prompt, return_dict_in_generate=True, **greedy)
+    assert (made, made_by_theirs) == (2, 12)
+    assert torch.equal(ours, theirs.sequences)
+
+
+@pytest.mark.parametrize("gpt2_weights", [False, True])
+def test_the_greedy_loop_stops_each_row_at_eos_and_pads_it_as_transformers_loop_does(gpt2_weights, tmp_path):
+    """A left-padded batch whose first row meets EOS early: the same tokens (padding after EOS included) as
+    transformers' loop, with TinyGPT's own positions and with GPT-2 weights converted."""
+    if gpt2_weights:
+        random_gpt2().save_pretrained(tmp_path / "gpt2")
+        model = TinyGPTForCausalLM.from_pretrained(tmp_path / "gpt2").eval()
+    else:
+        model = tiny_model("rope")
+    batch = torch.tensor([[0, 0, 0, 7, 19, 42], [5, 9, 33, 21, 8, 60]])
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1], [1] * 6])
+    decoder = CompiledDecoder(model, batch_size=2, max_length=24, autotune=False)
+    greedy = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    free = decoder.generate(batch, eos_token_id=None, **greedy)
+    eos = int(free[0, 6 + 2])  # the first row's third new token
+    assert eos not in free[1, 6:9].tolist()  # the second row goes on past it
+    ours, made = generate_counting_inputs(decoder, batch, eos_token_id=eos, **greedy)
+    theirs, _ = generate_counting_inputs(decoder, batch, eos_token_id=eos, return_dict_in_generate=True, **greedy)
+    assert made == 2 and torch.equal(ours, theirs.sequences)
+    assert ours[0, 9:].eq(0).all() and not ours[1, 9:].eq(0).all()  # padded after its EOS, the other row not

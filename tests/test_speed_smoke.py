@@ -190,6 +190,18 @@ def test_avx2_kernels_script_smoke(tmp_path):
 
 
 @pytest.mark.bench
+def test_greedy_loop_script_smoke(tmp_path):
+    """scripts/bench/greedy_loop.py on a tiny model: the decoder's greedy loop against transformers' loop over the
+    same compiled step, in the same rounds, for fp32 and bf16; the same tokens, no speed asserted."""
+    args = ["--tiny", "--dtypes", "float32", "bfloat16", "--rounds", "1", "--json", tmp_path / "loop.json"]
+    out = run_module("bench.greedy_loop", *args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads((tmp_path / "loop.json").read_text())["rows"]
+    assert [row["dtype"] for row in rows] == ["float32", "bfloat16"]
+    assert all(row["same_tokens"] and row["ours_tok_s"] > 0 and row["transformers_tok_s"] > 0 for row in rows)
+
+
+@pytest.mark.bench
 def test_scheme_cost_script_smoke(tmp_path):
     """scripts/bench/scheme_cost.py on a tiny model: a row per scheme, learned first, each ratio against it."""
     out = run_module("bench.scheme_cost", "--tiny", "--json", tmp_path / "cost.json")

@@ -20,17 +20,23 @@ call instead costs a large part of a decode. The cost is one more copy of the we
 constants it outlives the decoder: the step's generated module holds it (scripts/measurement_log.md, "Costs", has both
 measured).
 
+A plain greedy call (no logits processors, stopping at a length or EOS) takes the decoder's own loop through
+`generate(custom_generate=...)`: the step's inputs are made once and moved on in place instead of made again each
+token, the same tokens for a few per cent of a step where Python is slow (`greedy_decoding`).
+
 The private APIs it needs, and why:
 - `CompileConfig._compile_all_devices`: transformers auto-compiles the decoding step only on CUDA/XPU unless it is
   set; there is no public switch for a CPU.
-- `torch._inductor.config.patch(freezing=..., max_autotune=...)` while the step compiles, once, when the decoder is
-  built: `torch.compile(options={"freezing": True})` compiles without freezing in torch 2.13. The patch is
-  process-wide for those seconds, so builds are serialised. It also turns off inductor's FX graph cache, which keys
+- `torch._inductor.config.patch(freezing=..., max_autotune=..., cpp_wrapper=...)` while the step compiles, once,
+  when the decoder is built: `torch.compile(options={"freezing": True})` compiles without freezing in torch 2.13.
+  The patch is process-wide for those seconds, so builds are serialised. It also turns off inductor's FX graph cache, which keys
   a frozen step on the weights' shapes, not their values.
 - `torch._dynamo.config.patch(recompile_limit=...)`: every decoder's step is one more entry on the code object all
   modules' `__call__` share, and the default limit would make the ninth decoder in a process fail.
 - `torch._dynamo.exc.FailOnRecompileLimitHit`: how dynamo stops a compile at that limit; for a built decoder it
   means a call its step cannot take, which the decoder reports as such.
+- `GenerationMixin._sample`: transformers' own decoding loop, which `greedy_decoding` hands every call it does not
+  take itself; `generate` calls a `custom_generate` instead of its loop, and the loop has no public name.
 - `Tensor._version`: the in-place version counters are how a decoder notices that the model's weights changed after
   its build (an optimizer step, `load_state_dict`, an in-place op), to refuse rather than decode the old ones; a
   change through `.data` bumps no counter, goes unnoticed, and leaves the decoder with its copy as built.
@@ -42,6 +48,7 @@ import threading
 
 import torch
 from transformers import CompileConfig, StaticCache
+from transformers.generation import EosTokenCriteria, GenerationMixin, MaxLengthCriteria
 
 from ..model.compat import CACHE_FIELD
 from ..model.positions import positions_reach
@@ -157,6 +164,69 @@ def private_copy(model):
     return copy.deepcopy(model)
 
 
+# What `generate` hands a decoding loop that `greedy_decoding` carries from token to token itself.
+_GREEDY_MODEL_KWARGS = {CACHE_FIELD, "attention_mask", "position_ids", "use_cache", "logits_to_keep"}
+# `generate` arguments it does not pass to a `custom_generate` callable: with them, transformers' own loop runs.
+_LOOP_ARGUMENTS = ("streamer", "synced_gpus", "assistant_model", "custom_generate")
+
+
+def greedy_decoding(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
+    """A decoder's loop for `generate` (its `custom_generate`) when it decodes greedily with nothing to apply to the
+    logits and stops at a length or EOS: the compiled step's inputs are made once, by `prepare_inputs_for_generation`,
+    and then moved on in place (the token, its position, one more column of the mask), where transformers' loop makes
+    them again every token: a few per cent of a step on a CPU where Python is slow (scripts/measurement_log.md, "bf16
+    and int8 on AVX2"). The same tokens as transformers' loop, which runs anything else."""
+    plain = (
+        not generation_config.do_sample
+        and not generation_config.return_dict_in_generate
+        and getattr(generation_config, "prefill_chunk_size", None) is None
+        and len(logits_processor) == 0
+        and all(type(criterion) in (MaxLengthCriteria, EosTokenCriteria) for criterion in stopping_criteria)
+        and set(model_kwargs) <= _GREEDY_MODEL_KWARGS
+        and model_kwargs.get("use_cache") is not False
+    )
+    if not plain:
+        return GenerationMixin._sample(
+            model,
+            input_ids,
+            logits_processor=logits_processor,
+            stopping_criteria=stopping_criteria,
+            generation_config=generation_config,
+            **model_kwargs,
+        )
+    step_forward = model.get_compiled_call(generation_config.compile_config)
+    prompt = model.prepare_inputs_for_generation(input_ids, is_first_iteration=True, **model_kwargs)
+    logits = model(**prompt, return_dict=True).logits  # the prompt runs eagerly, as in transformers' loop
+    eos = [criterion.eos_token_id for criterion in stopping_criteria if isinstance(criterion, EosTokenCriteria)]
+    pad = generation_config.pad_token_id
+    if eos and pad is None:  # as transformers' loop pads: with the first EOS id
+        pad = eos[0].flatten()[0]
+    unfinished = torch.ones(len(input_ids), dtype=torch.bool, device=input_ids.device)
+    step = movable = None
+    while True:
+        next_tokens = logits[:, -1].to(copy=True, dtype=torch.float32).argmax(-1)
+        if eos:  # a finished sequence goes on with padding, as in transformers' loop
+            next_tokens = torch.where(unfinished, next_tokens, pad)
+        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+        unfinished &= ~stopping_criteria(input_ids, None)
+        if not unfinished.any():
+            return input_ids
+        if not movable:  # the step's inputs, as transformers' loop makes them
+            if (positions := model_kwargs.get("position_ids")) is not None:
+                model_kwargs["position_ids"] = torch.cat([positions, positions[:, -1:] + 1], dim=-1)
+            if (mask := model_kwargs.get("attention_mask")) is not None:
+                model_kwargs["attention_mask"] = torch.cat([mask, mask.new_ones(len(mask), 1)], dim=-1)
+            step = model.prepare_inputs_for_generation(input_ids, next_sequence_length=1, **model_kwargs)
+            slot = input_ids.shape[1] - 1  # the token's place in the static cache: the mask's column it opens
+            movable = isinstance(step.get("attention_mask"), torch.Tensor) and step.get("position_ids") is not None
+        else:  # every row attends to its own new token: its column opens as the last one did
+            step["input_ids"].copy_(next_tokens[:, None])
+            step["position_ids"].add_(1)
+            step["attention_mask"][..., slot + 1] = step["attention_mask"][..., slot]
+            slot += 1
+        logits = step_forward(**step, return_dict=True).logits
+
+
 class CompiledDecoder:
     """`generate` for one batch size and at most `max_length` tokens (prompt + new), with the step compiled.
 
@@ -240,11 +310,13 @@ class CompiledDecoder:
         with self._one_at_a_time:
             self.cache.reset()
             try:
+                loop = {} if set(_LOOP_ARGUMENTS) & set(generate_kwargs) else {"custom_generate": greedy_decoding}
                 return self.model.generate(
                     input_ids,
                     max_new_tokens=max_new_tokens,
                     compile_config=self.compile_config,
                     **{CACHE_FIELD: self.cache},
+                    **loop,
                     **generate_kwargs,
                 )
             except Exception as error:
