@@ -45,8 +45,8 @@ bool has_avx512_bf16() {
 }
 
 #if AVX2_PRODUCTS
-// Weight rows this many blocks ahead are prefetched, as in int8_dot_products.cpp.
-constexpr int64_t PREFETCH_BLOCKS = 2;
+// Each stream of weight rows is prefetched this many bytes ahead of where it is read.
+constexpr int64_t PREFETCH_BYTES = 8192;
 
 WITH_AVX2 inline float sum_of(__m256 v) {
   const __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -90,12 +90,13 @@ std::vector<float> widened_rows(const at::BFloat16* x, int64_t M, int64_t K) {
   return out;
 }
 
-// Weight rows [n0, n0 + NB) against M rows of widened x: y = round(sum * scale + bias), scale and bias optional. Each
-// (row, weight row) pair sums its two halves of 8 in accumulators of their own: one chain of dependent FMAs would wait
-// on each one's latency.
+// Weight rows n0, n0 + stride, ..., n0 + (NB - 1) * stride against M rows of widened x: y = round(sum * scale + bias),
+// scale and bias optional. Each (row, weight row) pair sums its two halves of 8 in accumulators of their own: one chain
+// of dependent FMAs would wait on each one's latency.
 template <typename Weights, int M, int NB>
 WITH_AVX2 void block(const float* x, const typename Weights::Type* weight, const at::BFloat16* scale,
-                     const at::BFloat16* bias, at::BFloat16* y, int64_t n0, int64_t N, int64_t K, bool prefetch) {
+                     const at::BFloat16* bias, at::BFloat16* y, int64_t n0, int64_t stride, int64_t N, int64_t K,
+                     bool prefetch) {
   const int64_t K16 = K / 16 * 16;
   __m256 firsts[M][NB], seconds[M][NB];
 #pragma GCC unroll 8
@@ -106,9 +107,9 @@ WITH_AVX2 void block(const float* x, const typename Weights::Type* weight, const
     __m256 first[NB], second[NB];
 #pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) {
-      const typename Weights::Type* row = weight + (n0 + j) * K + k;
-      if (prefetch && k % (64 / sizeof(typename Weights::Type)) == 0)  // a cache line of this row at a time
-        _mm_prefetch(reinterpret_cast<const char*>(row + PREFETCH_BLOCKS * NB * K), _MM_HINT_T0);
+      const typename Weights::Type* row = weight + (n0 + j * stride) * K + k;
+      if (prefetch && k % (64 / sizeof(typename Weights::Type)) == 0)  // a cache line of this stream at a time
+        _mm_prefetch(reinterpret_cast<const char*>(row) + PREFETCH_BYTES, _MM_HINT_T0);
       Weights::widen(row, first[j], second[j]);
     }
 #pragma GCC unroll 8
@@ -126,24 +127,31 @@ WITH_AVX2 void block(const float* x, const typename Weights::Type* weight, const
 #pragma GCC unroll 8
     for (int j = 0; j < NB; ++j) {
       float total = sum_of(_mm256_add_ps(firsts[m][j], seconds[m][j]));
-      for (int64_t k = K16; k < K; ++k) total += x[m * K + k] * Weights::value(weight[(n0 + j) * K + k]);
-      if (scale != nullptr) total *= static_cast<float>(scale[n0 + j]);
-      if (bias != nullptr) total += static_cast<float>(bias[n0 + j]);
-      y[m * N + n0 + j] = at::BFloat16(total);
+      const int64_t n = n0 + j * stride;
+      for (int64_t k = K16; k < K; ++k) total += x[m * K + k] * Weights::value(weight[n * K + k]);
+      if (scale != nullptr) total *= static_cast<float>(scale[n]);
+      if (bias != nullptr) total += static_cast<float>(bias[n]);
+      y[m * N + n] = at::BFloat16(total);
     }
 }
 
-// M rows of x against all of weight, split across threads by blocks of weight rows.
+// M rows of x against all of weight. Each thread takes a run of weight rows and reads it as NB streams, one per
+// stretch of the run, so that it reads NB long runs of memory at once: NB neighbouring rows at a time read runs of one
+// short row each (768 weights in GPT-2's attention), which the CPU's prefetchers followed at two thirds of the
+// bandwidth (scripts/measurement_log.md, "bf16 and int8 on AVX2").
 template <typename Weights, int M>
 void rows_times_weight(const float* x, const typename Weights::Type* weight, const at::BFloat16* scale,
                        const at::BFloat16* bias, at::BFloat16* y, int64_t N, int64_t K) {
   constexpr int NB = M == 1 ? 4 : (M == 2 ? 2 : 1);  // at most 8 accumulators beside the widened weights
-  const int64_t blocks = N / NB;
-  at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b)
-      block<Weights, M, NB>(x, weight, scale, bias, y, b * NB, N, K, b + PREFETCH_BLOCKS < end);
+  const int64_t ahead = PREFETCH_BYTES / sizeof(typename Weights::Type);
+  at::parallel_for(0, N / NB, 16, [&](int64_t begin, int64_t end) {
+    const int64_t length = end - begin;  // rows in each stream: the thread's run is rows [begin * NB, end * NB)
+    for (int64_t i = 0; i < length; ++i) {
+      const bool prefetch = (i + 1) * K + ahead <= length * K;  // within the stream
+      block<Weights, M, NB>(x, weight, scale, bias, y, begin * NB + i, length, N, K, prefetch);
+    }
   });
-  for (int64_t n = blocks * NB; n < N; ++n) block<Weights, M, 1>(x, weight, scale, bias, y, n, N, K, false);
+  for (int64_t n = N / NB * NB; n < N; ++n) block<Weights, M, 1>(x, weight, scale, bias, y, n, 1, N, K, false);
 }
 
 template <typename Weights>
