@@ -10,7 +10,6 @@ where the CPU, as ATen reports it, lacks AVX-512 BF16.
 
 import argparse
 import json
-import statistics
 import tempfile
 from pathlib import Path
 from unittest import mock
@@ -21,7 +20,7 @@ from hf_tinygpt import TinyGPTForCausalLM
 from hf_tinygpt.convert.verify import random_gpt2_folder
 from hf_tinygpt.generate.avx2_products import avx2_products_wanted
 from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
-from scripts.bench.measure import cpu_line, machine, memory_bandwidth, paired_timings
+from scripts.bench.measure import cpu_line, machine, memory_bandwidth, paired_decodes
 from scripts.bench.speed_benchmark import (
     AVX2_EMULATION,
     AVX2_SIMDLEN,
@@ -49,19 +48,14 @@ def compare(folder: str, dtype: str, *, rounds: int, prompt_length: int, new_tok
     built = decoders(model, prompt_length + new_tokens, autotune)
     ids = torch.randint(0, model.config.vocab_size, (1, prompt_length), generator=torch.Generator().manual_seed(1))
     options = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, **GREEDY)
-    outputs = {name: decoder.generate(ids, **options) for name, decoder in built.items()}  # a warm-up each
-    runs = {"tinygpt": lambda: built["with"].generate(ids, **options)}
-    runs["hf"] = lambda: built["without"].generate(ids, **options)  # paired_timings' names: ours, then the other
-    timed = paired_timings(runs, rounds, probe)
-    return {
-        "dtype": dtype,
-        "with_tok_s": new_tokens / statistics.median(timed["times"]["tinygpt"]),
-        "without_tok_s": new_tokens / statistics.median(timed["times"]["hf"]),
-        "ratio": timed["ratio"],
-        "paired_ratios": timed["paired_ratios"],
-        "probes_GBps": [p / 1e9 for p in timed["probes"]],
-        "same_tokens": torch.equal(outputs["with"], outputs["without"]),
-    }
+    row = paired_decodes(
+        lambda: built["with"].generate(ids, **options),
+        lambda: built["without"].generate(ids, **options),
+        new_tokens,
+        rounds,
+        probe,
+    )
+    return {"dtype": dtype, "with_tok_s": row.pop("ours_tok_s"), "without_tok_s": row.pop("theirs_tok_s")} | row
 
 
 def main(argv=None) -> None:

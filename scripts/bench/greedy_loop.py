@@ -9,7 +9,6 @@ probes. Prints each one's tok/s and the paired ratio.
 
 import argparse
 import json
-import statistics
 import tempfile
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import torch
 from hf_tinygpt import TinyGPTForCausalLM
 from hf_tinygpt.convert.verify import random_gpt2_folder
 from hf_tinygpt.generate.compiled_decoding import CompiledDecoder
-from scripts.bench.measure import cpu_line, machine, memory_bandwidth, paired_timings
+from scripts.bench.measure import cpu_line, machine, memory_bandwidth, paired_decodes
 from scripts.bench.speed_benchmark import TINY_GPT2, load_options
 
 GREEDY = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
@@ -30,19 +29,14 @@ def compare(folder: str, dtype: str, *, rounds: int, prompt_length: int, new_tok
     decoder = CompiledDecoder(model, max_length=prompt_length + new_tokens, autotune=autotune)
     ids = torch.randint(0, model.config.vocab_size, (1, prompt_length), generator=torch.Generator().manual_seed(1))
     options = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, **GREEDY)
-    runs = {"tinygpt": lambda: decoder.generate(ids, **options)}
-    runs["hf"] = lambda: decoder.generate(ids, streamer=None, **options)  # paired_timings' names: ours, then theirs
-    outputs = {name: run() for name, run in runs.items()}  # a warm-up each
-    timed = paired_timings(runs, rounds, probe)
-    return {
-        "dtype": dtype,
-        "ours_tok_s": new_tokens / statistics.median(timed["times"]["tinygpt"]),
-        "transformers_tok_s": new_tokens / statistics.median(timed["times"]["hf"]),
-        "ratio": timed["ratio"],
-        "paired_ratios": timed["paired_ratios"],
-        "probes_GBps": [p / 1e9 for p in timed["probes"]],
-        "same_tokens": torch.equal(outputs["tinygpt"], outputs["hf"]),
-    }
+    row = paired_decodes(
+        lambda: decoder.generate(ids, **options),
+        lambda: decoder.generate(ids, streamer=None, **options),  # transformers' loop over the same step
+        new_tokens,
+        rounds,
+        probe,
+    )
+    return {"dtype": dtype, "ours_tok_s": row.pop("ours_tok_s"), "transformers_tok_s": row.pop("theirs_tok_s")} | row
 
 
 def main(argv=None) -> None:

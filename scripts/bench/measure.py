@@ -115,6 +115,26 @@ def paired_timings(runs: Mapping[str, Callable[[], object]], repeats: int, probe
     return timed_rounds | ({"peers": peers} if peers else {})
 
 
+def paired_decodes(
+    ours: Callable[[], object], theirs: Callable[[], object], new_tokens: int, rounds: int, probe
+) -> dict:
+    """Two greedy decodes of `new_tokens` each (calls that return their token ids), a warm-up each, then timed in
+    `rounds` paired rounds (`paired_timings`): each one's tok/s, the paired ratio (ours' speed over theirs'), the
+    pairs, the probes in GB/s, and whether the two gave the same tokens."""
+    import torch
+
+    outputs = ours(), theirs()
+    timed = paired_timings({"tinygpt": ours, "hf": theirs}, rounds, probe)
+    return {
+        "ours_tok_s": new_tokens / statistics.median(timed["times"]["tinygpt"]),
+        "theirs_tok_s": new_tokens / statistics.median(timed["times"]["hf"]),
+        "ratio": timed["ratio"],
+        "paired_ratios": timed["paired_ratios"],
+        "probes_GBps": [p / 1e9 for p in timed["probes"]],
+        "same_tokens": torch.equal(*outputs),
+    }
+
+
 def cpu_flags() -> tuple[str, set[str]]:
     """The CPU's model name and its instruction-set flags, from /proc/cpuinfo (("unknown", set()) elsewhere)."""
     model, flags = "unknown", set()
