@@ -269,6 +269,27 @@ def test_speed_benchmark_script_smoke(tmp_path):
     assert "TinyGPT/HF" in out.stdout and "HF GPT-2's default generate" in out.stdout
 
 
+def test_step_breakdown_counts_inductors_gemm_templates_as_products_with_or_without_a_fused_epilogue():
+    """The names inductor gives its kernels in a profiled step (AMD EPYC with AVX-512 BF16, torch 2.13): a GEMM
+    template with bias and GELU fused into it is still a product, and so is a kernel with an int8 product fused into
+    it, not one of the "other compiled kernels"."""
+    from scripts.bench.step_breakdown import event_part
+
+    names = {
+        "graph_0_gemm_m1n768k768_kernel": "products",
+        "graph_1_kernel": "products",
+        "graph_0_gemm_m1n3072k768_cpp_fused_add_embedding_gelu_native": "products",
+        "graph_0_gemm_m1n50257k768_cpp_fused__unsafe_view_add_embeddi": "products",
+        "graph_1_cpp_fused__weight_int8pack_mm_add_gelu_native_layer_": "products",
+        "hf_tinygpt_avx2::bf16_products": "products",
+        "graph_0_cpp_fused__softmax_add_arange_bmm_index_copy_mul_spl": "attention kernels",
+        "graph_0_cpp_fused_add_embedding_native_layer_norm_transpose_": "other compiled kernels",
+        "TorchDynamo Cache Lookup": "compiled step's call",
+        "aten::argmax": "eager ops",
+    }
+    assert {name: event_part(name) for name in names} == names
+
+
 @pytest.mark.bench
 def test_step_breakdown_finds_every_weight_products_calls_in_a_compiled_step(tmp_path):
     """scripts/bench/step_breakdown.py on a tiny model: in each decoding step it finds one product call per weight, in

@@ -31,8 +31,9 @@ from scripts.bench.measure import cpu_line, machine, memory_bandwidth, timed
 from scripts.bench.speed_benchmark import TINY_GPT2, load_options, tensor_bytes
 
 # The profiler's names for a weight product: ATen's and ours (eager, or a compiled step's extern kernel) and, with
-# inductor's kernel profiling on, its own GEMM templates ("graph_0_gemm_m1n768k768_kernel", "graph_1_kernel"; its
-# other kernels are "graph_N_cpp_fused_...").
+# inductor's kernel profiling on, its own GEMM templates ("graph_0_gemm_m1n768k768_kernel", "graph_1_kernel", or with
+# an epilogue fused in "graph_0_gemm_m1n768k768_cpp_fused_add_gelu_...") and the kernels it fuses an int8 product into
+# ("graph_1_cpp_fused__weight_int8pack_mm_add_gelu_..."); its other kernels are "graph_N_cpp_fused_...".
 EXTERN_PRODUCTS = {
     "aten::mm",
     "aten::addmm",
@@ -43,6 +44,7 @@ EXTERN_PRODUCTS = {
     "hf_tinygpt_avx2::int8_products",
 }
 COMPILED_KERNEL = re.compile(r"graph_\d+_")
+COMPILED_PRODUCT = re.compile(r"graph_\d+_(gemm_|cpp_fused__weight_int8pack_mm)")
 # What it costs to enter a compiled step: dynamo's cache lookup and guards, the compiled region, the graph's wrappers.
 STEP_CALL_EVENTS = ("TorchDynamo Cache Lookup", "Torch-Compiled Region", "## Call CompiledFxGraph", "AOTDispatcher")
 
@@ -52,7 +54,11 @@ PARTS = ("products", "attention kernels", "other compiled kernels", "compiled st
 
 def event_part(name: str) -> str:
     """Which of `PARTS` a profiler event of this name belongs to."""
-    if name in EXTERN_PRODUCTS or (COMPILED_KERNEL.match(name) and "cpp_fused" not in name):
+    if (
+        name in EXTERN_PRODUCTS
+        or COMPILED_PRODUCT.match(name)
+        or (COMPILED_KERNEL.match(name) and "cpp_fused" not in name)
+    ):
         return "products"
     if COMPILED_KERNEL.match(name):
         return "attention kernels" if "softmax" in name else "other compiled kernels"
