@@ -178,8 +178,11 @@ def test_speed_benchmark_emulates_an_avx2_cpu(tmp_path):
 @pytest.mark.bench
 def test_avx2_kernels_script_smoke(tmp_path):
     """scripts/bench/avx2_kernels.py on a tiny model, emulated: a decoder with the AVX2 kernels against one without,
-    in the same rounds, for bf16 and int8; no speed is asserted."""
+    in the same rounds, for bf16 and int8; then with the kernels taken as this CPU is (AVX-512 BF16 or not). No speed
+    is asserted."""
     pytest.importorskip("torchao", reason="the [int8] extra (torchao) is not installed")
+    from hf_tinygpt.generate.avx2_products import avx2_products_wanted
+
     args = ["--tiny", "--emulate-avx2", "--rounds", "1", "--json", tmp_path / "avx2.json"]
     out = run_module("bench.avx2_kernels", *args)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -187,6 +190,11 @@ def test_avx2_kernels_script_smoke(tmp_path):
     assert [row["dtype"] for row in result["rows"]] == ["bfloat16", "int8"]
     assert all(row["with_tok_s"] > 0 and row["without_tok_s"] > 0 for row in result["rows"])
     assert result["machine"]["cpu_capability"] == "AVX2" and "EMULATED AVX2" in out.stdout
+
+    out = run_module("bench.avx2_kernels", "--tiny", "--on-avx512-bf16", "--dtypes", "bfloat16", "--rounds", "1")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| bfloat16 |" in out.stdout
+    assert ("TAKEN ON AN AVX-512 BF16 CPU" in out.stdout) == (not avx2_products_wanted())
 
 
 @pytest.mark.bench
