@@ -50,10 +50,12 @@ def decoders(model, max_length: int, autotune: bool, on_avx512_bf16: bool) -> di
     return {"with": with_kernels, "without": without}
 
 
-def compare(folder: str, dtype: str, *, rounds: int, prompt_length: int, new_tokens: int, autotune: bool, probe, on):
+def compare(
+    folder: str, dtype: str, *, rounds: int, prompt_length: int, new_tokens: int, autotune: bool, probe, on_avx512_bf16
+):
     """One dtype's row: tok/s with and without the kernels, and their paired ratio (with's speed over without's)."""
     model = TinyGPTForCausalLM.from_pretrained(folder, **load_options(dtype)).eval()
-    built = decoders(model, prompt_length + new_tokens, autotune, on_avx512_bf16=on)
+    built = decoders(model, prompt_length + new_tokens, autotune, on_avx512_bf16)
     ids = torch.randint(0, model.config.vocab_size, (1, prompt_length), generator=torch.Generator().manual_seed(1))
     options = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, **GREEDY)
     row = paired_decodes(
@@ -95,7 +97,8 @@ def main(argv=None) -> None:
             str(Path(scratch) / "gpt2"), seed=0, **(TINY_GPT2 if args.tiny else {})
         )
         rows = [
-            compare(folder, dtype, rounds=args.rounds, probe=probe, on=on_avx512_bf16, **sizes) for dtype in args.dtypes
+            compare(folder, dtype, rounds=args.rounds, probe=probe, on_avx512_bf16=on_avx512_bf16, **sizes)
+            for dtype in args.dtypes
         ]
     taken = {"emulated": "AVX2"} if args.emulate_avx2 else {"taken_on": "AVX-512 BF16"} if on_avx512_bf16 else {}
     result = {"rows": rows, "machine": machine() | taken}
