@@ -62,8 +62,8 @@ SHORTER = {
 @pytest.mark.long
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_each_notebook_runs_top_to_bottom(path, tmp_path):
-    """With a real kernel, as `python -m scripts.notebooks.execute` runs it (fewer steps, fewer tokens scored); the pictures
-    it shows are those committed (one per display, in the same cells)."""
+    """With a real kernel, as `python -m scripts.notebooks.execute` runs it (fewer steps, fewer tokens scored); the
+    pictures it shows are those committed (one per display, in the same cells)."""
     notebook = nbformat.read(path, as_version=4)
     for full, short in SHORTER.get(path.name, []):
         cells = [cell for cell in notebook.cells if cell.cell_type == "code" and full in cell.source]
