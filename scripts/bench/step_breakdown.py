@@ -5,7 +5,9 @@ call (dynamo's lookup, guards, the graph's wrapper), eager ops around it, and wh
 CPU has them. The speed benchmark says how fast a step is; this says where its time goes. scripts/README.md,
 "Where a step's time goes", has what it found. With `--rounds N` it also times, without the profiler and in the
 same rounds between memory probes, a step of `generate`, the compiled forward alone and the weight products alone
-(what `generate`'s loop adds, and what the step's other kernels and its call add).
+(what `generate`'s loop adds, and what the step's other kernels and its call add). The profiler's own cost per kernel
+event lands mostly in "compiled step's call", several times what the call costs unprofiled (scripts/measurement_log.md,
+"bf16 at batch 1 on AVX-512 BF16"): read the call's cost from the rounds.
 
     python -m scripts.bench.step_breakdown [--model GPT2_FOLDER] [--dtypes bfloat16 int8] [--batches 1 8] [--rounds N]
                                      [--json OUT.json]
