@@ -111,6 +111,20 @@ def test_a_scheme_that_rewrites_its_cache_is_refused_at_the_start(scheme):
         model.generate_batch(PROMPTS, GenerationConfig(**GREEDY), ContinuousBatchingConfig(**SMALL), warmup=False)
 
 
+@RUNS_HERE
+@pytest.mark.parametrize("prompts", [[[]], [PROMPTS[1], []]], ids=["alone", "beside another"])
+def test_a_prompt_of_no_tokens_is_refused_by_name(prompts):
+    """transformers' batching takes it: alone its generation loop fails (and stops `transformers serve`'s model
+    process), beside another prompt it answers with tokens read from that prompt's logits. `generate_batch` names
+    the prompt before any runs; the manager (what the server adds requests to) names the request."""
+    model = tiny_model("rope")
+    with pytest.raises(ValueError, match=rf"`inputs\[{len(prompts) - 1}\]` is empty.*at least one token"):
+        model.generate_batch(prompts, GenerationConfig(**GREEDY), ContinuousBatchingConfig(**SMALL), warmup=False)
+    manager = model.init_continuous_batching(GenerationConfig(**GREEDY), ContinuousBatchingConfig(**SMALL))
+    with pytest.raises(ValueError, match=r"request 7's `input_ids` are empty.*at least one token"):
+        manager.add_request([], request_id="7")
+
+
 @pytest.mark.skipif(MODELS_UPDATE_THE_PAGED_CACHE, reason="transformers >= 5.24 runs it")
 def test_before_transformers_5_24_it_is_refused_at_the_start():
     """Before 5.24 transformers' paged kernels updated the paged cache themselves, which no scheme's own attention

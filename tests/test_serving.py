@@ -3,6 +3,7 @@ what `generate` answers: completions and streamed chat completions, concurrent, 
 without, for a RoPE, a learned and a bias-scheme folder."""
 
 import contextlib
+import re
 import shlex
 import socket
 import subprocess
@@ -117,6 +118,13 @@ def test_the_openai_client_gets_what_generate_gives(served):
     chat_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     chat_ids = chat_ids["input_ids"] if hasattr(chat_ids, "keys") else chat_ids
     assert streamed == greedy_text(model, list(chat_ids))
+
+    # A prompt of no tokens is the request's fault, a 400 that names it; then the server goes on (with continuous
+    # batching transformers' own GPT-2 stops it: transformers 5.25's engine fails on a batch of no tokens).
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=folder, prompt="", max_tokens=NEW_TOKENS, temperature=0)
+    assert re.search("are empty|has no tokens", refused.value.response.json()["detail"])
+    assert completion(PROMPTS[0]) == answers[0]
 
 
 def test_a_model_it_cannot_serve_is_one_error_before_the_server_starts(tmp_path, capsys):

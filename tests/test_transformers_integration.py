@@ -243,6 +243,16 @@ def test_input_ids_and_inputs_embeds_are_exclusive():
         model()
 
 
+def test_an_input_of_no_tokens_is_refused_by_name():
+    """GPT2LMHeadModel fails inside its attention on one (a RuntimeError; transformers' server answers it with a 500)."""
+    model = tiny_model()
+    no_tokens = torch.zeros(1, 0, dtype=torch.long)
+    with pytest.raises(ValueError, match="has no tokens"):
+        model(no_tokens)
+    with pytest.raises(ValueError, match="has no tokens"):
+        model.generate(no_tokens, max_new_tokens=2, do_sample=False)
+
+
 def test_bf16_forward_runs_and_stays_close_to_fp32():
     model = tiny_model("rope")
     ids = torch.randint(0, VOCAB, (1, 16))

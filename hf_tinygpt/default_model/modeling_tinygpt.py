@@ -34,7 +34,7 @@ from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .compat import CACHE_FIELD, MODELS_UPDATE_THE_PAGED_CACHE, renamed_cache_argument
+from .compat import CACHE_FIELD, MODELS_UPDATE_THE_PAGED_CACHE, PromptsCheckedManager, renamed_cache_argument
 from .configuration_tinygpt import TinyGPTConfig
 from .positions import POSITION_SCHEME_CLASSES, PositionScheme, apply_rotary, checked_lookup
 from .pretrained import (
@@ -226,6 +226,8 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
             inputs_embeds = checked_lookup(self.wte, input_ids, self.outside_the_vocabulary)
+        if inputs_embeds.shape[1] == 0:  # GPT-2 fails inside its attention on it
+            raise ValueError("The input has no tokens (input_ids or inputs_embeds of length 0): nothing to go on from")
         if self.config.scale_embeddings:
             inputs_embeds = inputs_embeds * math.sqrt(self.config.n_embd)
         if use_cache and cache is None:
@@ -309,13 +311,23 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
     def init_continuous_batching(self, generation_config=None, continuous_batching_config=None, workload_hints=None):
         """transformers' continuous batching (`generate_batch`, `generate(cache_implementation="paged")`, its server),
         where it can run (`check_continuous_batching`). A scheme that needs the full mask is kept off the flash
-        kernels continuous batching would switch a half-precision model to: they take no mask."""
+        kernels continuous batching would switch a half-precision model to: they take no mask. A request of no tokens
+        is refused (`PromptsCheckedManager`)."""
         self.check_continuous_batching()
         if self.transformer.positions.needs_full_mask:
             given = continuous_batching_config or getattr(generation_config, "continuous_batching_config", None)
             settings = given if isinstance(given, ContinuousBatchingConfig) else ContinuousBatchingConfig()
             continuous_batching_config = dataclasses.replace(settings, auto_switch_to_flash=False)
-        return super().init_continuous_batching(generation_config, continuous_batching_config, workload_hints)
+        manager = super().init_continuous_batching(generation_config, continuous_batching_config, workload_hints)
+        manager.__class__ = PromptsCheckedManager
+        return manager
+
+    def generate_batch(self, inputs, *args, **kwargs):
+        """transformers' `generate_batch`, with an empty prompt refused before any runs (transformers would log the
+        manager's refusal and return no results)."""
+        if empty := [index for index, input_ids in enumerate(inputs) if len(input_ids) == 0]:
+            raise ValueError(f"`inputs[{empty[0]}]` is empty: each prompt needs at least one token to go on from")
+        return super().generate_batch(inputs, *args, **kwargs)
 
     @renamed_cache_argument
     @can_return_tuple
