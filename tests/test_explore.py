@@ -239,6 +239,9 @@ def test_a_model_the_prompt_runs_past_says_so_in_its_own_pane_and_the_others_ans
     assert none is None and table["data"] and refused.axes[0].texts[0].get_text().startswith("the prompt's 20 tokens")
     with pytest.raises(ValueError, match=f"^{said}$"):
         list(Explorer([("short", short)]).generate(PROMPT, 10))
+    shorter = text_model("learned", seed=2, n_positions=12)  # where no model takes it, each one's reach is said
+    with pytest.raises(ValueError, match="^no model takes it: .* the 16 positions short reaches; .* the 12 positions"):
+        list(Explorer([("short", short), ("shorter", shorter)]).generate(PROMPT, 10))
 
 
 def test_each_model_reads_the_prompt_with_its_own_tokenizer(tmp_path):

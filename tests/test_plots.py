@@ -28,6 +28,7 @@ from hf_tinygpt.plots.positions import (
     plot_stick_breaking_weights,
     plot_token_vs_position,
     plot_xpos_decay,
+    prompt_tokens,
     token_vs_position,
     trace_dimensions,
 )
@@ -424,3 +425,12 @@ def test_cli_says_why_a_repeated_token_is_unchanged_by_a_scheme_that_adds_nothin
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("repeated token")]
     assert "the same row before and after positions" in line and POSITION_SCHEME_CLASSES[scheme].where_it_acts in line
     assert "cosine similarity" not in line
+
+
+def test_a_token_that_holds_part_of_a_character_is_shown_as_its_bytes():
+    """GPT-2's tokens split an emoji's four bytes; each piece alone decoded to '\ufffd' in every label and header."""
+    model = tiny_model("rope", vocab_size=50257)
+    _, texts, _ = prompt_tokens(model, "I \U0001f600 you")
+    assert texts == ["I", " \\xf0\\x9f\\x98", "\\x80", " you"]
+    _, words, _ = prompt_tokens(tiny_model("rope"), "the cat", word_tokenizer(["the", "cat"]))
+    assert words == ["the", "cat"]

@@ -190,10 +190,11 @@ class Explorer:
                 )
             if (reach := positions_reach(model.config)) is not None and count + new_tokens > reach:
                 asked = f"{count} tokens" + (f" and {new_tokens} new ones" if new_tokens else "")
-                past[index] = f"the prompt's {asked} run past the {reach} positions {label} reaches: ask for fewer"
+                past[index] = f"the prompt's {asked} run past the {reach} positions {label} reaches"
         if len(past) == len(self.models):
-            raise ValueError(past[0])
-        return prompt, past
+            why = "; ".join(past.values())
+            raise ValueError(f"{'no model takes it: ' * (len(past) > 1)}{why}: ask for fewer")
+        return prompt, {index: f"{why}: ask for fewer" for index, why in past.items()}
 
     def message_picture(self, index: int, text: str) -> str:
         """A PNG that says `text`, for the model `index`'s picture pane."""

@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tokenizers import decoders
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from ..folders.bundled import gpt2_tokenizer, own_tokenizer
 from ..folders.errors import needs_extra
@@ -641,7 +643,20 @@ def prompt_tokens(model, prompt: str, tokenizer=None) -> tuple[list[int], list[s
     if (reach := positions_reach(model.config)) is not None and len(raw_ids) > reach:
         raise ValueError(f"`prompt` is {len(raw_ids)} tokens long, past the {reach} positions the model reaches")
     ids, remapped = _fit_vocabulary(raw_ids, model.config.vocab_size)
-    return ids, [tokenizer.decode([token_id]) for token_id in raw_ids], remapped
+    return ids, [token_text(tokenizer, token_id) for token_id in raw_ids], remapped
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    """A token's text; where a byte-level tokenizer's token holds part of a character (GPT-2 splits an emoji's four
+    bytes), which decodes to '\ufffd' alone, its bytes (`\\xf0\\x9f`) instead."""
+    text = tokenizer.decode([token_id])
+    backend = getattr(tokenizer, "backend_tokenizer", None)  # a fast tokenizer's
+    if "\ufffd" not in text or not isinstance(getattr(backend, "decoder", None), decoders.ByteLevel):
+        return text
+    byte_of = {char: byte for byte, char in bytes_to_unicode().items()}
+    return bytes(byte_of[char] for char in tokenizer.convert_ids_to_tokens(token_id)).decode(
+        "utf-8", errors="backslashreplace"
+    )
 
 
 @torch.no_grad()
