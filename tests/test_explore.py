@@ -235,6 +235,8 @@ def test_a_model_the_prompt_runs_past_says_so_in_its_own_pane_and_the_others_ans
     long_prompt = " ".join(["the"] * 20)
     message, drawn = explorer.token_images(long_prompt)
     assert Path(message).name == "message.png" and Path(drawn).name == "token_vs_position.png"
+    gallery, _ = explorer.scheme_galleries(long_prompt, 4, 16, 0)  # learned's rows do not read the prompt: drawn
+    assert [Path(path).stem for path, _ in gallery] == list(short.config.position_scheme().pictures[:-1])
     refused, none, figure, table = explorer.attention(long_prompt, 0, 0)
     assert none is None and table["data"] and refused.axes[0].texts[0].get_text().startswith("the prompt's 20 tokens")
     with pytest.raises(ValueError, match=f"^{said}$"):

@@ -50,10 +50,12 @@ from .views import (
     attention_pattern,
     greedy_continuation,
     per_position_loss,
+    picture_names,
     plot_attention_pattern,
     plot_message,
     plot_per_position_loss,
     position_pictures,
+    reads_the_prompt,
     training_context,
 )
 
@@ -212,9 +214,12 @@ class Explorer:
         shown = []
         with self.lock:
             for index, (label, model, tokenizer, _) in enumerate(self.models):
-                if index in past:
-                    shown.append([(self.message_picture(index, past[index]), f"{label}: {past[index]}")])
-                    continue
+                wanted = picture_names(model, token_vs_position)
+                # Where the prompt runs past the model's positions, the pictures it does not feed are still drawn.
+                names = tuple(name for name in wanted if index not in past or not reads_the_prompt(name))
+                said = (
+                    [(self.message_picture(index, past[index]), f"{label}: {past[index]}")] if names != wanted else []
+                )
                 count = min(positions, positions_reach(model.config) or positions)  # no rows past a table's end
                 made = position_pictures(
                     model,
@@ -222,12 +227,12 @@ class Explorer:
                     self.pictures_dir / str(index),
                     prompt,
                     tokenizer=tokenizer,
-                    token_vs_position=token_vs_position,
+                    names=names,
                     n_dims=n_dims,
                     seed=seed,
                     max_positions=count,
                 )
-                shown.append([(str(path), f"{label}: {path.stem}") for path in made])
+                shown.append(said + [(str(path), f"{label}: {path.stem}") for path in made])
         return shown
 
     def token_images(self, prompt):

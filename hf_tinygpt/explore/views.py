@@ -22,7 +22,14 @@ from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStr
 from ..folders.bundled import DEFAULT_MODEL_DIR
 from ..folders.model_card import recorded_training
 from ..model.positions import positions_reach
-from ..plots.positions import load_for_plots, plot_positions, prompt_tokenizer, prompt_tokens, written_files
+from ..plots.positions import (
+    ON_A_PROMPT,
+    load_for_plots,
+    plot_positions,
+    prompt_tokenizer,
+    prompt_tokens,
+    written_files,
+)
 
 try:
     from matplotlib.figure import Figure
@@ -65,14 +72,25 @@ def training_context(model, hub_kwargs: dict | None = None) -> int | None:
     return recorded_training(model.config.name_or_path, **(hub_kwargs or {})).get("block_size")
 
 
-def position_pictures(
-    model, label: str, out_dir, prompt: str, *, token_vs_position: bool = False, **options
-) -> list[Path]:
-    """The PNGs `plot-positions` draws of the model's scheme, written into `out_dir`: all but token_vs_position, or
-    that one alone (the prompt feeds it, and the pictures of what a scheme computes on it: CoPE's, FoX's, CABLE's,
-    PaTH's, stick-breaking's). `options` go to `plot_positions` (n_dims, seed, max_positions, tokenizer)."""
+def picture_names(model, token_vs_position: bool = False) -> tuple[str, ...]:
+    """The pictures of the model's scheme that `plot-positions` draws, but token_vs_position, or that one alone."""
     everything = model.config.position_scheme().pictures
-    names = [name for name in everything if (name == "token_vs_position") == token_vs_position] or everything
+    return tuple(name for name in everything if (name == "token_vs_position") == token_vs_position) or everything
+
+
+def reads_the_prompt(name: str) -> bool:
+    """Whether the picture `name` is drawn from the prompt: token_vs_position, and the pictures of what a scheme
+    computes on it (CoPE's, FoX's, CABLE's, PaTH's, stick-breaking's)."""
+    return name == "token_vs_position" or name in ON_A_PROMPT
+
+
+def position_pictures(
+    model, label: str, out_dir, prompt: str, *, token_vs_position: bool = False, names=None, **options
+) -> list[Path]:
+    """The PNGs `plot-positions` draws of the model's scheme, written into `out_dir`: `names`, by default
+    `picture_names(model, token_vs_position)`. `options` go to `plot_positions` (n_dims, seed, max_positions,
+    tokenizer)."""
+    names = picture_names(model, token_vs_position) if names is None else names
     plot_positions(model, out_dir, prompt=prompt, label=label, names=names, **options)
     return written_files(out_dir, names)
 
