@@ -115,7 +115,7 @@ def test_models_of_different_shapes_each_show_what_they_have(tmp_path):
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         _, learned_table, _, rope_table = client.predict(PROMPT, 2, 3, api_name="/attention")
-        assert not (learned_table or {}).get("data")  # the learned model has no layer 2
+        assert learned_table["data"] == [["learned has 2 layers of 2 heads: no layer 2, head 3"]]
         ids = torch.tensor([gpt2_tokenizer()(PROMPT)["input_ids"]]) % 211  # the remapping of these distinct ids
         rope = models[1][1]
         with torch.no_grad():
@@ -237,8 +237,9 @@ def test_a_model_the_prompt_runs_past_says_so_in_its_own_pane_and_the_others_ans
     assert Path(message).name == "message.png" and Path(drawn).name == "token_vs_position.png"
     gallery, _ = explorer.scheme_galleries(long_prompt, 4, 16, 0)  # learned's rows do not read the prompt: drawn
     assert [Path(path).stem for path, _ in gallery] == list(short.config.position_scheme().pictures[:-1])
-    refused, none, figure, table = explorer.attention(long_prompt, 0, 0)
-    assert none is None and table["data"] and refused.axes[0].texts[0].get_text().startswith("the prompt's 20 tokens")
+    refused, why, figure, table = explorer.attention(long_prompt, 0, 0)
+    assert table["data"] and refused.axes[0].texts[0].get_text().startswith("the prompt's 20 tokens")
+    assert why == {"headers": ["short"], "data": [[refused.axes[0].texts[0].get_text()]]}
     with pytest.raises(ValueError, match=f"^{said}$"):
         list(Explorer([("short", short)]).generate(PROMPT, 10))
     shorter = text_model("learned", seed=2, n_positions=12)  # where no model takes it, each one's reach is said

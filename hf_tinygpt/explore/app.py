@@ -249,11 +249,12 @@ class Explorer:
         with self.lock:
             for index, (label, model, tokenizer, _) in enumerate(self.models):
                 if index in past:
-                    outputs += [plot_message(past[index]), None]
+                    outputs += [plot_message(past[index]), _said_table(label, past[index])]
                     continue
                 if layer >= model.config.n_layer or head >= model.config.n_head:
                     shape = f"{model.config.n_layer} layers of {model.config.n_head} heads"
-                    outputs += [plot_message(f"{label} has {shape}: no layer {layer}, head {head}"), None]
+                    said = f"{label} has {shape}: no layer {layer}, head {head}"
+                    outputs += [plot_message(said), _said_table(label, said)]
                     continue
                 pattern = attention_pattern(model, prompt, layer, head, tokenizer)
                 title = f"{label} ({model.config.position_embedding_type}): layer {layer}, head {head}"
@@ -319,6 +320,12 @@ class Explorer:
 
 # A model without a tokenizer of its own, whose vocabulary is smaller than GPT-2's (`prompt_tokens`).
 _REMAPPED = "no tokenizer of its own: GPT-2's ids mapped into its {:,}-token vocabulary"
+
+
+def _said_table(label: str, text: str) -> dict:
+    """A weights table of one cell that says why the model has no weights to show (an empty one reads as Gradio's
+    default table)."""
+    return {"headers": [label], "data": [[text]]}
 
 
 def _whose(label: str, counts: list[int]) -> str:
