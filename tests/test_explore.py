@@ -381,3 +381,20 @@ def test_the_pictures_are_plot_positions_own(tmp_path):
     with pytest.raises(ValueError, match=r"`names` \['alibi_bias'\] are not pictures of learned positions"):
         plot_positions(model, tmp_path / "nothing", names=["alibi_bias"])
     assert not (tmp_path / "nothing").exists()
+
+
+def test_the_attention_plots_titles_are_not_covered_and_fit_their_pane():
+    """(Seen in Chromium, three models side by side: Gradio's label badge covered the start of each attention plot's
+    title, and the line that says the ids were remapped ran past the pane's right edge.)"""
+    import gradio as gr
+
+    from hf_tinygpt.explore.app import TITLE_CHARACTERS, Explorer
+
+    small = tiny_model("rope")  # a vocabulary smaller than GPT-2's: the prompt's ids are remapped into it
+    small.set_attn_implementation("eager")  # as `load_models` loads them: attention weights to show
+    figure, _ = Explorer([("small", small)]).attention(PROMPT, 0, 0)
+    lines = figure.axes[0].get_title().split("\n")
+    assert len(lines) > 2 and all(len(line) <= TITLE_CHARACTERS for line in lines)
+    plots = [block for block in build_app([("small", small)]).blocks.values() if isinstance(block, gr.Plot)]
+    attention = [plot for plot in plots if plot.label == "small"]
+    assert attention and not any(plot.show_label for plot in attention)

@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+import textwrap
 import threading
 from pathlib import Path
 
@@ -259,7 +260,8 @@ class Explorer:
                 pattern = attention_pattern(model, prompt, layer, head, tokenizer)
                 title = f"{label} ({model.config.position_embedding_type}): layer {layer}, head {head}"
                 if pattern["remapped"]:
-                    title += f"\n({_REMAPPED.format(model.config.vocab_size)}: these are not the tokens it read)"
+                    remapped = f"({_REMAPPED.format(model.config.vocab_size)}: these are not the tokens it read)"
+                    title += "\n" + textwrap.fill(remapped, TITLE_CHARACTERS)  # within a third of a page's width
                 outputs.append(plot_attention_pattern(pattern, title))
                 headers = [f"{i}: {text}" for i, text in enumerate(pattern["tokens"])]
                 outputs.append({"headers": headers, "data": pattern["weights"].round(6).tolist()})
@@ -319,6 +321,7 @@ class Explorer:
 
 
 # A model without a tokenizer of its own, whose vocabulary is smaller than GPT-2's (`prompt_tokens`).
+TITLE_CHARACTERS = 60  # a line of a plot's title, in the narrowest pane (three models side by side)
 _REMAPPED = "no tokenizer of its own: GPT-2's ids mapped into its {:,}-token vocabulary"
 
 
@@ -405,7 +408,7 @@ def _attention_tab(explorer: Explorer, prompt):
         with gr.Row():
             for label in explorer.labels:
                 with gr.Column():
-                    outputs.append(gr.Plot(label=label))
+                    outputs.append(gr.Plot(label=label, show_label=False))  # its title names it; a badge would cover it
                     outputs.append(gr.Dataframe(label=f"{label}: weights (query rows)"))
     _on(button, explorer.attention, [prompt, layer, head], outputs, "attention")
 
