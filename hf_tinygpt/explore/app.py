@@ -195,8 +195,8 @@ class Explorer:
                 asked = f"{count} tokens" + (f" and {new_tokens} new ones" if new_tokens else "")
                 past[index] = f"the prompt's {asked} run past the {reach} positions {label} reaches"
         if len(past) == len(self.models):
-            why = "; ".join(past.values())
-            raise ValueError(f"{'no model takes it: ' * (len(past) > 1)}{why}: ask for fewer")
+            whose = "no model takes it: " if len(past) > 1 else ""
+            raise ValueError(f"{whose}{'; '.join(past.values())}: ask for fewer")
         return prompt, {index: f"{why}: ask for fewer" for index, why in past.items()}
 
     def message_picture(self, index: int, text: str) -> str:
