@@ -414,3 +414,18 @@ def test_the_greedy_loop_stops_each_row_at_eos_and_pads_it_as_transformers_loop_
     theirs, _ = generate_counting_inputs(decoder, batch, eos_token_id=eos, return_dict_in_generate=True, **greedy)
     assert made == 2 and torch.equal(ours, theirs.sequences)
     assert ours[0, 9:].eq(0).all() and not ours[1, 9:].eq(0).all()  # padded after its EOS, the other row not
+
+
+def test_a_process_that_compiled_the_forward_64_times_still_builds_a_decoder():
+    """(A slow-tier worker built its 65th decoder and dynamo refused it: every compile of a TinyGPT forward is an entry
+    on one code object, and the decoder raised dynamo's limit on them to 64 only.) The entries are made here cheaply,
+    by compiling the forward for 64 prompt lengths without inductor."""
+    model = tiny_model("rope")
+    forward = torch.compile(model.__call__, backend="eager", dynamic=False, fullgraph=True)
+    with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=64):
+        for length in range(1, 65):
+            forward(torch.ones(1, length, dtype=torch.long), use_cache=False)
+    prompt = torch.tensor([[5, 9, 33]])
+    decoder = CompiledDecoder(model, batch_size=1, max_length=16, autotune=False)
+    expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4, do_sample=False)
+    assert torch.equal(decoder.generate(prompt, max_new_tokens=4, do_sample=False), expected)
