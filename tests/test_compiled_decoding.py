@@ -419,10 +419,12 @@ def test_the_greedy_loop_stops_each_row_at_eos_and_pads_it_as_transformers_loop_
 def test_a_process_that_compiled_the_forward_64_times_still_builds_a_decoder():
     """(A slow-tier worker built its 65th decoder and dynamo refused it: every compile of a TinyGPT forward is an entry
     on one code object, and the decoder raised dynamo's limit on them to 64 only.) The entries are made here cheaply,
-    by compiling the forward for 64 prompt lengths without inductor."""
+    by compiling the forward for 64 prompt lengths without inductor, on top of those earlier tests in this process
+    made."""
     model = tiny_model("rope")
     forward = torch.compile(model.__call__, backend="eager", dynamic=False, fullgraph=True)
-    with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=64):
+    limit = torch._dynamo.config.accumulated_recompile_limit  # dynamo's ceiling on a code object's entries
+    with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=limit):
         for length in range(1, 65):
             forward(torch.ones(1, length, dtype=torch.long), use_cache=False)
     prompt = torch.tensor([[5, 9, 33]])
