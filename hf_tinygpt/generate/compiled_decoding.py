@@ -33,7 +33,7 @@ The private APIs it needs, and why:
   a frozen step on the weights' shapes, not their values.
 - `torch._dynamo.config.patch(recompile_limit=...)`: every decoder's step is one more entry on the code object all
   modules' `__call__` share, and the default limit would make the ninth decoder in a process fail; it is raised to
-  dynamo's limit on all compiles of a process (`accumulated_recompile_limit`, 256).
+  dynamo's ceiling on any one code object's compiles (`accumulated_recompile_limit`, 256).
 - `torch._dynamo.exc.FailOnRecompileLimitHit`: how dynamo stops a compile at that limit; for a built decoder it
   means a call its step cannot take, which the decoder reports as such.
 - `GenerationMixin._sample`: transformers' own decoding loop, which `greedy_decoding` hands every call it does not
@@ -75,7 +75,7 @@ GEMV_AUTOTUNE_SETTINGS = AUTOTUNE_SETTINGS | {"max_autotune_gemm_backends": "CPP
 # a few seconds more of compile; so with autotuning, the settings for the fastest step (scripts/measurement_log.md,
 # "bf16 and int8 on AVX2").
 FASTEST_STEP_SETTINGS = {"cpp_wrapper": True}
-# As many as dynamo compiles in a process at all (64 was outgrown by the slow tier's decoders in one worker).
+# Dynamo's ceiling on one code object's compiles (64 was outgrown by the slow tier's decoders in one worker).
 DYNAMO_SETTINGS = {"recompile_limit": getattr(torch._dynamo.config, "accumulated_recompile_limit", 256)}
 # The step's guards leave out the decoder's private modules (most of a step's guards, and faster decoding:
 # scripts/measurement_log.md, "Why CompiledDecoder is set up as it is"): nothing changes those modules, the decoder
