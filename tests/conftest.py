@@ -3,6 +3,7 @@ the remote-code script. Everything here runs offline on a CPU in seconds. No tes
 several of them use lives here (`from conftest import NAME` where a plain function or value is needed)."""
 
 import ast
+import gc
 import os
 import re
 import subprocess
@@ -58,6 +59,13 @@ def pytest_collection_modifyitems(items):
     """The longest tests (marked `long`) first: with work stealing (pyproject.toml's `--dist worksteal`) the other
     workers share everything else meanwhile, instead of one of them starting last and running alone."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
+
+
+def pytest_collection_finish(session):
+    """What collection imported (torch, transformers, gradio: ~400,000 objects) lives as long as the process: frozen
+    out of the garbage collector's reach, so that each full collection a test's allocations set off (a tokenizer's
+    JSON, a model's tensors) walks only what the tests made, not the whole heap again."""
+    gc.freeze()
 
 
 def pytest_configure(config):
