@@ -276,6 +276,21 @@ def test_a_tokenizer_that_cannot_read_every_text_has_its_sha256_too():
     assert tokenizer_sha256(characters("to be")) != tokenizer_sha256(characters("or not"))
 
 
+def test_a_tokenizer_changed_after_it_was_hashed_hashes_as_what_it_is_now():
+    """A process hashes each tokenizer once: a token added since, or a setting that changes its ids, is another."""
+    from hf_tinygpt.folders import bundled
+
+    tokenizer = gpt2_tokenizer()
+    before = tokenizer_sha256(tokenizer)
+    tokenizer.add_tokens(["<|scene|>"])
+    added = tokenizer_sha256(tokenizer)
+    tokenizer.add_bos_token = True  # its ids now start with <|endoftext|>: only the probes see it
+    bos = tokenizer_sha256(tokenizer)
+    assert len({before, added, bos}) == 3
+    bundled._HASHED.clear()
+    assert tokenizer_sha256(tokenizer) == bos and tokenizer_sha256(gpt2_tokenizer()) == before
+
+
 @pytest.mark.slow  # two runs, each in a fresh interpreter (tqdm reads its settings as it is imported)
 def test_the_progress_bars_follow_tqdms_own_settings(plays, tmp_path):
     """The tokenizing and training bars are tqdm's, shown by default; TQDM_DISABLE=1 (tqdm's own setting) hides

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from transformers import AutoTokenizer, GPT2TokenizerFast
+from transformers import AutoTokenizer, GPT2TokenizerFast, TokenizersBackend
 
 # The shipped model: a small RoPE TinyGPT trained on Shakespeare, a complete Hub model folder (its card is its
 # README.md). Its tokenizer is OpenAI's GPT-2 BPE (vocab.json + merges.txt, TOKENIZER_SOURCE.md says whence), the
@@ -79,9 +79,8 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             ) from error
         except Exception as error:
             raise ValueError(f"{tokenizer}: transformers cannot read this tokenizer ({describe(error)})") from error
-    words = len(loaded.get_vocab()) - len(loaded.all_special_tokens)
-    if words <= 0:
-        raise ValueError(f"{tokenizer}: the tokenizer's vocabulary is empty (no tokens but special ones)")
+        if len(loaded.get_vocab()) - len(loaded.all_special_tokens) <= 0:
+            raise ValueError(f"{tokenizer}: the tokenizer's vocabulary is empty (no tokens but special ones)")
     if vocab_size is not None and len(loaded) > vocab_size:
         raise ValueError(
             f"{tokenizer}: the tokenizer has {len(loaded):,} tokens, more than the model's vocabulary "
@@ -115,19 +114,35 @@ def tokenizer_sha256(tokenizer) -> str:
     without an unknown token cannot read characters it has no token for). It hashes that data, not a file or
     serialization, so the same tokenizer in another file layout, or read by another tokenizers version, hashes the
     same."""
+    probes = []
+    for text in PROBE_TEXTS:
+        try:
+            probes.append(tokenizer(text)["input_ids"])
+        except Exception:  # tokenizers raises a bare Exception ("Missing [UNK] token")
+            probes.append(None)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or type(tokenizer).get_vocab is not TokenizersBackend.get_vocab:
+        return _sha256_of(tokenizer, backend and backend.to_str(), probes)  # a vocabulary read from more than a backend
+    # The backend's serialization holds every token and merge, so one seen before is hashed once per process (a run
+    # from a model folder checks its tokenizer, then records it: 0.15 s each time for GPT-2's 50,000 merges).
+    definition = backend.to_str()
+    seen = (hashlib.sha256(definition.encode()).digest(), json.dumps(probes))
+    if seen not in _HASHED:
+        _HASHED[seen] = _sha256_of(tokenizer, definition, probes)
+    return _HASHED[seen]
+
+
+_HASHED: dict[tuple[bytes, str], str] = {}  # (sha256 of a backend's serialization, its probes' ids) → its hash
+
+
+def _sha256_of(tokenizer, definition: str | None, probes: list) -> str:
+    """The hash of `tokenizer`'s vocabulary, the merges in its backend's serialization `definition`, and `probes`."""
     collecting = gc.isenabled()
     gc.disable()  # ~200,000 objects without cycles come and go here: a collection meanwhile walks the whole heap
     try:
         vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        merges = (json.loads(backend.to_str())["model"].get("merges") or []) if backend is not None else []
+        merges = (json.loads(definition)["model"].get("merges") or []) if definition is not None else []
         merges = [merge.split(" ", 1) if isinstance(merge, str) else merge for merge in merges]  # "a b" or [a, b]
-        probes = []
-        for text in PROBE_TEXTS:
-            try:
-                probes.append(tokenizer(text)["input_ids"])
-            except Exception:  # tokenizers raises a bare Exception ("Missing [UNK] token")
-                probes.append(None)
         return hashlib.sha256(json.dumps([vocabulary, merges, probes], ensure_ascii=False).encode()).hexdigest()
     finally:
         if collecting:
