@@ -315,8 +315,9 @@ def test_a_config_nested_too_deep_to_parse_is_named(tmp_path, capsys):
 def test_verify_gpt2_names_a_tinygpt_folder_and_an_empty_text(tiny_folder, gpt2_folder, capsys):
     code, err = run_cli(capsys, "verify-gpt2", tiny_folder)
     assert code == 2 and "verify-gpt2 compares GPT-2 checkpoints" in err
+    assert "Loading" not in err  # it loads nothing it refuses
     code, err = run_cli(capsys, "verify-gpt2", gpt2_folder, "--text", "")
-    assert code == 2 and "--text is empty" in err
+    assert code == 2 and "--text is empty" in err and "Loading" not in err
 
 
 # ---- a malformed model folder, named by every verb that reads it -----------------------------------------------------

@@ -176,6 +176,7 @@ def test_verify_gpt2_and_a_verified_conversion_give_one_verdict(tmp_path, cli, m
     assert verify.verify_gpt2_checkpoint(str(folder), "Hello world", tolerance=tolerance)["ok"] is verdict
     out = cli("verify-gpt2", folder, "--tolerance", tolerance)
     assert out.returncode == (0 if verdict else 1) and ("OK: identical" if verdict else "MISMATCH") in out.stdout
+    assert out.stdout.startswith(f"Loading {folder} into transformers' GPT2LMHeadModel and into TinyGPT")
     converted = cli("convert", folder, "--out", tmp_path / "tiny", "--verify", "--tolerance", tolerance)
     assert converted.returncode == (0 if verdict else 2)
     assert ("verify: max |Δlogits| = 1" in converted.stdout) if verdict else ("verification failed" in converted.stderr)

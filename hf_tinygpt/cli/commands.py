@@ -176,8 +176,15 @@ def run_verify_gpt2(args) -> int:
 
     settings = VerificationSettings(**settings_values(args, VerificationSettings))
     source = settings.model or "a GPT-2 small with random weights (seed 0), made here by transformers"
-    print(f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT, both in float32 ...")
-    result = verify_gpt2_checkpoint(settings.model, settings.text, tolerance=settings.tolerance, **hub_kwargs(settings))
+    result = verify_gpt2_checkpoint(
+        settings.model,
+        settings.text,
+        tolerance=settings.tolerance,
+        loading=lambda: print(
+            f"Loading {source} into transformers' GPT2LMHeadModel and into TinyGPT, both in float32 ..."
+        ),
+        **hub_kwargs(settings),
+    )
     print(f"parameters: {result['parameters']:,}")
     print(
         f"max |Δlogits| on {args.text!r}: {result['max_abs_logit_delta']:.3g} (tolerance {result['tolerance']:g} × "

@@ -81,12 +81,13 @@ class VerificationSettings:
 
 
 def verify_gpt2_checkpoint(
-    gpt2_folder: str | None, text: str, seed: int = 0, tolerance: float = 1e-5, **hub_kwargs
+    gpt2_folder: str | None, text: str, seed: int = 0, tolerance: float = 1e-5, loading=None, **hub_kwargs
 ) -> dict:
     """Load a GPT-2 folder or Hub id (or, with None, a random GPT-2 small made here) with both libraries in float32
     (whatever its weights are stored in), from one read of its config.json, and compare them on `text`:
     `compare_with_gpt2`'s result, both continuations as text, the parameter count, `tolerance`, and the verdict
-    `ok`: the same greedy tokens and max |Δlogits| within `tolerance` per unit of the logits' scale."""
+    `ok`: the same greedy tokens and max |Δlogits| within `tolerance` per unit of the logits' scale. `loading`, if
+    given, is called once the checkpoint is known to be GPT-2's, before the loads (for a caller that says so)."""
     from ..folders.bundled import gpt2_tokenizer
 
     check_tolerance(tolerance)
@@ -99,6 +100,8 @@ def verify_gpt2_checkpoint(
             raise ValueError(f"{folder}: model_type {model_type!r}: verify-gpt2 compares GPT-2 checkpoints")
         if not text:
             raise ValueError("`text` is empty: give a prompt to compare the two models on")
+        if loading is not None:
+            loading()
         with reading_checkpoint(folder):
             # in float32, whatever the weights are stored in: the claim is fp32 logits within 1e-5 of GPT-2's
             gpt2 = load_strictly(folder, GPT2LMHeadModel, config=config_dict, dtype=torch.float32, **hub_kwargs).eval()
