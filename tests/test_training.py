@@ -277,7 +277,8 @@ def test_a_tokenizer_that_cannot_read_every_text_has_its_sha256_too():
 
 
 def test_a_tokenizer_changed_after_it_was_hashed_hashes_as_what_it_is_now():
-    """A process hashes each tokenizer once: a token added since, or a setting that changes its ids, is another."""
+    """A process hashes each tokenizer once: a token added since, a setting that changes its ids, or a vocabulary read
+    from elsewhere than its backend, is another."""
     from hf_tinygpt.folders import bundled
 
     tokenizer = gpt2_tokenizer()
@@ -289,6 +290,9 @@ def test_a_tokenizer_changed_after_it_was_hashed_hashes_as_what_it_is_now():
     assert len({before, added, bos}) == 3
     bundled._HASHED.clear()
     assert tokenizer_sha256(tokenizer) == bos and tokenizer_sha256(gpt2_tokenizer()) == before
+    tokenizer = gpt2_tokenizer()
+    tokenizer.get_vocab = lambda: {"<|endoftext|>": 50256}  # a vocabulary read from more than its backend
+    assert tokenizer_sha256(tokenizer) != before
 
 
 @pytest.mark.slow  # two runs, each in a fresh interpreter (tqdm reads its settings as it is imported)

@@ -91,17 +91,20 @@ def verify_gpt2_checkpoint(
     from ..folders.bundled import gpt2_tokenizer
 
     check_tolerance(tolerance)
+    if not text:
+        raise ValueError("`text` is empty: give a prompt to compare the two models on")
+    announce = loading or (lambda: None)
     with tempfile.TemporaryDirectory() as scratch:
+        if gpt2_folder is None:  # GPT-2's by construction: said before the seconds it takes to make
+            announce()
         folder = gpt2_folder or random_gpt2_folder(scratch, seed=seed)
         hub_kwargs = at_one_revision(folder, hub_kwargs)
         config_dict = read_config_dict(folder, **hub_kwargs)  # both models are built from this one read
         model_type = config_dict.get("model_type")
         if model_type != "gpt2":
             raise ValueError(f"{folder}: model_type {model_type!r}: verify-gpt2 compares GPT-2 checkpoints")
-        if not text:
-            raise ValueError("`text` is empty: give a prompt to compare the two models on")
-        if loading is not None:
-            loading()
+        if gpt2_folder is not None:
+            announce()
         with reading_checkpoint(folder):
             # in float32, whatever the weights are stored in: the claim is fp32 logits within 1e-5 of GPT-2's
             gpt2 = load_strictly(folder, GPT2LMHeadModel, config=config_dict, dtype=torch.float32, **hub_kwargs).eval()

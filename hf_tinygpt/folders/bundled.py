@@ -108,12 +108,16 @@ def own_tokenizer(source: str | Path, *, vocab_size: int, **hub_kwargs):
 PROBE_TEXTS = ("Hello, World!", " to be, or NOT to be:", "\n  1234 5.67 --", " naïve café", " 日本語 🙂", "\tend")
 
 
+_HASHED: dict[tuple[bytes, str], str] = {}  # (sha256 of a backend's serialization, its probes' ids) → its hash
+
+
 def tokenizer_sha256(tokenizer) -> str:
     """Which tokenizer this is, as a sha256 of what decides its ids: every token with its id, its BPE merges, and the
     ids it gives each of `PROBE_TEXTS` (special tokens and all; None for a text it cannot read, as a tokenizer
     without an unknown token cannot read characters it has no token for). It hashes that data, not a file or
     serialization, so the same tokenizer in another file layout, or read by another tokenizers version, hashes the
-    same."""
+    same. A process hashes a tokenizer whose vocabulary is its backend's once, keyed by the backend's serialization and
+    the probes' ids: the same key is the same data."""
     probes = []
     for text in PROBE_TEXTS:
         try:
@@ -121,18 +125,24 @@ def tokenizer_sha256(tokenizer) -> str:
         except Exception:  # tokenizers raises a bare Exception ("Missing [UNK] token")
             probes.append(None)
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or type(tokenizer).get_vocab is not TokenizersBackend.get_vocab:
-        return _sha256_of(tokenizer, backend and backend.to_str(), probes)  # a vocabulary read from more than a backend
+    definition = backend.to_str() if backend is not None else None
+    if not _vocabulary_is_its_backends(tokenizer):
+        return _sha256_of(tokenizer, definition, probes)
     # The backend's serialization holds every token and merge, so one seen before is hashed once per process (a run
     # from a model folder checks its tokenizer, then records it: 0.15 s each time for GPT-2's 50,000 merges).
-    definition = backend.to_str()
     seen = (hashlib.sha256(definition.encode()).digest(), json.dumps(probes))
     if seen not in _HASHED:
         _HASHED[seen] = _sha256_of(tokenizer, definition, probes)
     return _HASHED[seen]
 
 
-_HASHED: dict[tuple[bytes, str], str] = {}  # (sha256 of a backend's serialization, its probes' ids) → its hash
+def _vocabulary_is_its_backends(tokenizer) -> bool:
+    """Whether `get_vocab()` is transformers' own read of the tokenizers backend that `backend_tokenizer` returns."""
+    return (
+        isinstance(tokenizer, TokenizersBackend)
+        and getattr(tokenizer.get_vocab, "__func__", None) is TokenizersBackend.get_vocab  # nor replaced on the object
+        and type(tokenizer).backend_tokenizer is TokenizersBackend.backend_tokenizer
+    )
 
 
 def _sha256_of(tokenizer, definition: str | None, probes: list) -> str:
