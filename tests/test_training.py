@@ -285,7 +285,7 @@ def test_a_tokenizer_changed_after_it_was_hashed_hashes_as_what_it_is_now():
     before = tokenizer_sha256(tokenizer)
     tokenizer.add_tokens(["<|scene|>"])
     added = tokenizer_sha256(tokenizer)
-    tokenizer.add_bos_token = True  # its ids now start with <|endoftext|>: only the probes see it
+    tokenizer.add_bos_token = True  # its ids now start with <|endoftext|>
     bos = tokenizer_sha256(tokenizer)
     assert len({before, added, bos}) == 3
     bundled._HASHED.clear()
