@@ -374,7 +374,7 @@ def _number_slider(most: int, label: str):
 def _token_tab(explorer: Explorer, prompt):
     with gr.Tab("Token + position"):
         button = gr.Button("Draw")
-        with gr.Row():
+        with gr.Column():  # one under another: each picture is six panels wide, unreadable in a third of the page
             pictures = [gr.Image(type="filepath", label=label) for label in explorer.labels]
     _on(button, explorer.token_images, prompt, pictures, "token_position")
 
