@@ -80,6 +80,52 @@ def test_left_padded_generate_equals_each_prompt_alone(scheme):
         assert batch[row, width:].tolist() == alone[0, len(prompt) :].tolist(), f"prompt {row}"
 
 
+def moved_from_its_start(model, seed=0):
+    """`model` with every parameter moved by noise: a gate or bias that starts neutral acts like a trained one."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+    return model
+
+
+def test_a_token_masked_inside_a_sequence_reaches_no_other_token(scheme):
+    """(FoX's and CABLE's gates and PaTH's transforms of a masked token still acted on the tokens after it: their
+    logits moved when only the masked token changed.) A token the attention mask hides inside a sequence (packed
+    texts, a custom mask) changes nothing else, in every scheme."""
+    model = moved_from_its_start(tiny_model(scheme))
+    ids = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[:, 4] = 0
+    changed = ids.clone()
+    changed[:, 4] = (ids[:, 4] + 1) % VOCAB
+    others = [0, 1, 2, 3, 5, 6, 7, 8]
+    with torch.no_grad():
+        logits, logits_changed = (model(i, attention_mask=mask).logits[:, others] for i in (ids, changed))
+    torch.testing.assert_close(logits_changed, logits, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("scheme", ["fox", "cable", "path"])
+@pytest.mark.parametrize("cache_kind", ["dynamic", "static"])
+def test_a_masked_token_is_as_if_it_were_not_there_where_order_comes_from_the_tokens(scheme, cache_kind):
+    """FoX, CABLE and PaTH have no positions besides their tokens' gates and transforms, and
+    flash-linear-attention's ForgettingAttention and PaTHAttention drop every token the 2D mask hides before they
+    are applied (`unpad_input`: fla/layers/forgetting_attn.py@20ceee52, fla/layers/path_attn.py@27289fcb,
+    fla/layers/utils.py@00937f20): a prompt with a masked token decodes as the prompt without it."""
+    model = moved_from_its_start(tiny_model(scheme))
+    prompt = [5, 17, 33, 2, 9, 41, 8]
+    holed = torch.tensor([prompt[:3] + [77] + prompt[3:]])
+    mask = torch.ones_like(holed)
+    mask[0, 3] = 0
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    if cache_kind == "static":
+        kwargs["cache_implementation"] = "static"
+    with_hole = model.generate(holed, attention_mask=mask, **kwargs)
+    alone = model.generate(torch.tensor([prompt]), **kwargs)
+    assert with_hole.sequences[0, holed.shape[1] :].tolist() == alone.sequences[0, len(prompt) :].tolist()
+    torch.testing.assert_close(torch.stack(with_hole.scores), torch.stack(alone.scores), atol=1e-5, rtol=0)
+
+
 def test_save_load_round_trip(scheme, tmp_path):
     model = tiny_model(scheme)
     model.save_pretrained(tmp_path)

@@ -103,6 +103,7 @@ class HouseholderPath(PositionScheme):
         seen = keys_each_query_sees(attention_mask, self.scheme, self.ACTS)
         all_heads_here(query, self.num_heads, self.scheme, "learns transforms for")
         w, beta = self.transforms(kwargs["hidden_states"], module.layer_idx)
+        beta = beta * shown(seen)  # a masked token's transform is the identity: it acts on no key
         slots = torch.arange(key.shape[-2], device=key.device)
         acts_on = own_slots(seen)[..., None] > slots  # token a's transform acts on the keys in slots before its own
         read = key.float()
@@ -126,6 +127,18 @@ class HouseholderPath(PositionScheme):
             layer.is_croppable = False  # a crop cannot undo what the later tokens did to the keys it keeps
             layer.crop = types.MethodType(crop_refused, layer)  # for transformers before 5.25: it crops unasked
         key.copy_(keys_now)
+
+
+def shown(seen: torch.Tensor) -> torch.Tensor:
+    """(B, 1, q): whether each of a chunk's tokens is one the mask shows, not one it hides (padding, or a token masked
+    inside a sequence), read from the keys each query sees (B, 1, q, k) alone. A chunk's tokens fill consecutive cache
+    slots and a shown token's last key is its own, so its own slot less its index is the chunk's first slot; a
+    hidden token's own key is masked, and the last key it sees lies further back. flash-linear-attention's
+    PaTHAttention drops such tokens before their transforms are applied (`unpad_input`,
+    fla/layers/path_attn.py@27289fcb)."""
+    own = own_slots(seen)
+    start = own - torch.arange(own.shape[-1], device=own.device)
+    return (start == start.amax(dim=(0, 1, 2))) & (own >= 0)  # every row's chunk starts at the same slot
 
 
 def crop_refused(layer, tokens: int):
