@@ -30,7 +30,7 @@ from hf_tinygpt.train.data import tokenize_files, warn_of_what_is_not_learned
 from hf_tinygpt.train.evaluate import perplexity
 from hf_tinygpt.train.loop import batch_indices, train
 from hf_tinygpt.train.settings import TrainingSettings
-from hf_tinygpt.train.token_files import pack, run_tokens, text_files
+from hf_tinygpt.train.token_files import pack, run_tokens, text_files, text_tokens
 
 
 def train_cli(*args, cwd=None, **popen):
@@ -87,6 +87,33 @@ def test_held_out_text_is_never_trained_on_under_another_name(plays, tmp_path):
     copy = r"copied.txt \(`TrainingSettings.validation`\) holds the same text as .*a_play.txt \(`TrainingSettings.tr"
     with pytest.raises(ValueError, match=copy):
         run_tokens(settings, gpt2_tokenizer(), "gpt2")
+
+
+def test_held_out_text_is_never_trained_on_through_a_token_folder(plays, tmp_path):
+    """(A token folder passed every check: trained on and held out at once, itself, a copy of it, or beside the text
+    it was made from, it gave a validation perplexity the card called held out.)"""
+    tokenizer = gpt2_tokenizer()
+    made = text_tokens([plays / "a_play.txt"], tokenizer, "gpt2", tmp_path / "made", progress=False).folder
+    shutil.copytree(made, tmp_path / "copied")
+    a_play = plays / "a_play.txt"
+    for trained, held in [
+        (made, made),
+        (made, tmp_path / "copied"),
+        (made, a_play),
+        (a_play, made),
+        (plays, made),  # a folder that holds the text
+    ]:
+        settings = TrainingSettings(
+            out=str(tmp_path / "run"), train=[str(trained)], validation=[str(held)], data_cache=str(tmp_path)
+        )
+        with pytest.raises(ValueError, match=r"`TrainingSettings.validation`\) holds the same (text|tokens) as "):
+            run_tokens(settings, tokenizer, "gpt2")
+    held_out = [str(plays / "held_out.txt")]
+    settings = TrainingSettings(
+        out=str(tmp_path / "run"), train=[str(made)], validation=held_out, data_cache=str(tmp_path)
+    )
+    trained, _, held = run_tokens(settings, tokenizer, "gpt2")  # other text is held out as before
+    assert trained.folder == made and held.info["sources"][0]["path"].endswith("held_out.txt")
 
 
 def test_a_run_says_what_of_its_text_it_does_not_learn_from():

@@ -482,13 +482,37 @@ def _token_folder(paths: list[str], what: str, tokenizer, tokenizer_from) -> Tok
 def run_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str, TokenFile | None]:
     """A run's data as token files, from whichever source its settings name (`TrainingSettings.dataset`, a token
     folder, or text files, tokenized into the data cache the first time): the training tokens, how the card
-    describes them, and the held-out tokens (None without `TrainingSettings.validation`)."""
+    describes them, and the held-out tokens (None without `TrainingSettings.validation`). Held-out text is never
+    trained on, under whatever name or form: a file, a copy of it, or a token folder made from it."""
     cache = cache_folder(settings.data_cache)
-    train, description = _training_tokens(settings, tokenizer, tokenizer_from, cache)
-    return train, description, _validation_tokens(settings, tokenizer, tokenizer_from, cache)
+    validation = _validation_tokens(settings, tokenizer, tokenizer_from, cache)  # what the training data must not hold
+    held = _texts_of(validation, settings.validation, "validation") if validation is not None else {}
+    train, description = _training_tokens(settings, tokenizer, tokenizer_from, cache, held)
+    if validation is not None and train.sha256 == validation.sha256:
+        raise ValueError(
+            f"{', '.join(settings.validation)} (`TrainingSettings.validation`) holds the same tokens as the training "
+            f"data: {HELD_OUT_FIX}"
+        )
+    return train, description, validation
 
 
-def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> tuple[TokenFile, str]:
+# How every refusal of held-out text that would be trained on ends.
+HELD_OUT_FIX = "held-out text must not be trained on; hold out other text"
+
+
+def _texts_of(tokens: TokenFile, named: list[str], what: str) -> dict[str, tuple[int, str]]:
+    """{sha256: (bytes, name)} of the files `tokens` were made from (text files, or a dataset's files), each named
+    as `TrainingSettings.what` (`named`) reads it: a token folder's with the folder."""
+    info = tokens.info
+    sources = info.get("sources", []) + info.get("dataset", {}).get("files", [])
+    folder = f"in the token folder {named[0]}, " if is_token_folder(named[0]) else ""
+    return {
+        source["sha256"]: (source["size"], f"{source['path']} ({folder}`TrainingSettings.{what}`)")
+        for source in sources
+    }
+
+
+def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path, held: dict) -> tuple[TokenFile, str]:
     if settings.dataset:
         data = dataset_tokens(
             settings.dataset,
@@ -499,29 +523,31 @@ def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> tuple[
             tokenizer_name=tokenizer_from,
             cache=cache,
         )
+        _refuse_held_text(held, _texts_of(data, [settings.dataset], "dataset"))
         return data, f"the {settings.dataset_split} split of {settings.dataset} (column `{settings.text_column}`)"
     if data := _token_folder(settings.train, "train", tokenizer, tokenizer_from):
+        _refuse_held_text(held, _texts_of(data, settings.train, "train"))
         return data, f"the token folder {settings.train[0]} ({data.info['tokens']:,} tokens)"
-    held_out = _held_out_files(settings)
-    files = text_files(settings.train, settings.glob, exclude=held_out)
-    _refuse_copies_of(held_out, files)
+    files = text_files(settings.train, settings.glob, exclude=_held_out_files(settings))
+    _refuse_copies_of(held, files)
     data = text_tokens(files, tokenizer, tokenizer_from, cache)
     glob = f", `{settings.glob}`" if any(Path(path).is_dir() for path in settings.train) else ""  # folders only
     return data, f"{len(files)} text file{'s' * (len(files) != 1)} ({', '.join(settings.train)}{glob})"
 
 
-def _refuse_copies_of(held_out: list[Path], files: list[Path]):
-    """Refuse a training file with a held-out file's text (their sha256, of those of one size: no more is read)."""
-    sizes = {file.stat().st_size for file in held_out} - {0}
-    if not (alike := [file for file in files if file.stat().st_size in sizes]):
-        return
-    held = {sha256_file(file): file for file in held_out if file.stat().st_size in sizes}
-    for file in alike:
-        if (copy := held.get(sha256_file(file))) is not None:
-            raise ValueError(
-                f"{copy} (`TrainingSettings.validation`) holds the same text as {file} (`TrainingSettings.train`): "
-                "held-out text must not be trained on; hold out another file"
-            )
+def _refuse_copies_of(held: dict[str, tuple[int, str]], files: list[Path]):
+    """Refuse a training file with held-out text (its sha256, for the files of a held-out text's size: no more is
+    read before the tokenizer runs)."""
+    sizes = {size for size, _ in held.values()} - {0}
+    alike = [file for file in files if file.stat().st_size in sizes]
+    _refuse_held_text(held, {sha256_file(file): (0, f"{file} (`TrainingSettings.train`)") for file in alike})
+
+
+def _refuse_held_text(held: dict[str, tuple[int, str]], trained: dict[str, tuple[int, str]]):
+    """A ValueError naming a held-out text among the `trained` ones, each {sha256: (bytes, name)}."""
+    for sha256, (_, name) in trained.items():
+        if sha256 in held:
+            raise ValueError(f"{held[sha256][1]} holds the same text as {name}: {HELD_OUT_FIX}")
 
 
 def _held_out_files(settings) -> list[Path]:
