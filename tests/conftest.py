@@ -292,12 +292,11 @@ def kept_freed_memory(monkeypatch) -> list:
 # ---- training runs -------------------------------------------------------------------------------------------------
 
 # The smallest run `hf-tinygpt train` makes (block 16, batch 2): for what a run writes, refuses or resumes.
-TINY_RUN = "--n-layer 1 --n-embd 16 --n-head 2 --block-size 16 --batch-size 2 --warmup-steps 1 --eval-every 100".split()
+TINY_RUN = "--n-layer 1 --n-embd 16 --n-head 2 --block-size 16 --batch-size 2 --warmup-steps 1".split()
 
-# A run on `plays` that learns something in a few steps (block 32, batch 4, evaluated every 5 steps).
-TINY_TRAINING = (
-    "--n-layer 1 --n-embd 16 --n-head 2 --block-size 32 --batch-size 4 --warmup-steps 2 --eval-every 5".split()
-)
+# A run on `plays` that learns something in a few steps (block 32, batch 4); with `--validation`, evaluated every 5.
+TINY_TRAINING = "--n-layer 1 --n-embd 16 --n-head 2 --block-size 32 --batch-size 4 --warmup-steps 2".split()
+EVALUATED_EVERY_5 = ["--eval-every", "5"]
 
 
 @pytest.fixture(scope="module")

@@ -189,7 +189,7 @@ def test_card_templates_ship_with_the_package():
 
 
 def test_the_ship_script_makes_a_runs_model_a_complete_folder_with_its_card(plays, tmp_path, cli):
-    from conftest import TINY_TRAINING
+    from conftest import EVALUATED_EVERY_5, TINY_TRAINING
 
     from scripts import ship_default_model
 
@@ -200,6 +200,7 @@ def test_the_ship_script_makes_a_runs_model_a_complete_folder_with_its_card(play
         "--validation",
         plays / "held_out.txt",
         *TINY_TRAINING,
+        *EVALUATED_EVERY_5,
         "--steps",
         5,
         "--out",

@@ -505,10 +505,19 @@ def test_a_dataset_option_that_cannot_apply_is_named(option, message, datasets, 
 
 @pytest.mark.parametrize(
     "option",
-    [["--dataset-config", "plain"], ["--dataset-split", "test"], ["--text-column", "body"], ["--glob", "*.md"]],
+    [
+        ["--dataset-config", "plain"],
+        ["--dataset-split", "test"],
+        ["--text-column", "body"],
+        ["--glob", "*.md"],
+        ["--eval-every", "3"],
+        ["--eval-batch-size", "7"],
+        ["--validation-tokens", "50"],
+    ],
 )
 def test_an_option_for_data_other_than_those_given_is_refused(option, texts, tmp_path, cli):
-    """The dataset's options without `--dataset`, a glob without a folder: an error, not ignored."""
+    """The dataset's options without `--dataset`, the held-out text's without `--validation` (they were ignored), a
+    glob without a folder: an error, not ignored."""
     run = cli("train", "--train", texts / "a.txt", *option, *TINY_RUN, "--out", tmp_path / "run")
     assert run.returncode == 2 and f"error: {option[0]} " in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "run").exists()

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_RUN, TINY_TRAINING, every_scheme, random_gpt2, tiny_model, word_tokenizer
+from conftest import EVALUATED_EVERY_5, TINY_RUN, TINY_TRAINING, every_scheme, random_gpt2, tiny_model, word_tokenizer
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from tokenizers import normalizers
@@ -181,6 +181,7 @@ def test_train_writes_a_complete_model_folder_with_a_measured_card(plays, tmp_pa
         "--validation",
         plays / "held_out.txt",
         *TINY_TRAINING,
+        *EVALUATED_EVERY_5,
         "--steps",
         10,
         "--out",
@@ -388,6 +389,7 @@ def test_train_position_trains_each_scheme_and_saves_it(scheme, plays, tmp_path,
         "--validation",
         plays / "held_out.txt",
         *TINY_TRAINING,
+        *EVALUATED_EVERY_5,
         "--steps",
         6,
         "--out",

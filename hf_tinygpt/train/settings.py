@@ -257,6 +257,9 @@ def _check_data(settings: TrainingSettings):
     for name in ("dataset_config", "dataset_split", "text_column") if not settings.dataset else ():
         if getattr(settings, name) != _DEFAULTS[name]:
             raise ValueError(f"`TrainingSettings.{name}` applies to `TrainingSettings.dataset`, which is not set")
+    for name in ("eval_every", "eval_batch_size", "validation_tokens") if not settings.validation else ():
+        if getattr(settings, name) != _DEFAULTS[name]:
+            raise ValueError(f"`TrainingSettings.{name}` applies to `TrainingSettings.validation`, which is not set")
     folders = [
         path for path in settings.train + settings.validation if Path(path).is_dir() and not is_token_folder(path)
     ]

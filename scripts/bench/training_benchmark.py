@@ -215,7 +215,7 @@ def tinygpt_command(row: Row, settings: TrainingBenchSettings, out: Path, data_c
         row.grad_accum,
     ]
     command += ["--steps", settings.steps, "--lr", settings.learning_rate, "--warmup-steps", settings.warmup_steps]
-    command += ["--eval-every", 10**9, "--save-every", 10**9, "--out", str(out), "--force"]
+    command += ["--save-every", 10**9, "--out", str(out), "--force"]
     command += ["--compile"] * row.compile + ["--bf16"] * row.bf16
     return list(map(str, command))
 
