@@ -218,6 +218,21 @@ def test_resuming_a_finished_run_without_a_checkpoint_is_refused_and_keeps_its_m
     assert run_cli(capsys, *args, "--position", "rope", "--force")[0] == 0
 
 
+def test_resuming_a_folder_that_does_not_exist_is_refused_by_name(corpus, tmp_path, capsys):
+    """(A mistyped `--out` with `--resume` started a run from step 0 there without a word.)"""
+    code, err = train_run(capsys, corpus, tmp_path / "mistyped", "--resume")
+    assert code == 2 and "mistyped (--out): no such run folder, so nothing to resume; leave --resume out" in err
+    assert not (tmp_path / "mistyped").exists()
+
+
+def test_resume_and_force_at_once_are_refused(corpus, tmp_path, capsys):
+    """(`--force` was dropped without a word: the run resumed.)"""
+    run = tmp_path / "run"
+    assert train_run(capsys, corpus, run)[0] == 0
+    code, err = train_run(capsys, corpus, run, "--resume", "--force")
+    assert code == 2 and "--resume and --force are both set" in err, err
+
+
 def test_resume_takes_the_same_folder_spelled_differently(corpus, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "train", "--train", "data", *EVERY_TWO, "--steps", 2, "--out", "run")[0] == 0

@@ -221,6 +221,16 @@ def _check_paths(settings: TrainingSettings):
         )
     if not (isinstance(settings.out, (str, os.PathLike)) and str(settings.out)):
         raise ValueError(f"`TrainingSettings.out` must be a path, got {settings.out!r}")
+    if settings.resume and settings.force:
+        raise ValueError(
+            "`TrainingSettings.resume` and `TrainingSettings.force` are both set: resume goes on with the run in "
+            "`TrainingSettings.out`, force trains anew in its place; set one"
+        )
+    if settings.resume and not os.path.lexists(settings.out):  # a mistyped folder would train from step 0 unsaid
+        raise FileNotFoundError(
+            f"{settings.out} (`TrainingSettings.out`): no such run folder, so nothing to resume; leave "
+            "`TrainingSettings.resume` out to start a run there"
+        )
     for name in ("dataset", "dataset_config", "tokenizer", "init_from", "data_cache"):
         if (value := getattr(settings, name)) is not None and not (isinstance(value, str) and value):
             raise ValueError(f"`TrainingSettings.{name}` must be None or a non-empty string, got {value!r}")
