@@ -306,6 +306,16 @@ def test_a_config_json_that_is_not_an_object_is_named(tmp_path, capsys, text, me
     assert code == 2 and str(tmp_path / "m" / "config.json") in err and message in err
 
 
+def test_a_training_config_file_that_does_not_exist_names_its_flag(tmp_path, capsys):
+    """(It was Python's own "[Errno 2] No such file or directory", naming neither the flag nor what was missing.)"""
+    (tmp_path / "a.txt").write_text("to be, or not to be " * 40)
+    args = ["train", "--train", tmp_path / "a.txt", *TINY_RUN, "--out", tmp_path / "run"]
+    code, err = run_cli(capsys, *args, "--config", tmp_path / "nowhere.json")
+    assert code == 2 and "nowhere.json (--config): no such file" in err and "Errno" not in err
+    code, err = run_cli(capsys, *args, "--lr", -1)
+    assert code == 2 and "--lr must be a finite number > 0, got -1.0" in err
+
+
 def test_a_config_nested_too_deep_to_parse_is_named(tmp_path, capsys):
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     code, err = run_cli(capsys, "params", tmp_path / "deep.json")

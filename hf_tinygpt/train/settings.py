@@ -155,7 +155,7 @@ class ModelShape:
     dropout: float | None = setting(None, "resid/embd/attn dropout (default: 0.1)", group="model")
 
     def config_fields(self) -> dict:
-        fields = read_json_object(self.config) if self.config else {}
+        fields = read_json_object(self.config, f"{self.config} (`config`)") if self.config else {}
         named = {"position_embedding_type": self.position, "n_positions": self.n_positions}
         named |= {name: getattr(self, name) for name in ("n_layer", "n_embd", "n_head")}
         named |= dict.fromkeys(DROPOUT_FIELDS, self.dropout)
@@ -203,10 +203,8 @@ def _check_numbers(settings: TrainingSettings):
             or not math.isfinite(value)
             or (name == "learning_rate" and value == 0)
         ):
-            raise ValueError(
-                f"`TrainingSettings.{name}` must be a finite number in [{low}, {high}]"
-                f"{' and not 0' if name == 'learning_rate' else ''}, got {value!r}"
-            )
+            within = "> 0" if name == "learning_rate" else (f">= {low}" if high == math.inf else f"in [{low}, {high}]")
+            raise ValueError(f"`TrainingSettings.{name}` must be a finite number {within}, got {value!r}")
     if settings.save_dtype is not None and settings.save_dtype not in DTYPES:
         raise ValueError(f"`TrainingSettings.save_dtype` must be one of {sorted(DTYPES)}, got {settings.save_dtype!r}")
 
