@@ -11,6 +11,7 @@ test_no_foreign_code.py, push's own checks in test_publishing.py.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -314,6 +315,18 @@ def test_a_training_config_file_that_does_not_exist_names_its_flag(tmp_path, cap
     assert code == 2 and "nowhere.json (--config): no such file" in err and "Errno" not in err
     code, err = run_cli(capsys, *args, "--lr", -1)
     assert code == 2 and "--lr must be a finite number > 0, got -1.0" in err
+
+
+def test_a_run_folder_or_a_file_given_as_a_model_is_told_where_the_model_is(tiny_folder, tmp_path, capsys):
+    """(A training run's folder was "no config.json (expected a model folder)", and a file "no such model folder",
+    though it exists.)"""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_folder, run / "model")
+    code, err = run_cli(capsys, "params", run)
+    assert code == 2 and f"no config.json (expected a model folder; a training run's is {run / 'model'})" in err
+    (tmp_path / "notes.txt").write_text("a text")
+    code, err = run_cli(capsys, "generate", "--model", tmp_path / "notes.txt", "Hello")
+    assert code == 2 and "notes.txt is a file: give the model folder that holds config.json" in err
 
 
 def test_a_config_nested_too_deep_to_parse_is_named(tmp_path, capsys):

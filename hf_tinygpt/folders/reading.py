@@ -110,8 +110,12 @@ def read_config_dict(path_or_repo_id, **hub_kwargs) -> dict:
     refuse_revision_of_a_local_path(path, hub_kwargs)
     if Path(path).is_dir():
         if not (Path(path) / "config.json").is_file():
-            raise FileNotFoundError(f"{path}: no config.json (expected a model folder)")
+            inside = Path(path) / "model"  # a training run's folder holds its model there
+            hint = f"; a training run's is {inside}" if (inside / "config.json").is_file() else ""
+            raise FileNotFoundError(f"{path}: no config.json (expected a model folder{hint})")
         config_dict = read_json_object(Path(path) / "config.json", what=f"{path}/config.json")
+    elif Path(path).is_file():
+        raise FileNotFoundError(f"{path} is a file: give the model folder that holds config.json (or a Hub id)")
     elif cannot_be_a_hub_id(path):
         raise FileNotFoundError(f"{path}: no such model folder (nor a Hub id)")
     else:
