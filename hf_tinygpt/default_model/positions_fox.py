@@ -38,7 +38,7 @@ class ForgetGate(PositionScheme):
     differs from the paper: q·k reads the other head_dim − 1 features (still scaled by 1/√head_dim), so each head
     gives one feature of its keys to the gate (a test pins it). Sums are taken in float32 as running totals
     c_j = Σ_{l≤j} log f_l, the bias being c_i − c_j, as the authors' naive reference computes it, over the tokens
-    the query sees: a masked token (padding, or one hidden inside a sequence) forgets nothing.
+    the mask shows: a masked token (padding, or one hidden inside a sequence) forgets nothing.
     """
 
     name = "fox"
@@ -107,13 +107,14 @@ class ForgetGate(PositionScheme):
         return torch.cat((key[..., :-1], log_forget.transpose(1, 2)[..., None].to(key.dtype)), dim=-1)
 
     def decay(self, log_forget: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
-        """(B, H, q, k) float32: Σ_{j<l≤i} log f_l for query i (at its own cache slot) and key j, over the tokens l
-        query i sees, from the gates' logs (B, H, k) and the keys each query sees (B, 1, q, k). A token the mask
-        hides forgets nothing, as in flash-linear-attention's ForgettingAttention, which drops every masked token
-        before its gates are summed (`unpad_input`, fla/layers/forgetting_attn.py@20ceee52)."""
-        total = log_forget.float()[..., None, :].masked_fill(~seen, 0).cumsum(-1)  # c_ij, query i's running sums
-        own = own_slots(seen).clamp(min=0)[..., None].expand(-1, total.shape[1], -1, -1)  # seeing nothing: any slot
-        return total.gather(-1, own) - total
+        """(B, H, q, k) float32: Σ_{j<l≤i} log f_l for query i (at its own cache slot) and key j, from the gates'
+        logs (B, H, k) and the keys each query sees (B, 1, q, k). A token no query sees (padding, or one masked
+        inside a sequence) forgets nothing, as in flash-linear-attention's ForgettingAttention, which drops every
+        masked token before its gates are summed (`unpad_input`, fla/layers/forgetting_attn.py@20ceee52)."""
+        shown = seen.any(-2)  # (B, 1, k)
+        total = log_forget.float().masked_fill(~shown, 0).cumsum(-1)  # c_j
+        own = own_slots(seen).clamp(min=0).expand(-1, total.shape[1], -1)  # a query that sees nothing: any slot
+        return total.gather(-1, own)[..., None] - total[..., None, :]
 
     def attention(self, layer_idx):
         return self.attend
