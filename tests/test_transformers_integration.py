@@ -253,6 +253,16 @@ def test_an_input_of_no_tokens_is_refused_by_name():
         model.generate(no_tokens, max_new_tokens=2, do_sample=False)
 
 
+def test_an_unbatched_sequence_is_refused_with_the_shape_asked_for():
+    """(`model(torch.tensor([1, 2, 3]))` failed deep inside with "The size of tensor a (3) must match the size of
+    tensor b (32)"; GPT-2's fails with an IndexError.)"""
+    model = tiny_model()
+    for given in (dict(input_ids=torch.tensor([1, 2, 3])), dict(inputs_embeds=torch.zeros(3, 32))):
+        with pytest.raises(ValueError, match=r"expected, got shape \(3,( 32)?\) \(one sequence is a batch of one"):
+            model(**given)
+    assert model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, model.config.vocab_size)
+
+
 def test_bf16_forward_runs_and_stays_close_to_fp32():
     model = tiny_model("rope")
     ids = torch.randint(0, VOCAB, (1, 16))

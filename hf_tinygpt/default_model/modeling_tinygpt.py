@@ -224,6 +224,12 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         cache = cache if cache is not None else past_key_values
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds")
+        given = input_ids if input_ids is not None else inputs_embeds
+        if given.dim() != (2 if input_ids is not None else 3):  # GPT-2 fails deep inside on one unbatched sequence
+            raise ValueError(
+                "input_ids (batch, length) or inputs_embeds (batch, length, n_embd) expected, got shape "
+                f"{tuple(given.shape)} (one sequence is a batch of one: add the batch dimension with [None])"
+            )
         if inputs_embeds is None:
             inputs_embeds = checked_lookup(self.wte, input_ids, self.outside_the_vocabulary)
         if inputs_embeds.shape[1] == 0:  # GPT-2 fails inside its attention on it
