@@ -241,6 +241,26 @@ def test_training_data_that_is_not_utf8_is_named(corpus, tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_binary_or_utf16_file_and_empty_training_text_are_named_as_what_they_are(tmp_path, capsys):
+    """(A binary file was told to convert itself from latin-1, and empty training text "1 tokens do not fill one
+    block".)"""
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)))
+    (tmp_path / "notepad.txt").write_text("To be, or not to be", encoding="utf-16")
+    (tmp_path / "empty.txt").write_text("")
+    said = {}
+    for name in ("binary.bin", "notepad.txt", "empty.txt"):
+        args = ["train", "--train", tmp_path / name, *TINY_RUN, "--steps", 1, "--data-cache", tmp_path / "cache"]
+        code, said[name] = run_cli(capsys, *args, "--out", tmp_path / "run")
+        assert code == 2 and not (tmp_path / "run").exists()
+    assert (
+        "binary.bin is not UTF-8 text (a NUL byte at byte 0): a binary file, to leave out, or UTF-16"
+        in said["binary.bin"]
+    )
+    assert "notepad.txt is not UTF-8 text (a NUL byte at byte 3)" in said["notepad.txt"]
+    assert "iconv -f utf-16 -t utf-8" in said["notepad.txt"]
+    assert f"the training data {tmp_path / 'empty.txt'} is empty: nothing to train on" in said["empty.txt"]
+
+
 def test_empty_validation_data_is_refused_before_training(corpus, tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("")
     code, err = run_cli(

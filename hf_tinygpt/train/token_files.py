@@ -102,7 +102,10 @@ def pack(tokens, block_size: int, what: str = "the training data"):
     is tokens[i * block_size : (i + 1) * block_size]. The ragged tail is dropped."""
     n_blocks = len(tokens) // block_size
     if n_blocks == 0:
-        raise ValueError(f"{what}: {len(tokens)} tokens do not fill one block of {block_size} (`block_size`)")
+        raise ValueError(
+            f"{what}: {len(tokens)} token{'s' * (len(tokens) != 1)} do{'es' * (len(tokens) == 1)} not fill one block of "
+            f"{block_size} (`block_size`)"
+        )
     return tokens[: n_blocks * block_size].reshape(n_blocks, block_size)
 
 
@@ -149,6 +152,11 @@ def text_pieces(file: Path, piece_bytes: int | None = PIECE_BYTES, digest=None) 
             buffer = rest + data
             cut = _last_cut(buffer) if data and piece_bytes else len(buffer)
             piece, rest = buffer[:cut], buffer[cut:]
+            if (nul := piece.find(b"\0")) >= 0:  # UTF-8 text holds none; binary files and UTF-16 text do
+                raise ValueError(
+                    f"{file} is not UTF-8 text (a NUL byte at byte {offset + nul}): a binary file, to leave out, or "
+                    "UTF-16 text, to convert, e.g. with `iconv -f utf-16 -t utf-8`"
+                )
             try:
                 yield piece.decode("utf-8")
             except UnicodeDecodeError as error:
