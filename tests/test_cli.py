@@ -46,6 +46,16 @@ def test_help_shows_defaults_and_an_example(verb, capsys):
             assert f"(default: {action.default})" in flat, action.option_strings
 
 
+def test_plot_positions_help_names_every_scheme_it_draws_untrained(capsys):
+    """(It named five of the fifteen it takes.)"""
+    from hf_tinygpt import POSITION_SCHEME_CLASSES
+
+    with pytest.raises(SystemExit):
+        main(["plot-positions", "--help"])
+    flat = " ".join(capsys.readouterr().out.split())
+    assert f"an untrained small model): {', '.join(POSITION_SCHEME_CLASSES)}" in flat
+
+
 def test_the_same_idea_has_the_same_flag_in_every_verb():
     for verb in TAKES_A_HUB_MODEL:
         assert {"--revision", "--token"} <= options(verb).keys(), verb

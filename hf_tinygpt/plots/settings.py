@@ -20,8 +20,8 @@ class PlotSettings:
     """What `draw_positions` (`hf-tinygpt plot-positions`) is asked to draw."""
 
     model: str = setting(
-        help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name (learned, sinusoidal, "
-        "rope, alibi, none: an untrained small model)",
+        help="tinygpt or GPT-2 folder or Hub id, a config.json (untrained), or a scheme name (an untrained small "
+        f"model): {', '.join(POSITION_SCHEME_CLASSES)}",
         positional=True,
         reads=True,
     )
@@ -29,7 +29,9 @@ class PlotSettings:
     force: bool = setting(False, "replace an earlier output of hf-tinygpt at `out`")
     svg: bool = setting(False, "write NAME.svg next to each NAME.png")
     seed: int = setting(0, "picks the traced dimensions and any random init", minimum=0, maximum=2**32 - 1)
-    n_dims: int = setting(8, "how many single dimensions to trace", flag="--dims", metavar="DIMS")
+    n_dims: int = setting(
+        8, "how many single dimensions to trace (every one, where the model has fewer)", flag="--dims", metavar="DIMS"
+    )
     max_positions: int | None = setting(None, "positions/offsets/distances to plot (default: n_positions)")
     prompt: str | None = setting(
         None,
