@@ -100,6 +100,12 @@ def test_dry_run_stages_exactly_the_repo_files_and_lists_them(tmp_path, capsys):
     assert "--force" in capsys.readouterr().err
     assert main(["push", str(folder), REPO, "--dry-run", "--out", str(staged), "--force"]) == 0
 
+    # and it says where and how it would commit: every setting given (it named the repo alone)
+    how = ["--branch", "dev", "--create-pr", "--private", "--commit-message", "first"]
+    assert main(["push", str(folder), REPO, "--dry-run", "--out", str(staged), "--force", *how]) == 0
+    said = f"uploaded to {REPO} (to the branch dev, as a pull request, private if the repo is made, with the message 'first')"
+    assert said in capsys.readouterr().out
+
 
 def test_the_cards_licence_and_base_model_are_the_ones_given_else_the_folders(tmp_path, capsys):
     """A tinygpt folder's card keeps its own licence and base model, and --license / --base-model replace them (they

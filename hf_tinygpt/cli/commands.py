@@ -263,7 +263,7 @@ def run_push(args) -> int:
         on_committed=show_commit,
     )
     if settings.dry_run:
-        show_files(f"dry run: staged in {settings.out} what would be uploaded to {settings.repo_id}:", published.files)
+        show_files(f"dry run: staged in {settings.out} what would be {committed(settings)}:", published.files)
         if settings.collection:
             print(f"and {settings.repo_id} would be added to the collection {settings.collection!r}")
     elif published.collection_url:
@@ -279,11 +279,19 @@ def run_push_space(args) -> int:
         settings, on_staged=lambda files: show_files(f"uploading to the Space {settings.repo_id}:", files)
     )
     if settings.dry_run:
-        what = f"dry run: what would be uploaded from {settings.src} to the Space {settings.repo_id}:"
+        what = f"dry run: what would be {committed(settings, 'the Space ')} from {settings.src}:"
         show_files(what, published.files)
     else:
         show_commit(published.commit)
     return 0
+
+
+def committed(settings, kind: str = "") -> str:
+    """Where and how a push would commit, as a dry run says it: every setting of the commit that was given."""
+    how = [f"to the branch {settings.revision}"] if settings.revision else []
+    how += ["as a pull request"] * settings.create_pr + ["private if the repo is made"] * settings.private
+    how += [f"with the message {settings.commit_message!r}"] if settings.commit_message else []
+    return f"uploaded to {kind}{settings.repo_id}" + (f" ({', '.join(how)})" if how else "")
 
 
 def show_files(heading: str, files: dict[str, int]):
