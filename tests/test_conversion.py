@@ -545,11 +545,12 @@ def test_only_rope_exports_to_gpt_neox(tmp_path, cli):
 
 
 def test_an_export_that_does_not_match_its_source_writes_nothing(tmp_path, cli):
-    """Exports are always verified: bf16 weights miss the default 1e-5 bound, so nothing is written (pass
-    --tolerance 0.05 for bf16, as for every verified conversion)."""
+    """Exports are always verified: bf16 weights miss the default 1e-5 bound, so nothing is written, and the error
+    says why and what to raise (it did not: --tolerance 0.05 for bf16, as for every verified conversion)."""
     tiny_model("sinusoidal").save_pretrained(tmp_path / "tiny")
     out = cli("convert", "--to", "gpt2", tmp_path / "tiny", "--out", tmp_path / "gpt2", "--dtype", "bfloat16")
     assert out.returncode == 2 and "verification failed" in out.stderr and "nothing written" in out.stderr
+    assert "weights saved in bfloat16 move the logits: raise the tolerance (bfloat16 needs ~0.05)" in out.stderr
     assert not (tmp_path / "gpt2").exists()
 
 

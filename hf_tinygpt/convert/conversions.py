@@ -226,14 +226,19 @@ def sample_ids(folder, vocab_size: int, n_positions: int | None = None) -> torch
     return tokenizer(SAMPLE_TEXT, return_tensors="pt").input_ids[:, :n_positions] % vocab_size
 
 
-def _checked_delta(model_a, model_b, folder, tolerance: float) -> float:
+def _checked_delta(model_a, model_b, folder, tolerance: float, saved: torch.dtype) -> float:
+    """max |Δlogits| of the two models on SAMPLE_TEXT, or a ValueError past `tolerance`; `saved`: the dtype the
+    folder holds its weights in, read back in float32."""
     contexts = [getattr(m.config, "n_positions", None) or m.config.max_position_embeddings for m in (model_a, model_b)]
     ids = sample_ids(folder, model_a.config.vocab_size, min(contexts))
     delta, scale = max_logit_delta(model_a, model_b, ids)
     if not within_tolerance(delta, scale, tolerance):
+        bf16 = " (bfloat16 needs ~0.05)" if saved == torch.bfloat16 else ""
+        name = str(saved).removeprefix("torch.")
+        why = "" if saved == torch.float32 else f"; weights saved in {name} move the logits: raise the tolerance{bf16}"
         raise ValueError(
             f"verification failed: max |Δlogits| {delta:.3g} > {tolerance:g} × {scale:.3g} (the logits' "
-            f"scale); nothing written"
+            f"scale){why}; nothing written"
         )
     return delta
 
@@ -283,7 +288,7 @@ def gpt2_to_tinygpt(
         if verify_tolerance is not None:
             reference = reference_gpt2(source)
             converted = load_strictly(staging, dtype=torch.float32).eval()
-            delta = _checked_delta(converted, reference, staging, verify_tolerance)
+            delta = _checked_delta(converted, reference, staging, verify_tolerance, saved=model.dtype)
         provenance = {"made_by": "conversion", "source_description": description, "max_abs_logit_delta": delta}
         card = render_model_card(
             model.config, model_id=str(out), provenance=provenance, license=license, base_model=base_model
@@ -372,11 +377,12 @@ def export_tinygpt(
         tokenizer_from = tokenizer or (src if has_tokenizer(src, **hub_kwargs) else None)
         if tokenizer_from is None and len(load_tokenizer("gpt2")) <= model.config.vocab_size:
             tokenizer_from = "gpt2"  # what `hf-tinygpt generate` gives a folder without one: the bundled tokenizer
-        save_model_folder(target.to(DTYPES.get(dtype, model.dtype)), staging, tokenizer=tokenizer_from)
+        saved = DTYPES.get(dtype, model.dtype)
+        save_model_folder(target.to(saved), staging, tokenizer=tokenizer_from)
         delta = None
         if verify_tolerance is not None:
             exported = load_strictly(staging, target_class, dtype=torch.float32).eval()
-            delta = _checked_delta(exported, model.float().eval(), staging, verify_tolerance)
+            delta = _checked_delta(exported, model.float().eval(), staging, verify_tolerance, saved=saved)
     return Path(out), delta
 
 
