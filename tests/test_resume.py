@@ -541,6 +541,6 @@ def test_sigterm_or_sighup_saves_a_checkpoint_as_ctrl_c_does(number, corpus, tmp
     monkeypatch.setattr(training, "batch_indices", signalled_at_step_3)
     run = tmp_path / "run"
     code, err = run_cli(capsys, "train", "--train", corpus, *TINY_RUN, "--steps", 10, "--save-every", 100, "--out", run)
-    assert code == 130, err
+    assert code == 128 + number, err  # as a shell reports the signal (it was 130, Ctrl-C's, for every one)
     assert "checkpoint saved at step 4; continue with --resume" in last_line(err)
     assert (run / "checkpoints" / "step-000004" / "progress.json").is_file()

@@ -238,7 +238,7 @@ def run_train(args) -> int:
     except TrainingInterrupted as stopped:  # a checkpoint was saved; the main process says which and how to go on
         if str(stopped):
             print(f"hf-tinygpt train: interrupted: {in_flags(str(stopped), args.flags)}", file=sys.stderr)
-        return 130
+        return 128 + (stopped.signal_number or signal.SIGINT)  # as the shell reports a process the signal ended
     ppl, loss, wall = (summary.get(key) for key in ("validation_perplexity", "final_train_loss", "wall_s"))
     print(
         f"trained {summary.get('steps')} steps"

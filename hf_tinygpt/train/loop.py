@@ -92,7 +92,7 @@ def train(settings: TrainingSettings, *, token: str | None = None) -> tuple[Tiny
                 run.record(progress, logged, state, stopping=stop_now)  # save
                 if stop_now:
                     said = f"checkpoint saved at step {progress.step}; continue with `TrainingSettings.resume=True`"
-                    raise TrainingInterrupted(said if run.main else "")
+                    raise TrainingInterrupted(said if run.main else "", stop.signal_number)
         model = accelerator.unwrap_model(state.model, keep_torch_compile=False)
         summary = run.finish(model, progress)
         accelerator.wait_for_everyone()
@@ -150,7 +150,12 @@ def step(state: TrainingState, ids: torch.Tensor, settings: TrainingSettings, ac
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped the run after a checkpoint was saved; the main process's message says where and how to go on
-    (the other processes' is empty, so that it is said once)."""
+    (the other processes' is empty, so that it is said once). `signal_number`: the signal this process was sent
+    (None: another process was)."""
+
+    def __init__(self, message: str, signal_number: int | None = None):
+        super().__init__(message)
+        self.signal_number = signal_number
 
 
 # The signals that ask a run to stop: Ctrl-C, `kill` (and a batch system's preemption), a closed terminal.
@@ -163,6 +168,7 @@ class StopRequest:
 
     def __init__(self):
         self.requested = False
+        self.signal_number: int | None = None  # the first stop signal this process was sent
         self._previous = {}
 
     def __enter__(self):
@@ -173,7 +179,7 @@ class StopRequest:
     def _handle(self, signum, frame):
         if self.requested:  # a second one: stop now
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signal_number = True, signum
 
     def requested_anywhere(self, accelerator) -> bool:
         """Whether any process was asked to stop: all of them then stop after the same step."""
