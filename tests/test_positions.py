@@ -126,6 +126,26 @@ def test_a_masked_token_is_as_if_it_were_not_there_where_order_comes_from_the_to
     torch.testing.assert_close(torch.stack(with_hole.scores), torch.stack(alone.scores), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("scheme", ["fox", "cable", "path"])
+@pytest.mark.parametrize("cache_kind", ["dynamic", "static"])
+def test_a_masked_token_prefilled_in_a_chunk_of_its_own_is_left_out_too(scheme, cache_kind):
+    """(PaTH took a chunk whose every token was masked for one it shows: a prompt prefilled a chunk at a time, the
+    masked token alone in one, moved the last logits by up to 1.8.)"""
+    model = moved_from_its_start(tiny_model(scheme))
+    prompt = [5, 17, 33, 2, 9, 41, 8]
+    holed = torch.tensor([prompt[:3] + [77] + prompt[3:]])
+    mask = torch.ones_like(holed)
+    mask[0, 3] = 0
+    cache = (
+        DynamicCache(config=model.config) if cache_kind == "dynamic" else StaticCache(model.config, max_cache_len=16)
+    )
+    with torch.no_grad():
+        alone = model(torch.tensor([prompt])).logits[0, -1]
+        for begin, end in [(0, 3), (3, 4), (4, 8)]:
+            chunk = model(holed[:, begin:end], attention_mask=mask[:, :end], cache=cache, use_cache=True)
+    torch.testing.assert_close(chunk.logits[0, -1], alone, atol=1e-5, rtol=0)
+
+
 def test_save_load_round_trip(scheme, tmp_path):
     model = tiny_model(scheme)
     model.save_pretrained(tmp_path)

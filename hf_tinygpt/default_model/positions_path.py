@@ -103,7 +103,9 @@ class HouseholderPath(PositionScheme):
         seen = keys_each_query_sees(attention_mask, self.scheme, self.ACTS)
         all_heads_here(query, self.num_heads, self.scheme, "learns transforms for")
         w, beta = self.transforms(kwargs["hidden_states"], module.layer_idx)
-        beta = beta * shown(seen)  # a masked token's transform is the identity: it acts on no key
+        cache = kwargs.get("cache")
+        length = key.shape[-2] if cache is None else cache.get_seq_length(module.layer_idx)  # a static cache's: filled
+        beta = beta * shown(seen, length - query.shape[-2])  # a masked token's transform is the identity
         slots = torch.arange(key.shape[-2], device=key.device)
         acts_on = own_slots(seen)[..., None] > slots  # token a's transform acts on the keys in slots before its own
         read = key.float()
@@ -129,16 +131,14 @@ class HouseholderPath(PositionScheme):
         key.copy_(keys_now)
 
 
-def shown(seen: torch.Tensor) -> torch.Tensor:
-    """(B, 1, q): whether each of a chunk's tokens is one the mask shows, not one it hides (padding, or a token masked
-    inside a sequence), read from the keys each query sees (B, 1, q, k) alone. A chunk's tokens fill consecutive cache
-    slots and a shown token's last key is its own, so its own slot less its index is the chunk's first slot; a
-    hidden token's own key is masked, and the last key it sees lies further back. flash-linear-attention's
-    PaTHAttention drops such tokens before their transforms are applied (`unpad_input`,
+def shown(seen: torch.Tensor, start) -> torch.Tensor:
+    """(B, 1, q): whether each of a chunk's q tokens is one the mask shows, not one it hides (padding, or a token masked
+    inside a sequence), from the keys each query sees (B, 1, q, k) and the cache slot of the chunk's first token
+    (`start`): a chunk's tokens fill consecutive slots, and a shown token sees its own. flash-linear-attention's
+    PaTHAttention drops hidden tokens before their transforms are applied (`unpad_input`,
     fla/layers/path_attn.py@27289fcb)."""
-    own = own_slots(seen)
-    start = own - torch.arange(own.shape[-1], device=own.device)
-    return (start == start.amax(dim=(0, 1, 2))) & (own >= 0)  # every row's chunk starts at the same slot
+    own = start + torch.arange(seen.shape[-2], device=seen.device)  # (q,)
+    return seen.gather(-1, own.view(1, 1, -1, 1).expand(seen.shape[0], 1, -1, 1)).squeeze(-1)
 
 
 def crop_refused(layer, tokens: int):
