@@ -252,11 +252,9 @@ def test_a_binary_or_utf16_file_and_empty_training_text_are_named_as_what_they_a
         args = ["train", "--train", tmp_path / name, *TINY_RUN, "--steps", 1, "--data-cache", tmp_path / "cache"]
         code, said[name] = run_cli(capsys, *args, "--out", tmp_path / "run")
         assert code == 2 and not (tmp_path / "run").exists()
-    assert (
-        "binary.bin is not UTF-8 text (a NUL byte at byte 0): a binary file, to leave out, or UTF-16"
-        in said["binary.bin"]
-    )
-    assert "notepad.txt is not UTF-8 text (a NUL byte at byte 3)" in said["notepad.txt"]
+    binary = "binary.bin is not UTF-8 text (byte 128: invalid start byte; a NUL byte at 0): a binary file, to leave out"
+    assert binary in said["binary.bin"]
+    assert "notepad.txt is not UTF-8 text (byte 0: invalid start byte; a NUL byte at 3)" in said["notepad.txt"]
     assert "iconv -f utf-16 -t utf-8" in said["notepad.txt"]
     assert f"the training data {tmp_path / 'empty.txt'} is empty: nothing to train on" in said["empty.txt"]
 
@@ -333,6 +331,9 @@ def test_a_training_config_file_that_does_not_exist_names_its_flag(tmp_path, cap
     args = ["train", "--train", tmp_path / "a.txt", *TINY_RUN, "--out", tmp_path / "run"]
     code, err = run_cli(capsys, *args, "--config", tmp_path / "nowhere.json")
     assert code == 2 and "nowhere.json (--config): no such file" in err and "Errno" not in err
+    (tmp_path / "configs").mkdir()
+    code, err = run_cli(capsys, *args, "--config", tmp_path / "configs")
+    assert code == 2 and "configs (--config) is a folder, not a JSON file" in err
     code, err = run_cli(capsys, *args, "--lr", -1)
     assert code == 2 and "--lr must be a finite number > 0, got -1.0" in err
 

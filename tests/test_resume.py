@@ -233,6 +233,18 @@ def test_resume_and_force_at_once_are_refused(corpus, tmp_path, capsys):
     assert code == 2 and "--resume and --force are both set" in err, err
 
 
+def test_a_run_without_held_out_text_resumes_whatever_its_held_out_settings_were():
+    """(A run saved with --eval-batch-size or --validation-tokens and no --validation, which were ignored then and are
+    refused now, could not be resumed: given again they are refused, left out they differ from the checkpoint's.)"""
+    from hf_tinygpt.train.run_folder import changed_settings
+
+    saved = {"validation": [], "eval_batch_size": 7, "validation_tokens": 50, "steps": 4}
+    now = {"validation": [], "eval_batch_size": 4, "validation_tokens": None, "steps": 4}
+    assert changed_settings(saved, now) == []
+    held = {"validation": ["held_out.txt"]}
+    assert [name for name, *_ in changed_settings(saved | held, now | held)] == ["eval_batch_size", "validation_tokens"]
+
+
 def test_resume_takes_the_same_folder_spelled_differently(corpus, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert run_cli(capsys, "train", "--train", "data", *EVERY_TWO, "--steps", 2, "--out", "run")[0] == 0

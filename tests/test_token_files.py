@@ -437,6 +437,30 @@ def test_load_dataset_sources_are_tokenized_like_saved_ones(file, content, datas
     assert made.tokens.tolist() == expected_ids(tokenizer, rows)
 
 
+def test_a_dataset_split_trained_on_is_never_held_out_and_another_slice_of_it_may_be(datasets, tokenizer, tmp_path):
+    """(Held out as a token folder made from the split it trained on, a dataset passed every check; and two slices of
+    one split share that split's cache files, which must not make them one text.)"""
+    from hf_tinygpt.train.settings import TrainingSettings
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "rows.jsonl").write_text("".join(json.dumps({"text": row}) + "\n" for row in ROWS if row))
+
+    def settings(split, held):
+        cache = str(tmp_path / "cache")
+        return TrainingSettings(
+            out="run", dataset=str(folder), dataset_split=split, validation=[held], data_cache=cache
+        )
+
+    whole = split_tokens(folder, "train", tokenizer, tmp_path)
+    with pytest.raises(ValueError, match="the train split of .* holds the same text as the train split of"):
+        token_files.run_tokens(settings("train", str(whole.folder)), tokenizer, "gpt2")
+    tail = split_tokens(folder, "train[90%:]", tokenizer, tmp_path)
+    trained, _, held = token_files.run_tokens(settings("train[:90%]", str(tail.folder)), tokenizer, "gpt2")
+    assert held.folder == tail.folder and trained.info["dataset"]["split"] == "train[:90%]"
+    assert len(trained.tokens) + len(held.tokens) == len(whole.tokens)
+
+
 def test_a_missing_text_column_is_named_with_the_columns_there_are(datasets, tmp_path, cli):
     datasets.Dataset.from_dict({"body": ROWS, "n": list(range(len(ROWS)))}).save_to_disk(tmp_path / "saved")
     run = cli("train", "--dataset", tmp_path / "saved", *TINY_RUN, "--out", tmp_path / "run")

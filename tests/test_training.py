@@ -114,6 +114,13 @@ def test_held_out_text_is_never_trained_on_through_a_token_folder(plays, tmp_pat
     )
     trained, _, held = run_tokens(settings, tokenizer, "gpt2")  # other text is held out as before
     assert trained.folder == made and held.info["sources"][0]["path"].endswith("held_out.txt")
+    # empty files are alike and hold no text: an empty one on each side is no held-out text trained on
+    for name in ("empty_trained.txt", "empty_held.txt"):
+        (tmp_path / name).write_text("")
+    with_empty = text_tokens([a_play, tmp_path / "empty_trained.txt"], tokenizer, "gpt2", tmp_path / "made2").folder
+    held_out.append(str(tmp_path / "empty_held.txt"))
+    settings = replace(settings, train=[str(with_empty)], validation=held_out)
+    assert run_tokens(settings, tokenizer, "gpt2")[0].folder == with_empty
 
 
 def test_a_run_says_what_of_its_text_it_does_not_learn_from():

@@ -66,6 +66,8 @@ def read_json_object(path, what: str | None = None) -> dict:
     """A JSON file that must hold an object, or a ValueError naming the file and what is wrong with it."""
     what = what or str(path)
     refuse_what_is_not_a_file(path, what)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{what} is a folder, not a JSON file")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{what}: no such file")
     try:

@@ -376,7 +376,9 @@ def changed_settings(saved: dict, now: dict) -> list[tuple[str, object, object]]
     # A setting added since the checkpoint was saved had its default then.
     default = {name: f.default for name, f in TrainingSettings.__dataclass_fields__.items()}
     was = {key: saved.get(key, default[key]) for key in now}
-    return [(key, was[key], now[key]) for key in sorted(now) if key not in FREE_ON_RESUME and was[key] != now[key]]
+    # Without held-out text these measure nothing (runs saved before they were refused without it may hold any).
+    free = FREE_ON_RESUME | ({"eval_batch_size", "validation_tokens"} if not now.get("validation") else set())
+    return [(key, was[key], now[key]) for key in sorted(now) if key not in free and was[key] != now[key]]
 
 
 def _rng_file(folder: Path, rank: int) -> Path:

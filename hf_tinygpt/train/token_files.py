@@ -152,14 +152,15 @@ def text_pieces(file: Path, piece_bytes: int | None = PIECE_BYTES, digest=None) 
             buffer = rest + data
             cut = _last_cut(buffer) if data and piece_bytes else len(buffer)
             piece, rest = buffer[:cut], buffer[cut:]
-            if (nul := piece.find(b"\0")) >= 0:  # UTF-8 text holds none; binary files and UTF-16 text do
-                raise ValueError(
-                    f"{file} is not UTF-8 text (a NUL byte at byte {offset + nul}): a binary file, to leave out, or "
-                    "UTF-16 text, to convert, e.g. with `iconv -f utf-16 -t utf-8`"
-                )
             try:
                 yield piece.decode("utf-8")
             except UnicodeDecodeError as error:
+                if (nul := piece.find(b"\0")) >= 0:  # rare in text of any 8-bit encoding; binary and UTF-16 hold many
+                    raise ValueError(
+                        f"{file} is not UTF-8 text (byte {offset + error.start}: {error.reason}; a NUL byte at "
+                        f"{offset + nul}): a binary file, to leave out, or UTF-16 text, to convert, e.g. with "
+                        "`iconv -f utf-16 -t utf-8`"
+                    ) from None
                 raise ValueError(
                     f"{file} is not UTF-8 text (byte {offset + error.start}: {error.reason}); convert it, e.g. with "
                     f"`iconv -f latin1 -t utf-8`, or leave it out"
@@ -508,16 +509,20 @@ def run_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str, Tok
 HELD_OUT_FIX = "held-out text must not be trained on; hold out other text"
 
 
-def _texts_of(tokens: TokenFile, named: list[str], what: str) -> dict[str, tuple[int, str]]:
-    """{sha256: (bytes, name)} of the files `tokens` were made from (text files, or a dataset's files), each named
-    as `TrainingSettings.what` (`named`) reads it: a token folder's with the folder."""
-    info = tokens.info
-    sources = info.get("sources", []) + info.get("dataset", {}).get("files", [])
+def _texts_of(tokens: TokenFile, named: list[str], what: str) -> dict[str, tuple[int | None, str]]:
+    """{what identifies a text: (bytes, name)} of the sources `tokens` were made from: each text file's sha256 (not
+    an empty one's, which every empty file shares), or a dataset's fingerprint (the slices of a split share its
+    files), each named as `TrainingSettings.what` (`named`) reads it: a token folder's with the folder."""
     folder = f"in the token folder {named[0]}, " if is_token_folder(named[0]) else ""
-    return {
+    texts = {
         source["sha256"]: (source["size"], f"{source['path']} ({folder}`TrainingSettings.{what}`)")
-        for source in sources
+        for source in tokens.info.get("sources", [])
+        if source["size"]
     }
+    if dataset := tokens.info.get("dataset"):
+        split = f"the {dataset['split']} split of {dataset['path']}"
+        texts[f"dataset {dataset['fingerprint']}"] = (None, f"{split} ({folder}`TrainingSettings.{what}`)")
+    return texts
 
 
 def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path, held: dict) -> tuple[TokenFile, str]:
@@ -543,16 +548,16 @@ def _training_tokens(settings, tokenizer, tokenizer_from, cache: Path, held: dic
     return data, f"{len(files)} text file{'s' * (len(files) != 1)} ({', '.join(settings.train)}{glob})"
 
 
-def _refuse_copies_of(held: dict[str, tuple[int, str]], files: list[Path]):
+def _refuse_copies_of(held: dict[str, tuple[int | None, str]], files: list[Path]):
     """Refuse a training file with held-out text (its sha256, for the files of a held-out text's size: no more is
     read before the tokenizer runs)."""
-    sizes = {size for size, _ in held.values()} - {0}
+    sizes = {size for size, _ in held.values() if size}
     alike = [file for file in files if file.stat().st_size in sizes]
     _refuse_held_text(held, {sha256_file(file): (0, f"{file} (`TrainingSettings.train`)") for file in alike})
 
 
-def _refuse_held_text(held: dict[str, tuple[int, str]], trained: dict[str, tuple[int, str]]):
-    """A ValueError naming a held-out text among the `trained` ones, each {sha256: (bytes, name)}."""
+def _refuse_held_text(held: dict[str, tuple[int | None, str]], trained: dict[str, tuple[int | None, str]]):
+    """A ValueError naming a held-out text among the `trained` ones, each as `_texts_of` gives them."""
     for sha256, (_, name) in trained.items():
         if sha256 in held:
             raise ValueError(f"{held[sha256][1]} holds the same text as {name}: {HELD_OUT_FIX}")
