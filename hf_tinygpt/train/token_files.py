@@ -558,9 +558,9 @@ def _refuse_copies_of(held: dict[str, tuple[int | None, str]], files: list[Path]
 
 def _refuse_held_text(held: dict[str, tuple[int | None, str]], trained: dict[str, tuple[int | None, str]]):
     """A ValueError naming a held-out text among the `trained` ones, each as `_texts_of` gives them."""
-    for sha256, (_, name) in trained.items():
-        if sha256 in held:
-            raise ValueError(f"{held[sha256][1]} holds the same text as {name}: {HELD_OUT_FIX}")
+    for text, (_, name) in trained.items():
+        if text in held:
+            raise ValueError(f"{held[text][1]} holds the same text as {name}: {HELD_OUT_FIX}")
 
 
 def _held_out_files(settings) -> list[Path]:
