@@ -390,6 +390,13 @@ def test_cli_refuses_with_exit_code_2_and_a_message(tmp_path, capsys, args, mess
     assert error.startswith("hf-tinygpt plot-positions: error:") and message in error
 
 
+def test_a_training_runs_folder_is_told_where_its_model_is(tmp_path, capsys):
+    """(It was "not a scheme name, a config.json file, a model folder or a reachable Hub id", of a run's folder.)"""
+    tiny_model().save_pretrained(tmp_path / "run" / "model")
+    assert main(["plot-positions", str(tmp_path / "run"), "--out", str(tmp_path / "plots")]) == 2
+    assert f"(expected a model folder; a training run's is {tmp_path / 'run' / 'model'})" in capsys.readouterr().err
+
+
 def test_plots_refuse_more_positions_than_a_picture_holds(tmp_path, capsys):
     code, err = run_cli(capsys, "plot-positions", "alibi", "--out", tmp_path / "plots", "--max-positions", 10**9)
     assert code == 2 and "cannot plot 1000000000 positions" in err

@@ -101,6 +101,8 @@ def load_for_plots(
     try:
         config_dict = read_config_dict(source, **(hub_kwargs or {}))
     except FileNotFoundError:
+        if os.path.exists(source):  # a folder or file here: what is wrong with it (a run's folder: where its model is)
+            raise
         raise FileNotFoundError(
             f"{source}: not a scheme name ({', '.join(POSITION_SCHEME_CLASSES)}), a config.json file, a model folder or a "
             "reachable Hub id"
