@@ -43,10 +43,7 @@ def run_data(settings: TrainingSettings, accelerator) -> RunData:
         )
     with accelerator.main_process_first():
         train_file, description, validation_file = run_tokens(settings, tokenizer, tokenizer_from)
-    what = ", ".join(settings.train) or settings.dataset
-    if train_file.info["tokens"] <= train_file.info["documents"]:  # nothing but the end-of-text token after each
-        raise ValueError(f"the training data {what} is empty: nothing to train on")
-    blocks = pack(train_file.tokens, settings.block_size, what=what)
+    blocks = pack(train_file.tokens, settings.block_size, what=", ".join(settings.train) or settings.dataset)
     if accelerator.is_main_process:
         warn_of_what_is_not_learned(train_file.tokens, blocks, tokenizer)
     if settings.batch_size > len(blocks):

@@ -502,6 +502,10 @@ def run_tokens(settings, tokenizer, tokenizer_from) -> tuple[TokenFile, str, Tok
             f"{', '.join(settings.validation)} (`TrainingSettings.validation`) holds the same tokens as the training "
             f"data: {HELD_OUT_FIX}"
         )
+    if holds_no_text(train):
+        raise ValueError(
+            f"the training data {', '.join(settings.train) or settings.dataset} is empty: nothing to train on"
+        )
     return train, description, validation
 
 
@@ -576,6 +580,11 @@ def _validation_tokens(settings, tokenizer, tokenizer_from, cache: Path) -> Toke
     data = _token_folder(settings.validation, "validation", tokenizer, tokenizer_from) or text_tokens(
         _held_out_files(settings), tokenizer, tokenizer_from, cache
     )
-    if data.info["tokens"] <= data.info["documents"]:  # nothing but the end-of-text token after each
+    if holds_no_text(data):
         raise ValueError(f"validation data {', '.join(settings.validation)} is empty: nothing to measure perplexity on")
     return data
+
+
+def holds_no_text(tokens: TokenFile) -> bool:
+    """Whether `tokens` are nothing but the end-of-text token after each document: their text was empty."""
+    return tokens.info["tokens"] <= tokens.info["documents"]
