@@ -69,8 +69,7 @@ def test_the_same_idea_has_the_same_flag_in_every_verb():
 
 
 def test_train_defaults_to_a_small_model():
-    from hf_tinygpt.train.settings import TrainingSettings
-    from hf_tinygpt.train.state import build_config
+    from hf_tinygpt.train.settings import TrainingSettings, build_config
 
     args = build_parser().parse_args(["train", "--train", "texts", "--out", "run"])
     settings = TrainingSettings(out=args.out, train=args.train, block_size=args.block_size)

@@ -308,8 +308,12 @@ def test_train_config_typos_are_named(corpus, tmp_path, capsys):
     # A scheme's own fields are the config's too (the study's RoPE with NoPE layers, in the slow tier, needs them).
     from hf_tinygpt.train.settings import TrainingSettings
 
-    for fields in ({"position_embedding_type": "rope", "no_rope_layer_interval": 2}, {"xpos_scale_base": 64.0}):
+    rope, xpos = {"position_embedding_type": "rope"}, {"position_embedding_type": "xpos"}
+    for fields in (rope | {"no_rope_layer_interval": 2}, xpos | {"xpos_scale_base": 64.0}):
         TrainingSettings(out=str(tmp_path / "run"), train=[str(corpus)], config=fields)
+    # ... and checked with the settings, before any text is tokenized (a scheme's field without its scheme).
+    with pytest.raises(ValueError, match="xpos_scale_base only applies to position_embedding_type='xpos'"):
+        TrainingSettings(out=str(tmp_path / "run"), train=[str(corpus)], config={"xpos_scale_base": 64.0})
 
 
 # ---- config files and verify-gpt2 ------------------------------------------------------------------------------------
@@ -803,3 +807,21 @@ def test_generate_text_names_a_model_that_is_neither_loaded_nor_a_path():
 
     with pytest.raises(ValueError, match="`model` must be a loaded model, a folder or Hub id, or None"):
         generate_text("hi", 123, gpt2_tokenizer())
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--dropout", "1.5"], "--dropout must be a number in [0, 1), got 1.5"),
+        (["--n-layer", "0"], "n_layer must be a positive integer below 2^31, got 0"),
+        (["--n-head", "3"], "n_embd (64) must be divisible by n_head (3)"),
+    ],
+)
+def test_train_checks_the_models_shape_before_it_reads_the_data(flags, message, tmp_path, capsys):
+    """A shape the model cannot take was found after the training text was tokenized (minutes for a large one), and
+    `--dropout 1.5` was named resid_pdrop, a field the user never gave. Here the text cannot be read at all, so the
+    shape's error must come first."""
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00\x01" * 64)
+    code, err = run_cli(capsys, "train", "--train", tmp_path / "binary.txt", *flags, "--out", tmp_path / "out")
+    assert code == 2 and last_line(err) == f"hf-tinygpt train: error: {message}", err
+    assert not (tmp_path / "out").exists()

@@ -10,8 +10,9 @@ from pathlib import Path
 from ..folders.errors import needs_extra
 from ..folders.model_folder import DTYPES
 from ..folders.reading import read_json_object, refuse_what_is_not_a_file
+from ..model.checks import is_number
 from ..model.configuration_tinygpt import TinyGPTConfig
-from ..model.positions import POSITION_SCHEME_CLASSES
+from ..model.positions import POSITION_SCHEME_CLASSES, positions_reach
 from ..settings import setting
 from .token_files import cache_folder, is_token_folder, stays_inside
 
@@ -155,6 +156,8 @@ class ModelShape:
     dropout: float | None = setting(None, "resid/embd/attn dropout (default: 0.1)", group="model")
 
     def config_fields(self) -> dict:
+        if self.dropout is not None and not (is_number(self.dropout) and 0 <= self.dropout < 1):
+            raise ValueError(f"`dropout` must be a number in [0, 1), got {self.dropout!r}")
         fields = read_json_object(self.config, f"{self.config} (`config`)") if self.config else {}
         named = {"position_embedding_type": self.position, "n_positions": self.n_positions}
         named |= {name: getattr(self, name) for name in ("n_layer", "n_embd", "n_head")}
@@ -286,6 +289,37 @@ def _check_config(settings: TrainingSettings):
             f"`TrainingSettings.config`: {', '.join(unknown)} {'is not a' if len(unknown) == 1 else 'are not'} "
             "TinyGPTConfig field(s) (a typo would otherwise be ignored)"
         )
+    fixed = sorted(set(settings.config) - set(DROPOUT_FIELDS))
+    if settings.init_from is not None and fixed:
+        raise ValueError(
+            f"the model of `TrainingSettings.init_from` ({settings.init_from}) fixes its shape, and the run's config "
+            f"sets {', '.join(fixed)}: leave {'it' if len(fixed) == 1 else 'them'} out; only dropout may change"
+        )
+    build_config(settings, vocab_size=1, eos_token_id=0)  # its values, before any text is tokenized
+
+
+def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
+    """The config of a new model: the small model, sized for the run's blocks and tokenizer, as `config` changes it."""
+    fields = {
+        **SMALL_MODEL,
+        "n_positions": settings.block_size,
+        "vocab_size": vocab_size,
+        "bos_token_id": eos_token_id,
+        "eos_token_id": eos_token_id,
+        **settings.config,
+    }
+    config = TinyGPTConfig(**fields)
+    if config.vocab_size < vocab_size:  # found out only at the first step, as a token id with no row
+        raise ValueError(
+            f"`TrainingSettings.config` sets vocab_size {config.vocab_size}, fewer than the tokenizer's {vocab_size} "
+            "tokens: leave vocab_size out (a new model takes the tokenizer's)"
+        )
+    if (reach := positions_reach(config)) is not None and reach < settings.block_size:
+        raise ValueError(
+            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} "
+            f"({config.position_embedding_type} positions)"
+        )
+    return config
 
 
 def _check_trackers(settings: TrainingSettings):

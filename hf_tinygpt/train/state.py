@@ -18,7 +18,7 @@ from ..model.modeling_tinygpt import TinyGPTForCausalLM
 from ..model.params import parameter_breakdown
 from ..model.positions import positions_reach
 from ..model.pretrained import cpu_has_bf16_instructions
-from .settings import DROPOUT_FIELDS, SMALL_MODEL, TrainingSettings
+from .settings import TrainingSettings, build_config
 
 BETAS = (0.9, 0.95)  # AdamW's, as nanoGPT and GPT-3 train
 
@@ -62,30 +62,6 @@ def training_state(settings: TrainingSettings, accelerator, tokenizer, token: st
     return TrainingState(model, optimizer, schedule)
 
 
-def build_config(settings: TrainingSettings, vocab_size: int, eos_token_id: int) -> TinyGPTConfig:
-    """The config of a new model: the small model, sized for the run's blocks and tokenizer, as `config` changes it."""
-    fields = {
-        **SMALL_MODEL,
-        "n_positions": settings.block_size,
-        "vocab_size": vocab_size,
-        "bos_token_id": eos_token_id,
-        "eos_token_id": eos_token_id,
-        **settings.config,
-    }
-    config = TinyGPTConfig(**fields)
-    if config.vocab_size < vocab_size:  # found out only at the first step, as a token id with no row
-        raise ValueError(
-            f"`TrainingSettings.config` sets vocab_size {config.vocab_size}, fewer than the tokenizer's {vocab_size} "
-            "tokens: leave vocab_size out (a new model takes the tokenizer's)"
-        )
-    if (reach := positions_reach(config)) is not None and reach < settings.block_size:
-        raise ValueError(
-            f"`TrainingSettings.block_size` {settings.block_size} > n_positions {reach} "
-            f"({config.position_embedding_type} positions)"
-        )
-    return config
-
-
 def check_it_fits(config: TinyGPTConfig, device: torch.device):
     """A new model's weights, their gradients and AdamW's two moments (16 bytes a parameter, in float32), checked
     against the memory free on `device` before they are made: past it, the system may end the process unannounced."""
@@ -116,11 +92,6 @@ def starting_model(settings: TrainingSettings, tokenizer, token: str | None = No
         raise ValueError(
             f"{settings.init_from} (`TrainingSettings.init_from`) holds {method} weights (its config.json has a "
             "quantization_config): training needs float weights; start from the model it was quantized from"
-        )
-    if fixed := sorted(set(settings.config) - set(DROPOUT_FIELDS)):  # fields: flags or a config file may set them
-        raise ValueError(
-            f"the model of `TrainingSettings.init_from` ({settings.init_from}) fixes its shape, and the run's config "
-            f"sets {', '.join(fixed)}: leave {'it' if len(fixed) == 1 else 'them'} out; only dropout may change"
         )
     its_own = (
         "train with the tokenizer it was made with (`TrainingSettings.tokenizer`: `TrainingSettings.init_from` "
