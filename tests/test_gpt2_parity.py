@@ -155,6 +155,11 @@ def test_token_type_ids_are_embedded_like_gpt2(pair):
         assert (
             tiny(ids, token_type_ids=segments).logits - gpt2(ids, token_type_ids=segments).logits
         ).abs().max() <= 1e-5
+    # generate takes them too (it refused them as a model_kwargs typo), and carries the last one on, as GPT-2's does.
+    greedy = dict(max_new_tokens=5, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    ours, theirs = (model.generate(ids, token_type_ids=segments, **greedy) for model in (tiny, gpt2))
+    assert torch.equal(ours.sequences, theirs.sequences)
+    assert max((a - b).abs().max() for a, b in zip(ours.scores, theirs.scores, strict=True)) <= 1e-5
 
 
 @pytest.mark.parametrize("tolerance, verdict", [(1.0, True), (0.5, False)])

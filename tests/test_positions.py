@@ -105,6 +105,22 @@ def test_a_token_masked_inside_a_sequence_reaches_no_other_token(scheme):
     torch.testing.assert_close(logits_changed, logits, atol=1e-6, rtol=0)
 
 
+def test_packed_documents_are_apart_in_a_forward_without_a_cache(scheme):
+    """transformers reads packed documents (position_ids restarting at 0, no attention_mask) as apart only when no
+    cache is made (`find_packed_sequence_indices`): then each document is read as if alone, in every scheme. With a
+    cache (the config's `use_cache=True`) they attend to each other, as Llama's do: README's Limits says so."""
+    model = moved_from_its_start(tiny_model(scheme))
+    first, second = torch.randint(1, VOCAB, (1, 5)), torch.randint(1, VOCAB, (1, 7))
+    packed = torch.cat([first, second], dim=1)
+    position_ids = torch.cat([torch.arange(5), torch.arange(7)])[None]
+    with torch.no_grad():
+        apart = model(packed, position_ids=position_ids, use_cache=False).logits
+        together = model(packed, position_ids=position_ids).logits
+        alone = [model(document, use_cache=False).logits for document in (first, second)]
+    torch.testing.assert_close(apart, torch.cat(alone, dim=1), atol=1e-5, rtol=0)
+    assert (together[:, 5:] - alone[1]).abs().max() > 1e-3  # the cache's absence is what keeps them apart
+
+
 @pytest.mark.parametrize("scheme", ["fox", "cable", "path"])
 @pytest.mark.parametrize("cache_kind", ["dynamic", "static"])
 def test_a_masked_token_is_as_if_it_were_not_there_where_order_comes_from_the_tokens(scheme, cache_kind):
@@ -236,6 +252,9 @@ def test_learned_positions_refuse_inputs_past_n_positions():
         model(torch.randint(0, VOCAB, (1, 17)))
     with pytest.raises(ValueError, match="n_positions=16"):
         model.generate(torch.randint(1, VOCAB, (1, 10)), max_new_tokens=10, do_sample=False, pad_token_id=0)
+    # A negative position (`mask.cumsum(-1) - 1` unclamped) was torch's bare "index out of range in self".
+    with pytest.raises(ValueError, match=r"position_ids must be >= 0, and -1 was given .*clamp"):
+        model(torch.randint(0, VOCAB, (1, 3)), position_ids=torch.tensor([[-1, 0, 1]]))
 
 
 def test_how_far_a_model_reaches_is_its_schemes_to_say(monkeypatch):

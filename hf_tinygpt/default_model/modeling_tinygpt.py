@@ -348,6 +348,7 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         cache: Cache | None = None,
+        token_type_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         """labels: the ids to predict, shifted inside (pass `labels=input_ids`; -100 is ignored). logits_to_keep: an
@@ -359,6 +360,7 @@ class TinyGPTForCausalLM(TinyGPTPreTrainedModel, GenerationMixin):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            token_type_ids=token_type_ids,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state

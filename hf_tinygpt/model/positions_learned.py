@@ -26,6 +26,11 @@ class LearnedPositions(nn.Embedding, PositionScheme):
         return inputs_embeds + checked_lookup(self, position_ids, self.beyond_the_table).to(inputs_embeds.dtype)
 
     def beyond_the_table(self, position_ids: torch.Tensor) -> str | None:
+        if (first := int(position_ids.min())) < 0:  # as `mask.cumsum(-1) - 1` leaves a left pad, unclamped
+            return (
+                f"position_ids must be >= 0, and {first} was given (learned position embeddings start at row 0): "
+                "for padded inputs, clamp them (`position_ids.clamp(min=0)`) or leave them out"
+            )
         last = int(position_ids.max())
         if last >= self.num_embeddings:
             return (
