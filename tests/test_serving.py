@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import readme_blocks, text_model, word_tokenizer
+from conftest import random_gpt2, readme_blocks, text_model, word_tokenizer
 from transformers import AutoTokenizer
 
 from hf_tinygpt import DEFAULT_MODEL_DIR, TinyGPTForCausalLM, gpt2_tokenizer
@@ -173,6 +173,7 @@ def test_a_model_whose_weights_or_scheme_it_cannot_serve_is_one_error_before_the
     (tmp_path / "swapped" / "README.md").write_text(f"---\ntinygpt:\n  training:\n    tokenizer_sha256: {words}\n---\n")
     (tmp_path / "learned" / "model.safetensors").write_bytes((tmp_path / "rope" / "model.safetensors").read_bytes())
     (tmp_path / "rope" / "model.safetensors").unlink()
+    random_gpt2().save_pretrained(tmp_path / "gpt2")  # transformers' own, no tokenizer files: each request was a 500
     capsys.readouterr()
     with socket.socket() as taken:  # were a check missing, the server would stop at once: its port is taken
         taken.bind(("127.0.0.1", 0))
@@ -183,6 +184,7 @@ def test_a_model_whose_weights_or_scheme_it_cannot_serve_is_one_error_before_the
             ("rope", [], "no file named model.safetensors"),
             ("path", ["--continuous-batching"], "position_embedding_type='path' rewrites the keys its cache holds"),
             ("swapped", [], "the tokenizer its files hold is not the tokenizer its weights were trained with"),
+            ("gpt2", [], "holds no tokenizer files, and transformers made it a tokenizer of 1 token"),
         ]:
             assert main(["serve", str(tmp_path / folder), *options, *where]) == 2, folder
             err = capsys.readouterr().err.strip()

@@ -55,19 +55,26 @@ class TinyGPTModelLoader(ModelLoader):
         its attention kernel (transformers' check, the scheme's of a kernel that takes no mask: built on the meta
         device, which allocates nothing), its weights (loaded strictly, on the CPU, then let go) and, where the server
         batches continuously (`generation_state`, as it decides with the model's processor), whether it can; and its
-        tokenizer, where its card records which one its weights were trained with."""
+        tokenizer, where its card records which one its weights were trained with. Any model's tokenizer must be
+        made of files: transformers makes a GPT-2 folder without them a tokenizer of one token."""
         repo, revision, gguf_file = parse_model_id(model_id)
         if gguf_file:
             return
         hub = {"revision": revision} if revision else {}
         config = read_config_dict(repo, **hub)
+        processor = self.load_processor(model_id)
+        if hasattr(processor, "get_vocab") and len(processor.get_vocab()) < 2:  # transformers' GPT-2 of no files
+            raise ValueError(
+                f"{model_id} holds no tokenizer files, and transformers made it a tokenizer of "
+                f"{len(processor.get_vocab())} token, which reads every prompt as no tokens (each request would fail): "
+                "save the tokenizer its weights were trained with beside them (`tokenizer.save_pretrained`)"
+            )
         if config.get("model_type") != TinyGPTConfig.model_type:
             return
         if self.attn_implementation:  # the default kernel (sdpa) runs every scheme
             with torch.device("meta"):
                 TinyGPTForCausalLM(TinyGPTConfig.from_dict(config, attn_implementation=self.attn_implementation))
         model = load_strictly(repo, config=config, dtype=self.dtype, **hub)
-        processor = self.load_processor(model_id)
         if hasattr(processor, "get_vocab"):  # a tokenizer: the one the card says the weights were trained with
             check_trained_with(processor, repo, **hub)
         if generation_state.use_continuous_batching(model.config, processor):
