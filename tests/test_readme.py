@@ -3,7 +3,10 @@ and a test machine does not. Its info string says where a block runs: "python" h
 and the command-line "bash" block here in the slow tier, "python vllm" and the like in that engine's venv
 (tests/test_engines.py). The two "bash" blocks that set up a venv are the ones .ci/run runs, word for word."""
 
+import contextlib
+import importlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -90,3 +93,47 @@ def test_the_readme_shell_commands_are_what_ci_runs():
     ci = Path(REPOSITORY / ".ci" / "run").read_text().splitlines()
     for command in two_commands():
         assert command.strip() in ci, command
+
+
+def markdown_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", "*.md"], cwd=REPOSITORY, capture_output=True, text=True, check=True)
+    return [REPOSITORY / name for name in listed.stdout.split()]
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings: lower case, punctuation dropped, spaces as hyphens, a repeated
+    one numbered."""
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", path.read_text(), flags=re.S), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        found.add(slug if seen[slug] == 0 else f"{slug}-{seen[slug]}")
+    return found
+
+
+def test_every_link_and_name_in_the_docs_is_there():
+    """A reader follows the docs' relative links and imports the modules they name: each file, anchor and
+    `hf_tinygpt.NAME` exists (a card's template named `hf_tinygpt.checkpoints.model_card`, a package that had moved).
+    scripts/measurement_log.md is history: its names are those of the day."""
+    missing = []
+    for path in markdown_files():
+        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):  # a web address
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in anchors(linked)):
+                missing.append(f"{path.relative_to(REPOSITORY)}: {target}")
+        if path.name == "measurement_log.md":
+            continue
+        for name in re.findall(r"\bhf_tinygpt(?:\.\w+)+", text):
+            parts, found = name.split("."), None
+            for cut in range(len(parts), 0, -1):
+                with contextlib.suppress(ImportError):
+                    found, rest = importlib.import_module(".".join(parts[:cut])), parts[cut:]
+                    break
+            if found is None or not all((found := getattr(found, part, None)) is not None for part in rest):
+                missing.append(f"{path.relative_to(REPOSITORY)}: {name}")
+    assert not missing, missing

@@ -206,8 +206,8 @@ def run_convert(args) -> int:
     converted = convert(ConversionSettings(**settings_values(args, ConversionSettings)))
     if converted.delta is not None:
         print(
-            f"verify: max |Δlogits| = {converted.delta:.3g} (tolerance {converted.tolerance:g} per unit of the "
-            "logits' scale)"
+            f"verify: max |Δlogits| = {converted.delta:.3g}, within the tolerance {converted.tolerance:g} × the "
+            "logits' scale, max(1, max |logit|)"
         )
     print(f"wrote {converted.folder} ({converted.form})")
     return 0
