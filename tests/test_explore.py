@@ -337,6 +337,7 @@ def test_the_verb_refuses_a_long_text_it_cannot_read(tmp_path, capsys):
 def test_the_verb_serves_the_app_on_loopback(tmp_path):
     """On loopback only, whatever Gradio's environment asks for: no share link is even tried."""
     import os
+    import signal
     import subprocess
     import sys
     import time
@@ -345,6 +346,7 @@ def test_the_verb_serves_the_app_on_loopback(tmp_path):
     port = free_port()
     command = [sys.executable, "-m", "hf_tinygpt", "explore", "rope", "alibi", "--port", str(port)]
     env = os.environ | {"GRADIO_SHARE": "True", "GRADIO_SSR_MODE": "True", "GRADIO_MCP_SERVER": "True"}
+    env["TMPDIR"] = str(tmp_path)  # where its private folder is made
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         for _ in range(240):
@@ -359,10 +361,13 @@ def test_the_verb_serves_the_app_on_loopback(tmp_path):
             raise AssertionError("the app did not answer on loopback")
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         assert len(client.predict(PROMPT, api_name="/token_position")) == 2
+        assert any(tmp_path.glob("hf-tinygpt-explore-*"))
     finally:
         server.terminate()
         server.wait(timeout=30)
     printed = server.stdout.read()
+    # Stopped by SIGTERM (`kill`), it exits as the shell reports it and removes the files it served (it left them).
+    assert server.returncode == 128 + signal.SIGTERM and not any(tmp_path.glob("hf-tinygpt-explore-*")), printed
     assert f"Running on local URL:  http://127.0.0.1:{port}" in printed
     assert "untrained rope TinyGPT" in printed and "(2)" not in printed  # (two bare schemes had one name, and "(2)")
     assert not any(word in printed for word in ("share", "public URL", "public link", "SSR", "MCP")), printed

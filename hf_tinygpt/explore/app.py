@@ -19,6 +19,7 @@ import inspect
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import textwrap
@@ -142,6 +143,8 @@ def launch(demo: "gr.Blocks", *, server_name: str | None = None, server_port: in
     if not quiet:
         print(f"* Running on local URL:  {demo.local_url.rstrip('/')}", flush=True)
     if blocking and not getattr(sys, "ps1", sys.flags.interactive):  # as Gradio: a script waits, a console goes on
+        if threading.current_thread() is threading.main_thread():  # `kill`, a stopping container: exit as Ctrl-C,
+            signal.signal(signal.SIGTERM, lambda number, _: sys.exit(128 + number))  # private_folder's atexit runs
         demo.block_thread()
     return launched
 
