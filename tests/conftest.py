@@ -118,6 +118,10 @@ def fla_naive_reference(ops_file: str, function: str):
     return getattr(module, function)
 
 
+# GPT-2's vocabulary, for a model that is saved with the bundled tokenizer: a folder's tokenizer must fit its rows.
+GPT2_VOCAB = dict(vocab_size=50257, bos_token_id=50256, eos_token_id=50256)
+
+
 def random_gpt2(seed=0, **overrides) -> GPT2LMHeadModel:
     """transformers' own GPT-2 with random weights: the reference every parity test compares against."""
     fields = dict(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
@@ -151,9 +155,10 @@ def word_tokenizer(words: list[str]):
 
 @pytest.fixture
 def gpt2_folder(tmp_path):
-    """A GPT-2 checkpoint (random_gpt2, small vocabulary) saved by transformers in tmp_path/models/gpt2."""
+    """A GPT-2 checkpoint (random_gpt2 over GPT-2's vocabulary, which the bundled tokenizer needs) saved by
+    transformers in tmp_path/models/gpt2."""
     folder = tmp_path / "models" / "gpt2"
-    random_gpt2().save_pretrained(folder)
+    random_gpt2(**GPT2_VOCAB).save_pretrained(folder)
     return folder
 
 

@@ -20,7 +20,17 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPOSITORY, TINY_RUN, last_line, random_gpt2, run_cli, save_with_tokenizer, text_model, tiny_model
+from conftest import (
+    GPT2_VOCAB,
+    REPOSITORY,
+    TINY_RUN,
+    last_line,
+    random_gpt2,
+    run_cli,
+    save_with_tokenizer,
+    text_model,
+    tiny_model,
+)
 from safetensors.torch import load_file, save_file
 
 from hf_tinygpt import gpt2_tokenizer
@@ -164,8 +174,9 @@ def test_generate_says_which_architectures_it_runs(tmp_path, capsys):
     assert code == 2 and "model_type 'my_custom_gpt' is not an architecture transformers knows" in err
 
 
-def test_generate_names_a_gpt2_folder_whose_vocabulary_the_bundled_tokenizer_overflows(gpt2_folder, capsys):
-    code, err = run_cli(capsys, "generate", "hello", "--model", gpt2_folder)
+def test_generate_names_a_gpt2_folder_whose_vocabulary_the_bundled_tokenizer_overflows(tmp_path, capsys):
+    random_gpt2().save_pretrained(tmp_path / "gpt2")  # 211 tokens, no tokenizer files
+    code, err = run_cli(capsys, "generate", "hello", "--model", tmp_path / "gpt2")
     assert code == 2 and "it needs its own tokenizer" in err
 
 
@@ -415,7 +426,7 @@ def test_a_malformed_gpt2_folder_is_named_by_convert_and_verify(gpt2_folder, tmp
 
 def test_an_error_names_a_file_with_a_newline_in_its_name_on_one_line(tmp_path, capsys):
     gpt2 = tmp_path / "gpt2"
-    random_gpt2().save_pretrained(gpt2)
+    random_gpt2(**GPT2_VOCAB).save_pretrained(gpt2)
     out = tmp_path / "out"
     assert run_cli(capsys, "convert", gpt2, "--out", out, "--tokenizer", "gpt2")[0] == 0
     (out / "evil\nname").write_text("mine")

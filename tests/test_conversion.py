@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HUB_TOKEN, VOCAB, hub_subprocess_env, random_gpt2, run_cli, tiny_model
+from conftest import GPT2_VOCAB, HUB_TOKEN, VOCAB, hub_subprocess_env, random_gpt2, run_cli, tiny_model
 from safetensors.torch import load_file, save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -87,7 +87,7 @@ def test_a_lone_weights_file_has_n_embd_over_64_heads_or_the_n_head_given(tmp_pa
     """n_embd 32 and 4 heads: the shapes do not say how many heads, and 64 per head does not divide 32 (the guess
     was one head, and verifying against a GPT2LMHeadModel built on the same guess agreed): given, the logits are
     GPT-2's."""
-    gpt2 = random_gpt2()
+    gpt2 = random_gpt2(**GPT2_VOCAB)
     save_file(gpt2_tensors(gpt2), tmp_path / "w.safetensors", metadata={"format": "pt"})
     refused = cli("convert", tmp_path / "w.safetensors", "--out", tmp_path / "guessed", "--tokenizer", "gpt2")
     assert refused.returncode == 2 and not (tmp_path / "guessed").exists()
@@ -102,7 +102,7 @@ def test_a_head_apart_from_wte_is_kept_or_refused_never_dropped(tmp_path, cli):
     GPT-2 keeps the checkpoint's, so the logits differed, and `convert --verify` passed; a lone file with its own
     head could not be converted at all.) The folder is refused with the fix, which gives GPT-2's logits; a lone file's
     own head makes it untied."""
-    untied = random_gpt2(tie_word_embeddings=False)
+    untied = random_gpt2(tie_word_embeddings=False, **GPT2_VOCAB)
     tensors = gpt2_tensors(untied)
     assert not torch.equal(tensors["lm_head.weight"], tensors["transformer.wte.weight"])
     tied_config = GPT2Config(**{**untied.config.to_dict(), "tie_word_embeddings": True})
@@ -163,7 +163,7 @@ def test_convert_refuses_the_options_its_source_does_not_take(gpt2_folder, tmp_p
         assert f"leave {option} out" in refused.stderr and not (tmp_path / "out").exists()
     # A config.json of another kind beside a lone file says nothing of it: its heads are still `n_head`'s to say.
     (tmp_path / "lone").mkdir()
-    save_file(gpt2_tensors(random_gpt2()), tmp_path / "lone" / "w.safetensors", metadata={"format": "pt"})
+    save_file(gpt2_tensors(random_gpt2(**GPT2_VOCAB)), tmp_path / "lone" / "w.safetensors", metadata={"format": "pt"})
     (tmp_path / "lone" / "config.json").write_text('{"model_type": "something_else"}')
     given = cli(
         "convert", tmp_path / "lone" / "w.safetensors", "--out", tmp_path / "out", "--n-head", 4, "--tokenizer", "gpt2"
@@ -292,7 +292,7 @@ def test_convert_gpt2_folder_round_trip_with_verify(tmp_path, cli):
         assert (reloaded(IDS).logits - gpt2(IDS).logits).abs().max() <= 1e-5
 
 
-def nanogpt_checkpoint(path, *, bias=True, vocab=64, padded_vocab=72, compiled=False):
+def nanogpt_checkpoint(path, *, bias=True, vocab=50257, padded_vocab=50304, compiled=False):
     """A nanoGPT `ckpt.pt` (nn.Linear layout, exact GELU) with random weights, and the same model as transformers'
     GPT2LMHeadModel (activation 'gelu', Conv1D = transposed Linear, zero biases when bias=False)."""
     C, L, H, T = 32, 2, 4, 48
@@ -353,22 +353,34 @@ def test_nanogpt_checkpoint_converts_exactly(tmp_path, bias, compiled, cli):
         "--tokenizer",
         "gpt2",
         "--trim-vocab",
-        "64",
+        "50257",
         "--verify",
         "--tolerance",
         "1e-5",
     )
     assert out.returncode == 0, out.stderr[-2000:]
     tiny = TinyGPTForCausalLM.from_pretrained(tmp_path / "tiny").eval()
-    assert tiny.config.vocab_size == 64 and tiny.config.activation_function == "gelu"
-    ids = IDS % 64
+    assert tiny.config.vocab_size == 50257 and tiny.config.activation_function == "gelu"
+    # nanoGPT's dropout (0.0 here) and end of text, not GPT-2's 0.1 (every conversion had 0.1)
+    pdrop = (tiny.config.resid_pdrop, tiny.config.embd_pdrop, tiny.config.attn_pdrop)
+    assert pdrop == (0.0, 0.0, 0.0) and tiny.config.eos_token_id == 50256
+    ids = IDS
     assert_same_logits(tiny, reference, ids)
+
+
+def test_a_tokenizer_with_more_tokens_than_the_model_has_rows_is_refused(tmp_path, cli):
+    """(nanoGPT's character-level Shakespeare, 65 tokens, converted with the GPT-2 BPE its error suggested, was
+    written and called converted; only generate found that the tokenizer's ids have no rows.)"""
+    nanogpt_checkpoint(tmp_path / "ckpt.pt", vocab=65, padded_vocab=65)
+    out = cli("convert", tmp_path / "ckpt.pt", "--out", tmp_path / "tiny", "--tokenizer", "gpt2")
+    said = "the --tokenizer has 50,257 tokens, more than the model's 65 token rows: its ids past 64 would have no row"
+    assert out.returncode == 2 and said in out.stderr and not (tmp_path / "tiny").exists(), out.stderr[-2000:]
 
 
 def test_dtype_option_stores_bfloat16_weights(tmp_path, cli):
     from safetensors import safe_open
 
-    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    random_gpt2(**GPT2_VOCAB).save_pretrained(tmp_path / "gpt2")
     out = cli(
         "convert",
         tmp_path / "gpt2",
@@ -613,7 +625,7 @@ def test_converting_a_hub_id_reads_its_files_once_from_one_commit(hub, tmp_path)
     once, from that commit (a branch that moves meanwhile cannot mix two commits' files)."""
     from huggingface_hub import HfApi
 
-    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    random_gpt2(**GPT2_VOCAB).save_pretrained(tmp_path / "gpt2")
     api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
     api.create_repo("someone/tiny-gpt2", private=True)
     api.create_branch("someone/tiny-gpt2", branch="dev")

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import random_gpt2
+from conftest import GPT2_VOCAB, random_gpt2
 from safetensors.torch import load_file
 
 from hf_tinygpt.cli.commands import main
@@ -86,7 +86,7 @@ POINTS = [
 
 @pytest.mark.parametrize("point", POINTS)
 def test_a_killed_force_convert_leaves_the_old_or_the_new_folder_whole(tmp_path, capsys, point):
-    old, new = random_gpt2(seed=1), random_gpt2(seed=2)
+    old, new = random_gpt2(seed=1, **GPT2_VOCAB), random_gpt2(seed=2, **GPT2_VOCAB)
     old.save_pretrained(tmp_path / "old")
     new.save_pretrained(tmp_path / "new")
     out = tmp_path / "models" / "out"
@@ -110,7 +110,7 @@ def test_a_killed_force_convert_leaves_the_old_or_the_new_folder_whole(tmp_path,
 
 
 def test_two_concurrent_converts_into_one_output_cannot_both_succeed(tmp_path):
-    random_gpt2().save_pretrained(tmp_path / "gpt2")
+    random_gpt2(**GPT2_VOCAB).save_pretrained(tmp_path / "gpt2")
     command = [
         sys.executable,
         "-m",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_RUN, copied_manifest_folder, last_line, random_gpt2, run_cli, tiny_model
+from conftest import GPT2_VOCAB, TINY_RUN, copied_manifest_folder, last_line, random_gpt2, run_cli, tiny_model
 from safetensors.torch import load_file
 
 from hf_tinygpt import gpt2_tokenizer
@@ -198,10 +198,10 @@ def test_force_replaces_an_earlier_output_and_keeps_no_leftovers(gpt2_folder, tm
     assert run_cli(capsys, "convert", gpt2_folder, "--out", out, "--tokenizer", "gpt2")[0] == 0
     code, err = run_cli(capsys, "convert", gpt2_folder, "--out", out, "--tokenizer", "gpt2")
     assert code == 2 and "pass --force" in err
-    random_gpt2(seed=7).save_pretrained(gpt2_folder)
+    random_gpt2(seed=7, **GPT2_VOCAB).save_pretrained(gpt2_folder)
     assert run_cli(capsys, "convert", gpt2_folder, "--out", out, "--tokenizer", "gpt2", "--force")[0] == 0
     written = load_file(out / "model.safetensors")["transformer.wte.weight"]
-    assert torch.equal(written, random_gpt2(seed=7).transformer.wte.weight)
+    assert torch.equal(written, random_gpt2(seed=7, **GPT2_VOCAB).transformer.wte.weight)
     assert leftovers(tmp_path) == []
 
 

@@ -169,6 +169,8 @@ def _read_nanogpt(path: Path, trim_vocab: int | None) -> Source:
     vocab_size = trim_vocab or args["vocab_size"]
     if vocab_size > args["vocab_size"]:
         raise ValueError(f"`trim_vocab` {vocab_size} is larger than the checkpoint's vocab_size {args['vocab_size']}")
+    end_of_text = 50256 if vocab_size > 50256 else None  # GPT-2's; a character-level model has none
+    dropout = args.get("dropout", 0.0)  # nanoGPT's one rate, 0.0 unless trained with another
     config = TinyGPTConfig(
         vocab_size=vocab_size,
         n_positions=args["block_size"],
@@ -176,8 +178,11 @@ def _read_nanogpt(path: Path, trim_vocab: int | None) -> Source:
         n_layer=args["n_layer"],
         n_head=args["n_head"],
         activation_function="gelu",
-        bos_token_id=50256,
-        eos_token_id=50256,
+        bos_token_id=end_of_text,
+        eos_token_id=end_of_text,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
     )
     state_dict = {}
     for key, tensor in checkpoint["model"].items():
