@@ -61,7 +61,8 @@ def test_tensor_parallel_equals_one_process_or_is_refused_by_name(tmp_path):
         assert outcome["logits_max_abs_diff"] <= 1e-5 and outcome["tp_plan_auto_logits_max_abs_diff"] <= 1e-5, name
         assert outcome["greedy_tokens_equal"] and outcome["grad_max_abs_diff"] <= 1e-5, name
     assert ("odd-vocabulary" in result) == uneven_vocabulary
-    assert "refused" in result["alibi"] and "refused" in result["cope"]
+    refused = {name for name, outcome in result.items() if "refused" in outcome}
+    assert refused == {"alibi", "t5", "kerple", "fire", "cope", "pope", "fox", "cable", "path"}  # README says which
 
 
 def test_fsdp_shards_per_block_trains_like_one_process_and_saves_a_plain_checkpoint(tmp_path):

@@ -39,3 +39,27 @@ def test_lora_on_tinygpt_projections_trains_merges_and_reloads(tmp_path, scheme)
     reloaded = TinyGPTForCausalLM.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         assert (reloaded(ids).logits - expected).abs().max() < 1e-4  # merging adds A·B into the weight: rounding only
+
+
+@pytest.mark.parametrize("scheme", ["t5", "cope", "pope", "fox", "cable", "path"])
+def test_a_schemes_own_weights_train_as_modules_to_save(scheme):
+    """(With `modules_to_save=["wpe"]` CoPE, PoPE, FoX, CABLE and PaTH kept calling the frozen original: peft's
+    trainable copy was saved in the adapter but took no gradient.) The copy is what the model runs, adapter on or
+    off."""
+    peft = pytest.importorskip("peft", reason="peft is part of the [dev] extra: pip install -e '.[dev]'")
+    model = tiny_model(scheme)
+    lora = peft.LoraConfig(r=4, target_modules=["c_attn"], modules_to_save=["wpe"], task_type="CAUSAL_LM")
+    tuned = peft.get_peft_model(model, lora)
+    ids = torch.randint(0, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    tuned(input_ids=ids, labels=ids).loss.backward()
+    copies = {name: p for name, p in tuned.named_parameters() if "modules_to_save" in name}
+    assert copies and all(p.grad is not None and p.grad.abs().sum() > 0 for p in copies.values()), copies.keys()
+    with torch.no_grad():
+        for p in copies.values():  # noise: a constant added to a bias table moves no softmax
+            p.add_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+        moved = tuned(input_ids=ids).logits
+        with tuned.disable_adapter():  # the original, not the copy, without the adapter
+            original = tuned(input_ids=ids).logits
+    assert (moved - original).abs().max() > 1e-3
+    with torch.no_grad():
+        torch.testing.assert_close(original, tiny_model(scheme)(ids).logits, atol=1e-6, rtol=0)

@@ -105,6 +105,23 @@ def test_a_token_masked_inside_a_sequence_reaches_no_other_token(scheme):
     torch.testing.assert_close(logits_changed, logits, atol=1e-6, rtol=0)
 
 
+def test_a_scheme_module_put_in_its_place_is_the_one_that_acts(scheme):
+    """(CoPE, PoPE, FoX, CABLE and PaTH kept calling the module they were built with: one put in its place, as
+    peft's `modules_to_save` puts a trainable copy, saved its weights but moved no logit and took no gradient.)"""
+    import copy
+
+    model = tiny_model(scheme)
+    name = POSITION_SCHEME_CLASSES[scheme].module_name
+    replacement = moved_from_its_start(copy.deepcopy(getattr(model.transformer, name)))
+    setattr(model.transformer, name, replacement)
+    reloaded = tiny_model(scheme)
+    reloaded.load_state_dict(model.state_dict())
+    ids = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(model(ids).logits, reloaded(ids).logits, atol=1e-6, rtol=0)
+    model(ids, labels=ids).loss.backward()
+    assert all(parameter.grad is not None for parameter in replacement.parameters())
+
+
 def test_packed_documents_are_apart_in_a_forward_without_a_cache(scheme):
     """transformers reads packed documents (position_ids restarting at 0, no attention_mask) as apart only when no
     cache is made (`find_packed_sequence_indices`): then each document is read as if alone, in every scheme. With a
@@ -694,15 +711,22 @@ def x_transformers_attention(model, pairs=True, **options):
 
 
 def layer_zero(model, x: torch.Tensor, attention_mask=None) -> torch.Tensor:
-    """Layer 0's attention of `model` on hidden states `x` (1, T, C), its rotation and mask as the model makes them
-    (CoPE's layers hold their own attention, `attn.attend`)."""
+    """Layer 0's attention of `model` on hidden states `x` (1, T, C), its rotation, mask and the scheme's own
+    attention as the model gives them."""
     from transformers.masking_utils import create_causal_mask
 
     positions, position_ids = model.transformer.positions, torch.arange(x.shape[1])[None]
     mask = create_causal_mask(model.config, x, attention_mask, None, position_ids, allow_is_causal_skip=False)
     rotary = positions.rotary_cos_sin(x, position_ids)
     with torch.no_grad():
-        out, _ = model.transformer.h[0].attn(x, mask, rotary=rotary, position_ids=position_ids)
+        out, _ = model.transformer.h[0].attn(
+            x,
+            mask,
+            rotary=rotary,
+            attend=positions.attention(0),
+            keys_carry=positions.keys_carry(0),
+            position_ids=position_ids,
+        )
     return out
 
 

@@ -64,10 +64,19 @@ class TinyGPTAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
         self.attn_dropout = nn.Dropout(config.attn_pdrop)
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
-        self.attend: Callable | None = None  # the scheme's own attention (CoPE's), else the config's kernel
-        self.keys_carry: Callable | None = None  # what the scheme's keys take into the cache (FoX's forget gates)
 
-    def forward(self, hidden_states, attention_mask=None, cache: Cache | None = None, rotary=None, **kwargs):
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        cache: Cache | None = None,
+        rotary=None,
+        attend: Callable | None = None,
+        keys_carry: Callable | None = None,
+        **kwargs,
+    ):
+        """`rotary`: the cos/sin that rotate q and k; `attend`: the scheme's own attention (CoPE's), else the config's
+        kernel runs; `keys_carry`: what the scheme's keys take into the cache (FoX's forget gates)."""
         batch, length, _ = hidden_states.shape
         qkv = self.c_attn(hidden_states)  # (B, T, 3C): [q | k | v]; under tensor parallelism, this rank's heads only
         check_sharded_heads(qkv, attention_mask, self.head_dim, self.num_heads, self.config.position_embedding_type)
@@ -75,8 +84,8 @@ class TinyGPTAttention(nn.Module):
         query, key, value = (t.view(heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))  # (B, H, T, D) each
         if rotary is not None:
             query, key = apply_rotary(query, key, rotary)
-        if self.keys_carry is not None:
-            key = self.keys_carry(hidden_states, key)  # some of k's features carry the scheme's own
+        if keys_carry is not None:
+            key = keys_carry(hidden_states, key)  # some of k's features carry the scheme's own
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx, kwargs=kwargs)  # (B, H, past + T, D)
 
@@ -84,8 +93,8 @@ class TinyGPTAttention(nn.Module):
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
-        if self.attend is not None:  # the scheme's own attention, which may read the layer's input and cache
-            attention_interface = self.attend
+        if attend is not None:  # the scheme's own attention, which may read the layer's input and cache
+            attention_interface = attend
             kwargs = {**kwargs, "hidden_states": hidden_states, "cache": cache}
         attn_output, attn_weights = attention_interface(
             self,
@@ -185,8 +194,6 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
         self.add_module(positions.module_name, positions)  # `wpe`, or `rotary_emb` for rope
         self.drop = nn.Dropout(config.embd_pdrop)
         self.h = nn.ModuleList(TinyGPTBlock(config, layer_idx=i) for i in range(config.n_layer))
-        for i, block in enumerate(self.h):  # attributes, not arguments: engines trace the attention's forward
-            block.attn.attend, block.attn.keys_carry = positions.attention(i), positions.keys_carry(i)
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.gradient_checkpointing = False
         self.post_init()
@@ -243,23 +250,30 @@ class TinyGPTModel(TinyGPTPreTrainedModel):
             past_length = cache.get_seq_length() if cache is not None else 0
             position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_length)[None]
 
-        hidden_states = self.positions.add_to_embeddings(inputs_embeds, position_ids)  # (B, T, C)
+        positions = self.positions  # looked up at each call: a module put in its place (peft's copy) is the one used
+        hidden_states = positions.add_to_embeddings(inputs_embeds, position_ids)  # (B, T, C)
         if token_type_ids is not None:  # GPT-2 embeds segment ids with the token embedding matrix
             hidden_states = hidden_states + self.wte(token_type_ids)
         hidden_states = self.drop(hidden_states)
 
         # The cache is passed positionally: its keyword is `cache` on transformers >= 5.24, `past_key_values` before.
-        full_mask = self.positions.needs_full_mask
+        full_mask = positions.needs_full_mask
         attention_mask = create_causal_mask(
             self.config, inputs_embeds, attention_mask, cache, position_ids, allow_is_causal_skip=not full_mask
         )
-        attention_mask = self.positions.bias_attention(attention_mask, position_ids, inputs_embeds.dtype)
-        rotary = self.positions.rotary_cos_sin(hidden_states, position_ids)
+        attention_mask = positions.bias_attention(attention_mask, position_ids, inputs_embeds.dtype)
+        rotary = positions.rotary_cos_sin(hidden_states, position_ids)
 
         for i, block in enumerate(self.h):
-            rotary_here = self.positions.rotary_in_layer(rotary, i)
             hidden_states = block(
-                hidden_states, attention_mask, cache=cache, rotary=rotary_here, position_ids=position_ids, **kwargs
+                hidden_states,
+                attention_mask,
+                cache=cache,
+                rotary=positions.rotary_in_layer(rotary, i),
+                attend=positions.attention(i),
+                keys_carry=positions.keys_carry(i),
+                position_ids=position_ids,
+                **kwargs,
             )
         hidden_states = self.ln_f(hidden_states)
         return BaseModelOutputWithPast(last_hidden_state=hidden_states, **{CACHE_FIELD: cache if use_cache else None})
