@@ -8,6 +8,7 @@ given to convert in test_conversion.py, `--resume` in test_resume.py, a folder w
 test_no_foreign_code.py, push's own checks in test_publishing.py.
 """
 
+import array
 import json
 import os
 import re
@@ -268,6 +269,11 @@ def test_a_binary_or_utf16_file_and_empty_training_text_are_named_as_what_they_a
     assert "notepad.txt is not UTF-8 text (byte 0: invalid start byte; a NUL byte at 3)" in said["notepad.txt"]
     assert "iconv -f utf-16 -t utf-8" in said["notepad.txt"]
     assert f"the training data {tmp_path / 'empty.txt'} is empty: nothing to train on" in said["empty.txt"]
+    # nanoGPT's prepare.py writes GPT-2 ids as uint16: such a file is named for what it is
+    (tmp_path / "train.bin").write_bytes(array.array("H", [464, 13, 11, 262, 50256]).tobytes())
+    args = ["train", "--train", tmp_path / "train.bin", *TINY_RUN, "--data-cache", tmp_path / "cache"]
+    code, err = run_cli(capsys, *args, "--out", tmp_path / "run")
+    assert code == 2 and "nanoGPT's train.bin and val.bin hold token ids: give the text prepare.py read" in err, err
 
 
 def test_empty_validation_data_is_refused_before_training(corpus, tmp_path, capsys):
@@ -836,3 +842,13 @@ def test_train_checks_the_models_shape_before_it_reads_the_data(flags, message, 
     code, err = run_cli(capsys, "train", "--train", tmp_path / "binary.txt", *flags, "--out", tmp_path / "out")
     assert code == 2 and last_line(err) == f"hf-tinygpt train: error: {message}", err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_warmup_as_long_as_the_run_is_said(corpus, tmp_path, capsys):
+    """(`--steps 50` kept the default 100 warmup steps without a word: the rate never reached --lr, nor decayed.)"""
+    argv = ["train", "--train", corpus, *TINY_RUN, "--data-cache", tmp_path / "cache"]
+    code, err = run_cli(capsys, *argv, "--steps", 3, "--warmup-steps", 100, "--out", tmp_path / "long")
+    said = "hf-tinygpt train: warning: --warmup-steps (100) >= --steps (3): the learning rate never reaches --lr"
+    assert code == 0 and said in err, err
+    code, err = run_cli(capsys, *argv, "--steps", 3, "--warmup-steps", 2, "--out", tmp_path / "short")
+    assert code == 0 and "--warmup-steps (2)" not in err and "never reaches" not in err, err

@@ -787,7 +787,7 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_once_naming_the_flag(
     plays, tmp_path, cli, monkeypatch, has_bf16
 ):
     monkeypatch.setattr("hf_tinygpt.train.state.cpu_has_bf16_instructions", lambda: has_bf16)
-    run = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 2, "--bf16", "--out", tmp_path / "run")
+    run = cli("train", "--train", plays, *TINY_TRAINING, "--steps", 3, "--bf16", "--out", tmp_path / "run")
     assert run.returncode == 0, run.stderr[-3000:]
     warned = [line for line in run.stderr.splitlines() if "warning" in line]
     if has_bf16:

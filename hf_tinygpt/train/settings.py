@@ -4,6 +4,7 @@
 import dataclasses
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,6 +209,13 @@ def _check_numbers(settings: TrainingSettings):
         ):
             within = "> 0" if name == "learning_rate" else (f">= {low}" if high == math.inf else f"in [{low}, {high}]")
             raise ValueError(f"`TrainingSettings.{name}` must be a finite number {within}, got {value!r}")
+    if settings.warmup_steps >= settings.steps > 1:  # the default 100 warmup steps in a short run
+        warnings.warn(
+            f"`TrainingSettings.warmup_steps` ({settings.warmup_steps}) >= `TrainingSettings.steps` ({settings.steps}): "
+            "the learning rate never reaches `TrainingSettings.learning_rate`, nor decays; lower "
+            "`TrainingSettings.warmup_steps`",
+            stacklevel=1,  # the package's line: the command line says it in flags
+        )
     if settings.save_dtype is not None and settings.save_dtype not in DTYPES:
         raise ValueError(f"`TrainingSettings.save_dtype` must be one of {sorted(DTYPES)}, got {settings.save_dtype!r}")
 

@@ -156,10 +156,11 @@ def text_pieces(file: Path, piece_bytes: int | None = PIECE_BYTES, digest=None) 
                 yield piece.decode("utf-8")
             except UnicodeDecodeError as error:
                 if (nul := piece.find(b"\0")) >= 0:  # rare in text of any 8-bit encoding; binary and UTF-16 hold many
+                    nanogpt = " (nanoGPT's train.bin and val.bin hold token ids: give the text prepare.py read)"
                     raise ValueError(
                         f"{file} is not UTF-8 text (byte {offset + error.start}: {error.reason}; a NUL byte at "
-                        f"{offset + nul}): a binary file, to leave out, or UTF-16 text, to convert, e.g. with "
-                        "`iconv -f utf-16 -t utf-8`"
+                        f"{offset + nul}): a binary file, to leave out{nanogpt if file.suffix == '.bin' else ''}, or "
+                        "UTF-16 text, to convert, e.g. with `iconv -f utf-16 -t utf-8`"
                     ) from None
                 raise ValueError(
                     f"{file} is not UTF-8 text (byte {offset + error.start}: {error.reason}); convert it, e.g. with "
