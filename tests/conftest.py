@@ -297,7 +297,7 @@ def kept_freed_memory(monkeypatch) -> list:
 # ---- training runs -------------------------------------------------------------------------------------------------
 
 # The smallest run `hf-tinygpt train` makes (block 16, batch 2): for what a run writes, refuses or resumes.
-TINY_RUN = "--n-layer 1 --n-embd 16 --n-head 2 --block-size 16 --batch-size 2 --warmup-steps 1".split()
+TINY_RUN = "--n-layer 1 --n-embd 16 --n-head 2 --block-size 16 --batch-size 2 --warmup-steps 0".split()
 
 # A run on `plays` that learns something in a few steps (block 32, batch 4); with `--validation`, evaluated every 5.
 TINY_TRAINING = "--n-layer 1 --n-embd 16 --n-head 2 --block-size 32 --batch-size 4 --warmup-steps 2".split()

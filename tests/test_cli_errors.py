@@ -847,8 +847,15 @@ def test_train_checks_the_models_shape_before_it_reads_the_data(flags, message, 
 def test_a_warmup_as_long_as_the_run_is_said(corpus, tmp_path, capsys):
     """(`--steps 50` kept the default 100 warmup steps without a word: the rate never reached --lr, nor decayed.)"""
     argv = ["train", "--train", corpus, *TINY_RUN, "--data-cache", tmp_path / "cache"]
-    code, err = run_cli(capsys, *argv, "--steps", 3, "--warmup-steps", 100, "--out", tmp_path / "long")
+    long = ["--steps", 3, "--warmup-steps", 100, "--save-every", 1, "--out", tmp_path / "long"]
+    code, err = run_cli(capsys, *argv, *long)
     said = "hf-tinygpt train: warning: --warmup-steps (100) >= --steps (3): the learning rate never reaches --lr"
     assert code == 0 and said in err, err
     code, err = run_cli(capsys, *argv, "--steps", 3, "--warmup-steps", 2, "--out", tmp_path / "short")
     assert code == 0 and "--warmup-steps (2)" not in err and "never reaches" not in err, err
+    # A resumed run keeps its warmup (a changed one is refused), so it is not told to lower it again.
+    code, err = run_cli(capsys, *argv, *long, "--resume")
+    assert code == 0 and "never reaches" not in err, err
+    # One step at the start of a warmup is taken at a rate of 0: it trains nothing.
+    code, err = run_cli(capsys, *argv, "--steps", 1, "--warmup-steps", 1, "--out", tmp_path / "one")
+    assert code == 0 and "--warmup-steps (1) >= --steps (1)" in err, err

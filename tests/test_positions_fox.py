@@ -143,7 +143,9 @@ def test_its_rope_field_is_checked():
     with pytest.raises(ValueError, match="fox_rope_theta only applies to position_embedding_type='fox', not 'cable'"):
         tiny_model("cable", fox_rope_theta=1e4)
     for scheme in ("fox", "cable"):  # a head of one feature was taken, and its q·k read nothing: q and k were ignored
-        with pytest.raises(ValueError, match=rf"{scheme} keeps each key's gate .*: head_dim \(1\) must be at least 2"):
+        with pytest.raises(
+            ValueError, match=rf"{scheme} keeps what each key carries .*: head_dim \(1\) must be at least 2"
+        ):
             tiny_model(scheme, n_embd=4, n_head=4)
 
 

@@ -66,8 +66,8 @@ class ForgetGate(PositionScheme):
     def check_config(cls, config):
         if config.head_size < 2:  # a head of one feature would give it all to the gate: q·k would read nothing
             raise ValueError(
-                f"{config.position_embedding_type} keeps each key's gate in its last feature and q·k reads the "
-                f"others: head_dim ({config.head_size}) must be at least 2 (see n_embd, n_head)"
+                f"{config.position_embedding_type} keeps what each key carries (FoX's gate, CABLE's bias) in its last "
+                f"feature and q·k reads the others: head_dim ({config.head_size}) must be at least 2 (see n_embd, n_head)"
             )
         if cls.rope_theta_of(config) is None:
             return

@@ -209,7 +209,7 @@ def _check_numbers(settings: TrainingSettings):
         ):
             within = "> 0" if name == "learning_rate" else (f">= {low}" if high == math.inf else f"in [{low}, {high}]")
             raise ValueError(f"`TrainingSettings.{name}` must be a finite number {within}, got {value!r}")
-    if settings.warmup_steps >= settings.steps > 1:  # the default 100 warmup steps in a short run
+    if settings.warmup_steps >= settings.steps and not settings.resume:  # the default 100 warmup steps, a short run
         warnings.warn(
             f"`TrainingSettings.warmup_steps` ({settings.warmup_steps}) >= `TrainingSettings.steps` ({settings.steps}): "
             "the learning rate never reaches `TrainingSettings.learning_rate`, nor decays; lower "
