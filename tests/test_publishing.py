@@ -21,6 +21,7 @@ import pytest
 import torch
 from conftest import (
     BLOCK_HF_TINYGPT,
+    GPT2_VOCAB,
     HUB_TOKEN,
     OTHER_HUB_TOKEN,
     REMOTE_CODE_SCRIPT,
@@ -129,6 +130,28 @@ def test_the_cards_licence_and_base_model_are_the_ones_given_else_the_folders(tm
     assert (
         "error: --force replaces an earlier --out: where --dry-run stages the files; without --dry-run"
         in capsys.readouterr().err
+    )
+
+
+def test_a_gpt2_sources_licence_is_kept_and_a_cards_local_base_model_refused(tmp_path, capsys):
+    """(A GPT-2 fine-tune whose card says cc-by-nc-4.0 was published as mit; a card's base_model that is a local path
+    was published as it was.)"""
+    from hf_tinygpt import gpt2_tokenizer
+
+    gpt2 = tmp_path / "gpt2"
+    random_gpt2(**GPT2_VOCAB).save_pretrained(gpt2)
+    gpt2_tokenizer().save_pretrained(gpt2)
+    (gpt2 / "README.md").write_text("---\nlicense: cc-by-nc-4.0\n---\nA fine-tune.\n")
+    assert main(["push", str(gpt2), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 0
+    assert ModelCard.load(tmp_path / "staged" / "README.md").data.license == "cc-by-nc-4.0"
+    _, folder = tinygpt_folder(tmp_path)
+    (folder / "README.md").write_text("---\nbase_model: /home/me/models/base\n---\nMine.\n")
+    capsys.readouterr()
+    assert main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "local")]) == 2
+    said = "base_model '/home/me/models/base' is no Hub id, which the Hub refuses in a card: set --base-model"
+    assert said in capsys.readouterr().err and not (tmp_path / "local").exists()
+    assert (
+        main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "given"), "--base-model", "me/base"]) == 0
     )
 
 

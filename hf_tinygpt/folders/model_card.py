@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData, hf_hub_download
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.params import parameter_breakdown
@@ -137,23 +138,26 @@ def read_card(folder: str | Path) -> ModelCard | None:
         ) from None
 
 
-def recorded_training(source: str | Path, **hub_kwargs) -> dict:
-    """What the card of a model folder or Hub repo says of how it was trained (`tinygpt.training`); {} where nothing
-    is recorded: no source (a model built here), no card (none in the repo, none cached offline, no answer from the
-    Hub), a card of no training, or one that does not read (said in a warning)."""
-    if not str(source):
-        return {}
+def source_card(source: str | Path, **hub_kwargs) -> ModelCard | None:
+    """The card of a model folder or Hub repo; None where there is none (no source, none in the repo, none cached
+    offline, no answer from the Hub). A ValueError names one that does not read."""
     folder = Path(source)
-    if not folder.is_dir():
-        if cannot_be_a_hub_id(str(source)):  # a folder gone since its model loaded
-            return {}
+    if not str(source) or not folder.is_dir():
+        if not str(source) or cannot_be_a_hub_id(str(source)):  # a model built here, a folder gone since it loaded
+            return None
         hub = {key: value for key, value in hub_kwargs.items() if key in HUB_OPTIONS}
         try:
             folder = Path(hf_hub_download(str(source), "README.md", **hub)).parent
         except OSError:
-            return {}
+            return None
+    return read_card(folder)
+
+
+def recorded_training(source: str | Path, **hub_kwargs) -> dict:
+    """What the card of a model folder or Hub repo says of how it was trained (`tinygpt.training`); {} where nothing
+    is recorded: no card (`source_card`), a card of no training, or one that does not read (said in a warning)."""
     try:
-        card = read_card(folder)
+        card = source_card(source, **hub_kwargs)
     except ValueError as error:  # a loader's card, perhaps not ours: it loads, unchecked, and says so
         said = f"{first_line(error).split(';')[0]}: what it records of the model's training is not checked"
         warnings.warn(said, stacklevel=2)
@@ -280,6 +284,14 @@ def rerender_for(
     for name in ("license", "base_model"):
         if data.get(name) is not None and not isinstance(data[name], str):
             raise ValueError(f"{where}: {name} must be text, got {data[name]!r:.60}")
+    if base_model is None and data.get("base_model") is not None:  # a local path would be published, or refused
+        try:
+            validate_repo_id(data["base_model"])
+        except HFValidationError:
+            raise ValueError(
+                f"{where}: base_model {data['base_model']!r:.60} is no Hub id, which the Hub refuses in a card: set "
+                "`base_model` to the Hub id of the model it came from, or take it out of the card"
+            ) from None
     return render_model_card(
         config,
         model_id=model_id,

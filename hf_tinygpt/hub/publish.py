@@ -271,8 +271,9 @@ def stage_for_hub(
     """Stage into `staging` exactly the files `push_to_hub` would upload for SRC (a tinygpt folder or Hub id, or
     any GPT-2 source, converted and verified first). Returns {relative path: bytes}. Written atomically. The card's
     `license` and `base_model`, where given, replace what a tinygpt folder's card says (a conversion's licence:
-    mit, as GPT-2's weights, unless given)."""
+    its source card's, else mit, as GPT-2's weights)."""
     from ..convert.conversions import gpt2_to_tinygpt
+    from ..folders.model_card import source_card
 
     check_repo_id(repo_id)
     for name, value in (("src", src), ("staging", staging), ("tokenizer", tokenizer), ("base_model", base_model)):
@@ -308,12 +309,16 @@ def stage_for_hub(
         if found is None:  # GPT-2, nanoGPT or a lone weights file: the converter writes a tinygpt folder (verified)
             if Path(src).is_dir():
                 refuse_links(Path(src), READ_FILES)
+            card = None if Path(src).is_file() else source_card(src, **hub_kwargs)
+            theirs = card.data.to_dict().get("license") if card is not None else None  # a fine-tune's own licence
+            if theirs is not None and not (isinstance(theirs, str) and theirs):
+                raise ValueError(f"{src}: its card's license must be a licence id, got {theirs!r:.60}")
             gpt2_to_tinygpt(
                 src,
                 converted,
                 tokenizer=tokenizer,
                 base_model=base_model,
-                license=license or "mit",
+                license=license or theirs or "mit",
                 verify_tolerance=1e-5 if verify_tolerance is None else verify_tolerance,
                 **hub_kwargs,
             )
