@@ -159,6 +159,30 @@ def test_an_installed_package_writes_the_same_space_as_a_source_tree(tmp_path):
     assert installed == built and "hf_tinygpt/explore/space.py" in built
 
 
+def test_a_spaces_package_holds_only_what_git_tracks_and_no_link(tmp_path):
+    """(A note beside the package's files, `HF_TOKEN=...` in hf_tinygpt/default_model/my_notes.txt, and a link to a
+    file outside were built into the Space's package and published with it.)"""
+    from hf_tinygpt.explore.space import _copy_source
+
+    source = tmp_path / "source"
+    for name in ("pyproject.toml", "README.md", "hf_tinygpt/__init__.py", "model_cards/trained.md"):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text("tracked\n")
+    git = ["git", "-C", str(source), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    (source / "hf_tinygpt" / "my_notes.txt").write_text("HF_TOKEN=hf_not_for_the_space\n")
+    (tmp_path / "secret.txt").write_text("elsewhere\n")
+    (source / "hf_tinygpt" / "linked.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.warns(UserWarning, match="as files git does not track: hf_tinygpt/linked.txt, hf_tinygpt/my_notes"):
+        _copy_source(source, tmp_path / "tree")
+    copied = sorted(p.relative_to(tmp_path / "tree").as_posix() for p in (tmp_path / "tree").rglob("*") if p.is_file())
+    assert copied == ["README.md", "hf_tinygpt/__init__.py", "model_cards/trained.md", "pyproject.toml"]
+    subprocess.run([*git, "add", "hf_tinygpt/linked.txt"], check=True)  # a link git tracks is still a link
+    with pytest.raises(ValueError, match="linked.txt is a link: the Space's package is built from files"):
+        _copy_source(source, tmp_path / "again")
+
+
 def test_a_space_is_made_of_hub_models_and_only_a_space_folder_is_pushed_as_one(tmp_path, tiny_folder):
     with pytest.raises(ValueError, match=f"{tiny_folder}: a Space loads its models from the Hub.*hf-tinygpt push"):
         write_space(tmp_path / "space", [str(tiny_folder)])

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -67,19 +68,50 @@ def space_requirements() -> list[str]:
     return sorted(set(lines))
 
 
-def _wheel_files(into: Path):
+def _tracked(source_tree: Path) -> set[str] | None:
+    """The paths git tracks in `source_tree` (relative, posix), or None where it is no git checkout."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(source_tree), "ls-files", "-z", "--", *BUILT_FROM], capture_output=True, text=True
+        )
+    except FileNotFoundError:  # no git here
+        return None
+    return set(filter(None, listed.stdout.split("\0"))) if listed.returncode == 0 else None
+
+
+def _copy_source(source_tree: Path, tree: Path):
+    """The files a wheel is built from, copied from `source_tree` into `tree`: in a git checkout only the files git
+    tracks (a note, a scratch file or a secret beside them would be published: each is named in a warning), and
+    never what a link points at."""
+    tracked, left_out = _tracked(source_tree), []
+    for name in BUILT_FROM:
+        top = source_tree / name
+        files = [top] if not top.is_dir() else [Path(root) / f for root, _, fs in os.walk(top) for f in fs]
+        for file in sorted(files):
+            relative = file.relative_to(source_tree).as_posix()
+            if "__pycache__" in file.parts or (tracked is not None and relative not in tracked):
+                left_out += [] if "__pycache__" in file.parts else [relative]
+                continue
+            if file.is_symlink():
+                raise ValueError(f"{file} is a link: the Space's package is built from files, never what a link names")
+            (tree / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, tree / relative)
+    if left_out:
+        warnings.warn(
+            f"left out of the Space's package, as files git does not track: {', '.join(left_out[:10])}"
+            + (f" and {len(left_out) - 10} more" if len(left_out) > 10 else ""),
+            stacklevel=3,
+        )
+
+
+def _wheel_files(into: Path, source_tree: Path = PACKAGE_DIR.parent):
     """Write the hf_tinygpt package into `into` as its wheel installs it: built from a fresh copy of the source
     tree when this package runs from one (an editable install; a build in the tree itself would reuse its stale
     `build/`), else the files its installed record lists."""
-    source_tree = PACKAGE_DIR.parent
     if (source_tree / "pyproject.toml").is_file():
         with tempfile.TemporaryDirectory() as scratch:
             tree, wheels = Path(scratch) / "source", Path(scratch) / "wheels"
-            for name in BUILT_FROM:
-                copy = shutil.copytree if (source_tree / name).is_dir() else shutil.copy2
-                kwargs = {"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}
-                tree.mkdir(exist_ok=True)
-                copy(source_tree / name, tree / name, **kwargs)
+            _copy_source(source_tree, tree)
             built = subprocess.run(
                 [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", wheels, "."],
                 cwd=tree,
