@@ -155,6 +155,17 @@ def test_a_gpt2_sources_licence_is_kept_and_a_cards_local_base_model_refused(tmp
     )
 
 
+def test_a_local_path_in_tokenizer_config_is_refused_not_published(tmp_path, capsys):
+    """transformers keeps a tokenizer_config.json's unknown keys and writes them again: `"data_dir": "/home/..."`
+    was published with the model (config.json's were refused)."""
+    _, folder = tinygpt_folder(tmp_path)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "data_dir": "/home/me/corpus"}))
+    assert main(["push", str(folder), REPO, "--dry-run", "--out", str(tmp_path / "staged")]) == 2
+    said = "tokenizer_config.json's data_dir holds a local path ('/home/me/corpus'), which would be published as it is"
+    assert said in capsys.readouterr().err and not (tmp_path / "staged").exists()
+
+
 def test_a_config_key_no_tinygpt_field_is_is_refused_not_published(tmp_path, capsys):
     """transformers keeps a config.json's unknown keys and writes them again: a `"wandb_run": "/home/..."` was
     published with the model, past the card's care for local paths."""

@@ -7,6 +7,7 @@ logged or written into a staged file.
 
 import contextlib
 import functools
+import json
 import math
 import os
 import re
@@ -234,6 +235,14 @@ def stage_tinygpt_folder(
     )
 
     save_model_folder(model, staging, tokenizer=tokens, generation=generation, history=history)
+    staged_tokenizer = json.loads((staging / "tokenizer_config.json").read_text())  # transformers keeps any key
+    if local := sorted(
+        key for key, value in staged_tokenizer.items() if isinstance(value, str) and os.path.isabs(value)
+    ):
+        raise ValueError(
+            f"{tokenizer or folder}: tokenizer_config.json's {', '.join(local)} {'holds' if len(local) == 1 else 'hold'} a local path "
+            f"({staged_tokenizer[local[0]]!r:.60}), which would be published as it is: remove it from the file"
+        )
     card.save(staging / "README.md")
     if not _same_weights(model, load_strictly(staging)):
         raise RuntimeError(f"staging {folder} for {repo_id}: the staged weights differ from the verified ones")
