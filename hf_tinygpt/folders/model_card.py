@@ -141,9 +141,11 @@ def read_card(folder: str | Path) -> ModelCard | None:
 def source_card(source: str | Path, **hub_kwargs) -> ModelCard | None:
     """The card of a model folder or Hub repo; None where there is none (no source, none in the repo, none cached
     offline, no answer from the Hub). A ValueError names one that does not read."""
+    if not str(source):  # a model built here
+        return None
     folder = Path(source)
-    if not str(source) or not folder.is_dir():
-        if not str(source) or cannot_be_a_hub_id(str(source)):  # a model built here, a folder gone since it loaded
+    if not folder.is_dir():
+        if cannot_be_a_hub_id(str(source)):  # a folder gone since its model loaded
             return None
         hub = {key: value for key, value in hub_kwargs.items() if key in HUB_OPTIONS}
         try:

@@ -236,11 +236,11 @@ def stage_tinygpt_folder(
 
     save_model_folder(model, staging, tokenizer=tokens, generation=generation, history=history)
     staged_tokenizer = json.loads((staging / "tokenizer_config.json").read_text())  # transformers keeps any key
-    if local := sorted(
-        key for key, value in staged_tokenizer.items() if isinstance(value, str) and os.path.isabs(value)
-    ):
+    local = sorted(key for key, value in staged_tokenizer.items() if isinstance(value, str) and os.path.isabs(value))
+    if local:
+        holds = "holds" if len(local) == 1 else "hold"
         raise ValueError(
-            f"{tokenizer or folder}: tokenizer_config.json's {', '.join(local)} {'holds' if len(local) == 1 else 'hold'} a local path "
+            f"{tokenizer or folder}: tokenizer_config.json's {', '.join(local)} {holds} a local path "
             f"({staged_tokenizer[local[0]]!r:.60}), which would be published as it is: remove it from the file"
         )
     card.save(staging / "README.md")
