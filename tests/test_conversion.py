@@ -373,7 +373,7 @@ def test_a_tokenizer_with_more_tokens_than_the_model_has_rows_is_refused(tmp_pat
     written and called converted; only generate found that the tokenizer's ids have no rows.)"""
     nanogpt_checkpoint(tmp_path / "ckpt.pt", vocab=65, padded_vocab=65)
     out = cli("convert", tmp_path / "ckpt.pt", "--out", tmp_path / "tiny", "--tokenizer", "gpt2")
-    said = "the --tokenizer has 50,257 tokens, more than the model's 65 token rows: its ids past 64 would have no row"
+    said = "gpt2: the tokenizer has 50,257 tokens, more than the model's vocabulary (65 rows): some token ids would"
     assert out.returncode == 2 and said in out.stderr and not (tmp_path / "tiny").exists(), out.stderr[-2000:]
 
 

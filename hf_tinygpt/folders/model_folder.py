@@ -17,14 +17,8 @@ def save_model_folder(model, folder: str | os.PathLike, *, tokenizer, generation
     """Save `model` (its weights, config and the installed package's code files) into `folder` (a staging folder
     from `output_folder`), with its generation config (default: from the model's config), its tokenizer (one, or
     where `load_tokenizer` reads one; None: none) and its training history (the numbers and their curve)."""
-    if isinstance(tokenizer, (str, os.PathLike)):
-        tokenizer = load_tokenizer(tokenizer)
-    if tokenizer is not None and len(tokenizer) > (rows := model.config.vocab_size):  # found only at the first prompt
-        raise ValueError(
-            f"the `tokenizer` has {len(tokenizer):,} tokens, more than the model's {rows:,} token rows: its ids past "
-            f"{rows - 1} would have no row; bundle the tokenizer the model was trained with (a character-level "
-            "nanoGPT's is its meta.pkl, which is no tokenizer transformers reads)"
-        )
+    if isinstance(tokenizer, (str, os.PathLike)):  # refused where the model has no row for some of its ids
+        tokenizer = load_tokenizer(tokenizer, vocab_size=model.config.vocab_size)
     model.save_pretrained(folder)
     (generation or GenerationConfig.from_model_config(model.config)).save_pretrained(folder)
     if tokenizer is not None:
