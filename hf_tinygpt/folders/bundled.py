@@ -79,7 +79,7 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             ) from error
         except Exception as error:
             raise ValueError(f"{tokenizer}: transformers cannot read this tokenizer ({describe(error)})") from error
-        if len(loaded.get_vocab()) - len(loaded.all_special_tokens) <= 0:
+        if holds_no_tokens(loaded):
             raise ValueError(f"{tokenizer}: the tokenizer's vocabulary is empty (no tokens but special ones)")
     if vocab_size is not None and len(loaded) > vocab_size:
         raise ValueError(
@@ -87,6 +87,12 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             f"({vocab_size:,} rows): some token ids would have no embedding"
         )
     return loaded
+
+
+def holds_no_tokens(tokenizer) -> bool:
+    """Whether `tokenizer`'s vocabulary holds no tokens but special ones: every text reads as no ids (transformers
+    makes such a tokenizer of a GPT-2 folder without tokenizer files)."""
+    return len(tokenizer.get_vocab()) - len(tokenizer.all_special_tokens) <= 0
 
 
 def own_tokenizer(source: str | Path, *, vocab_size: int, **hub_kwargs):

@@ -12,7 +12,7 @@ import sys
 import torch
 import typer
 
-from ..folders.bundled import check_trained_with
+from ..folders.bundled import check_trained_with, holds_no_tokens
 from ..folders.reading import load_strictly, read_config_dict
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.modeling_tinygpt import TinyGPTForCausalLM
@@ -63,7 +63,7 @@ class TinyGPTModelLoader(ModelLoader):
         hub = {"revision": revision} if revision else {}
         config = read_config_dict(repo, **hub)
         processor = self.load_processor(model_id)
-        if hasattr(processor, "get_vocab") and len(processor.get_vocab()) < 2:  # transformers' GPT-2 of no files
+        if hasattr(processor, "get_vocab") and holds_no_tokens(processor):  # transformers' GPT-2 of no files
             raise ValueError(
                 f"{model_id} holds no tokenizer files, and transformers made it a tokenizer of "
                 f"{len(processor.get_vocab())} token, which reads every prompt as no tokens (each request would fail): "
