@@ -89,8 +89,10 @@ def _copy_source(source_tree: Path, tree: Path):
         files = [top] if not top.is_dir() else [Path(root) / f for root, _, fs in os.walk(top) for f in fs]
         for file in sorted(files):
             relative = file.relative_to(source_tree).as_posix()
-            if "__pycache__" in file.parts or (tracked is not None and relative not in tracked):
-                left_out += [] if "__pycache__" in file.parts else [relative]
+            if "__pycache__" in file.parts:
+                continue
+            if tracked is not None and relative not in tracked:
+                left_out.append(relative)
                 continue
             if file.is_symlink():
                 raise ValueError(f"{file} is a link: the Space's package is built from files, never what a link names")
