@@ -311,6 +311,23 @@ def test_private_repo_on_a_branch(hub, tmp_path):
         )
 
 
+def test_a_push_that_changes_nothing_says_so(hub, tmp_path, capsys, monkeypatch):
+    """huggingface_hub skips a commit of files the repo already holds, and so opens no pull request: the push says
+    that instead of printing the repo's old commit as if it were the new one."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    _, folder = tinygpt_folder(tmp_path)
+    push_to_hub(str(folder), REPO, endpoint=hub.url, token=HUB_TOKEN)
+    refs = hub.refs(REPO)
+    for how, said in (["--create-pr"], "no pull request opened"), ([], "no commit made"):
+        assert main(["push", str(folder), REPO, "--token", HUB_TOKEN, *how]) == 0
+        out = capsys.readouterr().out
+        assert f"nothing changed: {REPO} already holds these files; {said}" in out, out
+        assert "pull request:" not in out and "\ncommit:" not in out
+    assert hub.refs(REPO) == refs
+
+
 @pytest.mark.slow
 def test_a_dry_run_reads_a_private_hub_src_with_the_token_it_is_given(hub, tmp_path):
     _, folder = tinygpt_folder(tmp_path)
@@ -630,6 +647,15 @@ def test_a_hub_repo_stages_from_the_cache_whose_files_link_to_its_blobs(hub, tmp
         (
             "tinygpt:\n  made_by: training\n  training:\n    validation_perplexity: low",
             "tinygpt.training.validation_perplexity must be a number",
+        ),
+        (  # the template formats each field a run records: one left out was jinja's TypeError
+            "tinygpt:\n  made_by: training\n  training:\n    steps: 3",
+            "tinygpt.training has no train_description, train_tokens, tokens_per_step, hardware, wall_time, command",
+        ),
+        (
+            "tinygpt:\n  training: {train_description: a, train_tokens: 1, steps: 1, tokens_per_step: 1, hardware: x,"
+            " wall_time: y, command: z, validation_perplexity: 3.0}",
+            "tinygpt.training has no validation_description, validation_tokens, block_size",
         ),
     ],
 )

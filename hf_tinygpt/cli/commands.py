@@ -260,7 +260,7 @@ def run_push(args) -> int:
     published = push(
         settings,
         on_staged=lambda files: show_files(f"uploading to {settings.repo_id}:", files),
-        on_committed=show_commit,
+        on_committed=lambda commit: show_commit(commit, settings),
     )
     if settings.dry_run:
         show_files(f"dry run: staged in {settings.out} what would be {committed(settings)}:", published.files)
@@ -282,7 +282,7 @@ def run_push_space(args) -> int:
         what = f"dry run: what would be {committed(settings, 'the Space ')} from {settings.src}:"
         show_files(what, published.files)
     else:
-        show_commit(published.commit)
+        show_commit(published.commit, settings)
     return 0
 
 
@@ -302,8 +302,12 @@ def show_files(heading: str, files: dict[str, int]):
     print(f"  {len(files)} files, {sum(files.values()):,} bytes")
 
 
-def show_commit(info):
-    print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
+def show_commit(info, settings):
+    if info is None:
+        made = "no pull request opened" if settings.create_pr else "no commit made"
+        print(f"nothing changed: {settings.repo_id} already holds these files; {made}")
+    else:
+        print(f"pull request: {info.pr_url}" if info.pr_url else f"commit: {info.commit_url}")
 
 
 # ---- the command -------------------------------------------------------------------------------------------------

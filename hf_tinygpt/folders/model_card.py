@@ -198,6 +198,9 @@ TRAINING_FIELDS = {
     "learning_rate": _NUMBER,
     "train_paths": (list,),
 }
+# What the training template says of every run, and of one with a validation perplexity.
+TRAINING_NAMES = ("train_description", "train_tokens", "steps", "tokens_per_step", "hardware", "wall_time", "command")
+VALIDATION_NAMES = ("validation_description", "validation_tokens", "block_size")
 
 
 def checked_provenance(provenance, where: str) -> dict:
@@ -218,6 +221,13 @@ def checked_provenance(provenance, where: str) -> dict:
             if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
                 kind = {_TEXT: "text", _COUNT: "an integer", _NUMBER: "a number"}.get(types, "a mapping")
                 raise ValueError(f"{where}: {prefix}{name} must be {kind}, got {value!r:.60}")
+    if training:
+        named = TRAINING_NAMES + (VALIDATION_NAMES if training.get("validation_perplexity") is not None else ())
+        if missing := [name for name in named if training.get(name) is None]:
+            raise ValueError(
+                f"{where}: tinygpt.training has no {', '.join(missing)}, which the card says of a run: add "
+                "them, or remove tinygpt.training (the card then says how the model was trained was not recorded)"
+            )
     if provenance.get("made_by", "training") not in TEMPLATES:
         raise ValueError(f"{where}: tinygpt.made_by must be one of {sorted(TEMPLATES)}, got {provenance['made_by']!r}")
     return provenance

@@ -393,7 +393,8 @@ def push_to_hub(
     on_staged=None,
 ):
     """Stage SRC for `repo_id`, create the repo (and branch `revision`) if needed, and upload everything in one
-    commit (or pull request). `token=None` uses the token huggingface_hub already knows. Returns its CommitInfo.
+    commit (or pull request). `token=None` uses the token huggingface_hub already knows. Returns its CommitInfo, or
+    None where the repo already held every file as staged (no commit is made, no pull request opened).
     `on_staged(files)` is called with {path: bytes} once staging succeeded, before any network call.
 
     A request that makes no progress for `timeout` seconds ends the push with a ConnectionError naming the
@@ -433,7 +434,7 @@ def push_to_hub(
 @dataclass
 class Published:
     """What `push` or `push_space` did: the files it uploaded ({path: bytes}, or for a dry run what it would
-    upload), the commit (None for a dry run) and the collection the model was added to (its URL, or None)."""
+    upload), the commit (None for a dry run, or where the repo already held the files) and the collection the model was added to (its URL, or None)."""
 
     files: dict[str, int]
     commit: CommitInfo | None = None
@@ -503,7 +504,8 @@ def _commit_files(
 ):
     """Create the repo (and branch `revision`) if needed and upload exactly `files` (paths in `folder`, as listed to
     the user) in one commit, each request recorded in `sent`; a transport error becomes a ConnectionError that says
-    the repo holds all of the commit or none of it."""
+    the repo holds all of the commit or none of it. Returns its CommitInfo, or None where the repo already held every
+    file as it is (no commit is made, and no pull request opened)."""
     try:
         with (
             network_timeout(timeout),
@@ -513,7 +515,7 @@ def _commit_files(
             api.create_repo(repo_id, repo_type=repo_type, space_sdk=space_sdk, private=private, exist_ok=True)
             if revision not in (None, "main"):
                 api.create_branch(repo_id, repo_type=repo_type, branch=revision, exist_ok=True)
-            return api.create_commit(
+            info = api.create_commit(
                 repo_id=repo_id,
                 repo_type=repo_type,
                 operations=[
@@ -529,6 +531,7 @@ def _commit_files(
             f"pushing to {api.endpoint} failed: {what} (timeout {timeout:g} s). The upload is one commit, so "
             f"{repo_id} holds all of it or none of it: look at the repo, then push again"
         ) from error
+    return info if commit_sent(sent, repo_id) else None  # huggingface_hub sends no commit that changes no file
 
 
 def is_space_folder(folder) -> bool:
@@ -648,10 +651,15 @@ def recording_requests(sent: list):
         hooks.remove(record)
 
 
+def commit_sent(sent, repo_id: str) -> bool:
+    """Whether a commit to `repo_id` is among the requests `sent` (see `recording_requests`)."""
+    return any(method == "POST" and f"/{repo_id}/commit/" in path for method, path in sent)
+
+
 def interrupted_push(sent, repo_id: str, url: str, revision: str | None = None) -> str:
     """What is true of `repo_id` (at `url`) after Ctrl-C, given the requests `sent` (see `recording_requests`)."""
     writes = [path for method, path in sent if method == "POST"]
-    if any(f"/{repo_id}/commit/" in path for path in writes):
+    if commit_sent(sent, repo_id):
         where = repo_id if revision in (None, "main") else f"{repo_id} (revision {revision})"
         return (
             f"interrupted after the commit to {where} was sent: it may still land, all files or none. "
