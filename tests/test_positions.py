@@ -975,33 +975,40 @@ def test_a_scheme_acting_on_the_scores_is_refused_at_load_under_a_kernel_that_ca
     assert torch.isfinite(model(torch.randint(0, VOCAB, (1, 5))).logits).all()
 
 
+# FIRE reads a query's position only past its L (`fire_init_L`, 512 by default): these tests' 12 tokens pass L = 4.
+PAST_FIRES_L = {"fire": {"fire_init_L": 4.0}}
+
+
 def test_a_left_padded_forward_is_exact_with_position_ids_from_the_mask():
     """The README's Limits: `generate` counts each row's positions from its first real token; a forward of one's own
-    does so with `position_ids` from the mask. Without them only the absolute rows (learned, sinusoidal) move, as
-    GPT-2's do: every other scheme sees distances, which left padding leaves as they were."""
+    does so with `position_ids` from the mask. Without them the absolute rows (learned, sinusoidal) move, as GPT-2's
+    do, and FIRE's query positions past its L: every other scheme sees distances, which left padding leaves as they
+    were."""
     ids = torch.randint(1, 50, (1, 12), generator=torch.Generator().manual_seed(0))
     padded, mask = torch.cat([torch.zeros(1, 5, dtype=torch.long), ids], 1), torch.tensor([[0] * 5 + [1] * 12])
     moved = set()
     for name in POSITION_SCHEME_CLASSES:
-        model = tiny_model(name, vocab_size=50).eval()
+        model = tiny_model(name, vocab_size=50, **PAST_FIRES_L.get(name, {})).eval()
         with torch.no_grad():
             alone = model(ids).logits
             counted = model(padded, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
             assert (counted[:, 5:] - alone).abs().max() <= 1e-5, name
             if (model(padded, attention_mask=mask).logits[:, 5:] - alone).abs().max() > 1e-5:
                 moved.add(name)
-    assert moved == {"learned", "sinusoidal"}
+    assert moved == {"learned", "sinusoidal", "fire"}
 
 
 def test_only_the_schemes_that_read_positions_take_position_ids():
-    """The README's Limits: learned, sinusoidal, RoPE and xPos read `position_ids`; every other scheme counts a key's
-    distance in tokens of the sequence, so positions with gaps do not move it."""
+    """`reads_position_ids` on a scheme's class says whether positions with gaps move it (the README's Limits name
+    them: learned, sinusoidal, RoPE, xPos and FIRE); every other scheme counts a key's distance in tokens of the
+    sequence."""
     ids = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(0))
     moved = set()
     for name in POSITION_SCHEME_CLASSES:
-        model = tiny_model(name, vocab_size=50).eval()
+        model = tiny_model(name, vocab_size=50, **PAST_FIRES_L.get(name, {})).eval()
         with torch.no_grad():
             gapped = model(ids, position_ids=2 * torch.arange(12)[None]).logits
             if (gapped - model(ids).logits).abs().max() > 1e-6:
                 moved.add(name)
-    assert moved == {"learned", "sinusoidal", "rope", "xpos"}
+    assert moved == {name for name, scheme in POSITION_SCHEME_CLASSES.items() if scheme.reads_position_ids}
+    assert moved == {"learned", "sinusoidal", "rope", "xpos", "fire"}

@@ -20,6 +20,7 @@ class FireBias(AttentionBias):
 
     name = "fire"
     known_as = "FIRE"
+    reads_position_ids = True  # a query's i in ψ(max(L, i)): past L, its own position moves the bias
     config_fields = {"fire_mlp_width": 32, "fire_init_c": 0.1, "fire_init_L": 512.0}
     bias_title = "FIRE: per-head learned function of distance, for a query at position {query}"
     where_it_acts = (

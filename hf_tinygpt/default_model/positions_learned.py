@@ -12,6 +12,7 @@ class LearnedPositions(nn.Embedding, PositionScheme):
 
     name = "learned"
     known_as = "learned positions"
+    reads_position_ids = True
 
     pictures = ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position")
 

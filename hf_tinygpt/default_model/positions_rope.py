@@ -56,6 +56,7 @@ class RotaryPositions(PositionScheme):
 
     name = "rope"
     known_as = "RoPE"
+    reads_position_ids = True
     config_fields = dict.fromkeys(
         ("rope_parameters", "rope_theta", "partial_rotary_factor", "rope_scaling", "no_rope_layer_interval")
     )

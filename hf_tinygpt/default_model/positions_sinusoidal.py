@@ -23,6 +23,7 @@ class SinusoidalPositions(PositionScheme):
 
     name = "sinusoidal"
     known_as = "sinusoidal positions"
+    reads_position_ids = True
     config_fields = {"sinusoidal_scale": None}
 
     pictures = ("position_matrix", "dimension_traces", "cosine_similarity", "token_vs_position")

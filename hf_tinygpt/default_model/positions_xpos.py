@@ -25,6 +25,7 @@ class XposPositions(PositionScheme):
 
     name = "xpos"
     known_as = "xPos"
+    reads_position_ids = True
     config_fields = {"xpos_scale_base": 512.0}  # γ, the authors' default
     where_it_acts = "xpos adds nothing to the embeddings: it rotates and scales q and k inside attention"
     pictures = ("xpos_decay", "rope_similarity", "token_vs_position")

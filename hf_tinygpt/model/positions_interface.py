@@ -33,6 +33,9 @@ class PositionScheme(nn.Module):
     # True: its attention rewrites the keys a cache holds as tokens arrive (PaTH), so the cache cannot be cropped
     # back (assisted decoding) and a cache that hands attention a copy cannot run it.
     rewrites_cache = False
+    # True: explicit `position_ids` move its numbers (gaps, restarts, a left-padded forward without them); the other
+    # schemes count a key's distance in tokens of the sequence, whatever `position_ids` says.
+    reads_position_ids = False
     # The module's name in the model: GPT-2's `wpe` (its weights are `transformer.wpe.weight` for learned rows),
     # LLaMA's `rotary_emb` for rope, where transformers' own RoPE tests look for it.
     module_name = "wpe"
