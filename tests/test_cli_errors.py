@@ -181,12 +181,27 @@ def test_generate_names_a_gpt2_folder_whose_vocabulary_the_bundled_tokenizer_ove
     assert code == 2 and "it needs its own tokenizer" in err
 
 
-def test_generate_refuses_non_finite_weights(tiny_folder, capsys):
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["generate", "hello", "--model", "{model}"],
+        ["push", "{model}", "me/tiny", "--dry-run", "--out", "{tmp}/staged"],  # a traceback
+        ["train", "--train", "{corpus}", "--init-from", "{model}", *"--steps 1 --batch-size 2 --block-size 16".split()]
+        + ["--warmup-steps", "0", "--out", "{tmp}/run"],  # said it diverged, and left OUT
+        ["plot-positions", "{model}", "--out", "{tmp}/plots"],  # drew them
+    ],
+    ids=lambda verb: verb[0],
+)
+def test_every_verb_refuses_non_finite_weights_by_name(verb, corpus, tmp_path, capsys):
+    tiny_folder = tmp_path / "tiny"  # a folder each verb takes as it is (GPT-2's tokenizer beside it), but for a NaN
+    save_with_tokenizer(tiny_model(**GPT2_VOCAB), tiny_folder)
     tensors = load_file(tiny_folder / "model.safetensors")
     tensors["transformer.wte.weight"][0, 0] = float("nan")
     save_file(tensors, tiny_folder / "model.safetensors", metadata={"format": "pt"})
-    code, err = run_cli(capsys, "generate", "hello", "--model", tiny_folder)
-    assert code == 2 and "inf or NaN values: lm_head.weight, transformer.wte.weight" in err  # tied: one tensor
+    args = [word.format(model=tiny_folder, tmp=tmp_path, corpus=corpus) for word in verb]
+    code, err = run_cli(capsys, *args)
+    assert code == 2 and f"{tiny_folder}: tensors with inf or NaN values: lm_head.weight, transformer.wte.weight" in err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["data", "tiny"]  # nothing written
 
 
 def test_generate_never_reads_a_shard_outside_the_folder(tmp_path, capsys):

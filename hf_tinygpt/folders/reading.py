@@ -246,7 +246,8 @@ class _NoLoadReport(logging.Filter):
 def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     """`model_class.from_pretrained(source, **kwargs)`, strictly: a checkpoint whose tensors do not fit the model
     (missing, unexpected or wrongly shaped ones) is a ValueError that lists them, where transformers would warn and
-    initialise them at random. Every load the command line makes goes through here.
+    initialise them at random, and so is one with inf or NaN weights. Every load the command line makes goes
+    through here.
 
     config.json is read once: a `config` given is the one the caller read (`read_config_dict`'s dict, which a class
     other than TinyGPT's builds its config from, or a config object), and is not read again; otherwise a local
@@ -285,6 +286,7 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
             f"{source}: the checkpoint does not match the model ({shape}). Missing: {sorted(info['missing_keys'])}. "
             f"Unexpected: {sorted(info['unexpected_keys'])}. Wrong shape: {sorted(mismatched)}."
         )
+    check_finite(model.state_dict(), str(source))  # such weights only ever give NaN: publish or train from none
     return model
 
 

@@ -11,7 +11,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from ..folders.bundled import DEFAULT_MODEL_DIR, gpt2_tokenizer, own_tokenizer
 from ..folders.errors import needs_extra
-from ..folders.reading import check_finite, load_strictly, read_config_dict, reading_checkpoint
+from ..folders.reading import load_strictly, read_config_dict, reading_checkpoint
 from ..model.positions import positions_reach
 from ..settings import hub_kwargs, hub_revision, hub_token, setting
 from .int8 import use_int8_kernels
@@ -45,7 +45,6 @@ def load_for_generation(model: str | None = None, *, int8: bool = False, **hub_k
     if int8:
         use_int8_kernels(loaded)
     tokenizer = own_tokenizer(source, vocab_size=loaded.config.vocab_size, **hub_kwargs)
-    check_finite(loaded.state_dict(), source)  # NaN weights would fail deep inside sampling
     if tokenizer is None:
         tokenizer = gpt2_tokenizer()
         if len(tokenizer) > loaded.config.vocab_size:
