@@ -204,6 +204,19 @@ def test_every_verb_refuses_non_finite_weights_by_name(verb, corpus, tmp_path, c
     assert sorted(path.name for path in tmp_path.iterdir()) == ["data", "tiny"]  # nothing written
 
 
+@pytest.mark.parametrize(
+    "verb", [["generate", "hello", "--model"], ["plot-positions", "--out", "plots"]], ids=lambda v: v[0]
+)
+def test_a_tokenizer_length_that_is_no_number_is_named_by_every_verb(verb, tmp_path, capsys, monkeypatch):
+    """transformers reads `model_max_length` as given and compares lengths to it later: a TypeError naming no file."""
+    monkeypatch.chdir(tmp_path)
+    folder = save_with_tokenizer(tiny_model(**GPT2_VOCAB), tmp_path / "tiny")
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "model_max_length": "abc"}))
+    code, err = run_cli(capsys, *verb, folder)
+    assert code == 2 and f"{folder}: the tokenizer's model_max_length is 'abc', not a number of tokens" in err, err
+
+
 def test_generate_never_reads_a_shard_outside_the_folder(tmp_path, capsys):
     folder = tmp_path / "tiny"
     tiny_model(vocab_size=50257).save_pretrained(folder)

@@ -40,8 +40,8 @@ def gpt2_tokenizer() -> GPT2TokenizerFast:
 def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hub_kwargs):
     """`"gpt2"` (or the bundled folder): the bundled GPT-2 tokenizer; otherwise a tokenizer folder or Hub id, read by
     transformers without running any code that came with it. A ValueError names what is wrong: no vocabulary files,
-    files transformers cannot read, an empty vocabulary, or (with `vocab_size`, the model's) token ids the model has
-    no row for."""
+    files transformers cannot read, an empty vocabulary, a `model_max_length` that is no number of tokens, or (with
+    `vocab_size`, the model's) token ids the model has no row for."""
     from .errors import first_line, hub_answer
     from .reading import cannot_be_a_hub_id, describe, read_json_object, refuse_foreign_code
 
@@ -81,6 +81,11 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             raise ValueError(f"{tokenizer}: transformers cannot read this tokenizer ({describe(error)})") from error
         if holds_no_tokens(loaded):
             raise ValueError(f"{tokenizer}: the tokenizer's vocabulary is empty (no tokens but special ones)")
+        if not (isinstance(loaded.model_max_length, int) and loaded.model_max_length > 0):  # compared to lengths
+            raise ValueError(
+                f"{tokenizer}: the tokenizer's model_max_length is {loaded.model_max_length!r:.60}, not a number of "
+                "tokens (tokenizer_config.json): fix it, or remove the field"
+            )
     if vocab_size is not None and len(loaded) > vocab_size:
         raise ValueError(
             f"{tokenizer}: the tokenizer has {len(loaded):,} tokens, more than the model's vocabulary "

@@ -224,11 +224,6 @@ def stage_tinygpt_folder(
             raise ValueError(f"{folder}/generation_config.json: not a generation config ({describe(error)})") from None
     if problems := generation_problems(generation):
         raise ValueError(f"{folder}/generation_config.json: {'; '.join(problems)}: fix it, or remove it")
-    if not (isinstance(tokens.model_max_length, int) and tokens.model_max_length > 0):
-        raise ValueError(
-            f"{tokenizer or folder}: the tokenizer's model_max_length is {tokens.model_max_length!r}, not a number "
-            "of tokens (tokenizer_config.json): fix it, or remove the field"
-        )
     history = read_history(folder)  # checked, then written again with its curve drawn anew
     card = rerender_for(
         folder, model.config, repo_id, keep_local_paths=keep_local_paths, license=license, base_model=base_model
