@@ -217,6 +217,22 @@ def test_a_tokenizer_length_that_is_no_number_is_named_by_every_verb(verb, tmp_p
     assert code == 2 and f"{folder}: the tokenizer's model_max_length is 'abc', not a number of tokens" in err, err
 
 
+@pytest.mark.parametrize(
+    "content, message",
+    [  # the first was told as the user's own --max-new-tokens (which was 2); the second was dropped unsaid
+        ('{"max_new_tokens": -3}', "generation_config.json: max_new_tokens must be an integer >= 1, got -3: fix it"),
+        ("nope", "generation_config.json is not valid JSON"),
+        ('{"max_new_tokens": 0.5}', "generation_config.json: max_new_tokens must be an integer >= 1, got 0.5: fix it"),
+    ],
+)
+@pytest.mark.parametrize("verb", [["generate", "hi", "--max-new-tokens", "2", "--model"], ["convert", "--to", "gpt2"]])
+def test_a_folders_generation_config_is_named_when_generate_would_misread_it(verb, content, message, tmp_path, capsys):
+    folder = save_with_tokenizer(tiny_model(**GPT2_VOCAB), tmp_path / "tiny")
+    (folder / "generation_config.json").write_text(content)
+    code, err = run_cli(capsys, *verb, folder, *(["--out", tmp_path / "out"] if verb[0] == "convert" else []))
+    assert code == 2 and f"{folder}/{message}" in err, err
+
+
 def test_generate_never_reads_a_shard_outside_the_folder(tmp_path, capsys):
     folder = tmp_path / "tiny"
     tiny_model(vocab_size=50257).save_pretrained(folder)

@@ -4,6 +4,7 @@
 import contextlib
 import json
 import logging
+import math
 import os
 import pickle
 import stat
@@ -13,7 +14,7 @@ from pathlib import Path
 import torch
 from huggingface_hub import file_exists, snapshot_download
 from safetensors import SafetensorError
-from transformers import PreTrainedConfig
+from transformers import GenerationConfig, PreTrainedConfig
 
 from ..model.compat import resolve_revision
 from ..model.configuration_tinygpt import TinyGPTConfig
@@ -243,11 +244,56 @@ class _NoLoadReport(logging.Filter):
         return elsewhere or "LOAD REPORT" not in said or "CONVERSION" in said
 
 
+# The generation settings a folder's users get, and what each must be (transformers' own `validate` accepts
+# `temperature: -5` and `max_length: "x"`, and `generate` then crashes on them or misreads them).
+_GENERATION_RULES = {
+    "max_length": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
+    "max_new_tokens": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
+    "min_new_tokens": ("an integer >= 0", lambda v: _integer(v) and v >= 0),
+    "temperature": ("a finite number >= 0", lambda v: _number(v) and 0 <= v < math.inf),
+    "top_k": ("an integer >= 0", lambda v: _integer(v) and v >= 0),
+    "top_p": ("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1),
+    "repetition_penalty": ("a finite number > 0", lambda v: _number(v) and 0 < v < math.inf),
+}
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # NaN is no number
+
+
+def generation_problems(settings: dict) -> list[str]:
+    """Each of the generation `settings` that `generate` would crash on or misread, as `name must be ..., got value`."""
+    problems = []
+    for name, (what, fine) in _GENERATION_RULES.items():
+        value = settings.get(name)
+        if value is not None and not fine(value):
+            problems.append(f"{name} must be {what}, got {value!r}")
+    return problems
+
+
+def read_generation_config(folder: Path) -> GenerationConfig:
+    """The folder's generation_config.json, read once, as `GenerationConfig` reads it, every setting `generate` takes
+    checked first; a ValueError names the file and the setting (transformers names neither, and a model's
+    `from_pretrained` drops a file it cannot read)."""
+    path = folder / "generation_config.json"
+    settings = read_json_object(path)
+    if problems := generation_problems(settings):
+        raise ValueError(f"{path}: {'; '.join(problems)}: fix it, or remove it")
+    try:
+        return GenerationConfig.from_dict(settings)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{path}: not a generation config ({describe(error)})") from None
+
+
 def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     """`model_class.from_pretrained(source, **kwargs)`, strictly: a checkpoint whose tensors do not fit the model
     (missing, unexpected or wrongly shaped ones) is a ValueError that lists them, where transformers would warn and
-    initialise them at random, and so is one with inf or NaN weights. Every load the command line makes goes
-    through here.
+    initialise them at random, and so is one with inf or NaN weights or a generation_config.json `generate` would
+    crash on or misread (`read_generation_config`). Every load the command line makes goes through here.
 
     config.json is read once: a `config` given is the one the caller read (`read_config_dict`'s dict, which a class
     other than TinyGPT's builds its config from, or a config object), and is not read again; otherwise a local
@@ -255,6 +301,8 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     refuse_revision_of_a_local_path(str(source), kwargs)
     given = kwargs.get("config")
     if Path(str(source)).is_dir():
+        if (Path(source) / "generation_config.json").is_file():  # read first: transformers refuses some values unnamed
+            kwargs["generation_config"] = read_generation_config(Path(source))
         if not isinstance(given, (dict, PreTrainedConfig)):
             config_dict = read_config_dict(source)  # refuses an auto_map of foreign code, naming it
             if given is None and issubclass(model_class, TinyGPTForCausalLM):  # it takes config.json as read

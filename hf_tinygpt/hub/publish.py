@@ -8,7 +8,6 @@ logged or written into a staged file.
 import contextlib
 import functools
 import json
-import math
 import os
 import re
 import shutil
@@ -21,7 +20,7 @@ from pathlib import Path
 import torch
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, get_session
 from huggingface_hub.utils import HFValidationError, validate_repo_id
-from transformers import GenerationConfig, PretrainedConfig
+from transformers import PretrainedConfig
 
 from ..folders.bundled import TOKENIZER_FILES
 from ..folders.errors import hub_answers_in_one_line, printable, redacted
@@ -30,7 +29,6 @@ from ..folders.outputs import MANIFEST, output_folder, read_manifest, unproven
 from ..folders.reading import (
     cannot_be_a_hub_id,
     check_weights_index,
-    describe,
     has_tokenizer,
     load_strictly,
     read_config_dict,
@@ -133,37 +131,6 @@ def _same_weights(a, b) -> bool:
     )
 
 
-# The generation settings a published folder's users get, and what each must be (transformers' own `validate`
-# accepts `temperature: -5` and `max_length: "x"`).
-_GENERATION_RULES = {
-    "max_length": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
-    "max_new_tokens": ("an integer >= 1", lambda v: _integer(v) and v >= 1),
-    "min_new_tokens": ("an integer >= 0", lambda v: _integer(v) and v >= 0),
-    "temperature": ("a finite number >= 0", lambda v: _number(v) and 0 <= v < math.inf),
-    "top_k": ("an integer >= 0", lambda v: _integer(v) and v >= 0),
-    "top_p": ("a number in (0, 1]", lambda v: _number(v) and 0 < v <= 1),
-    "repetition_penalty": ("a finite number > 0", lambda v: _number(v) and 0 < v < math.inf),
-}
-
-
-def _integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # NaN is no number
-
-
-def generation_problems(generation: GenerationConfig) -> list[str]:
-    """Each setting of `generation` that `generate` would crash on or misread, as `name must be ..., got value`."""
-    problems = []
-    for name, (what, fine) in _GENERATION_RULES.items():
-        value = getattr(generation, name, None)
-        if value is not None and not fine(value):
-            problems.append(f"{name} must be {what}, got {value!r}")
-    return problems
-
-
 def stage_tinygpt_folder(
     folder: Path,
     staging: Path,
@@ -216,14 +183,7 @@ def stage_tinygpt_folder(
         what=f"the tokenizer `tokenizer` names ({tokenizer})" if tokenizer else "the tokenizer its files hold",
         fix="publish it with the tokenizer its training run wrote beside the weights",
     )
-    generation = GenerationConfig.from_model_config(model.config)
-    if (folder / "generation_config.json").is_file():
-        try:
-            generation = GenerationConfig.from_pretrained(folder)
-        except (OSError, ValueError, TypeError) as error:
-            raise ValueError(f"{folder}/generation_config.json: not a generation config ({describe(error)})") from None
-    if problems := generation_problems(generation):
-        raise ValueError(f"{folder}/generation_config.json: {'; '.join(problems)}: fix it, or remove it")
+    generation = model.generation_config  # load_strictly read the folder's, checked
     history = read_history(folder)  # checked, then written again with its curve drawn anew
     card = rerender_for(
         folder, model.config, repo_id, keep_local_paths=keep_local_paths, license=license, base_model=base_model

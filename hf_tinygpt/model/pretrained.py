@@ -54,6 +54,7 @@ def from_gpt2_checkpoint(load_tinygpt, pretrained_model_name_or_path, gpt2_confi
         config=GPT2Config.from_dict(gpt2_config),
         output_loading_info=True,
         ignore_mismatched_sizes=kwargs.get("ignore_mismatched_sizes", False),
+        generation_config=kwargs.get("generation_config"),  # one read already made is not made again
         **hub,
     )
     info["unexpected_keys"] = [key for key in info["unexpected_keys"] if not key.endswith(LEGACY_BUFFERS)]
