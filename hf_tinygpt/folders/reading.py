@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 from huggingface_hub import file_exists, snapshot_download
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from transformers import GenerationConfig, PreTrainedConfig
 
 from ..model.compat import resolve_revision
@@ -289,6 +289,46 @@ def read_generation_config(folder: Path) -> GenerationConfig:
         raise ValueError(f"{path}: not a generation config ({describe(error)})") from None
 
 
+# More weights than a checkpoint holds that a config may ask for before its load is refused unbuilt: transformers
+# fills every tensor the checkpoint has at another size at random, at the config's size, before it compares them.
+CONFIG_OVERREACH = 2**27
+
+
+def refuse_a_config_larger_than_its_weights(folder: Path, config_dict: dict, shards: list[str]):
+    """A ValueError naming config.json where a tinygpt or GPT-2 folder's config asks for far more weights than its
+    safetensors hold (`shards`, as its index names them, or model.safetensors; their headers read, not their tensors):
+    `n_positions: 2**30` would be allocated, then refused."""
+    if config_dict.get("model_type") not in ("tinygpt", "gpt2"):
+        return
+    shapes = {}
+    for name in shards or ["model.safetensors"]:
+        if not name.endswith(".safetensors") or not (folder / name).is_file():
+            return  # pickles are read whole by torch: the config does not make them larger
+        try:
+            with safe_open(folder / name, framework="pt") as weights:
+                shapes |= {key: tuple(weights.get_slice(key).get_shape()) for key in weights.keys()}
+        except (SafetensorError, OSError):
+            return  # the load names a file it cannot read
+    try:
+        config = TinyGPTConfig.from_dict(config_dict)  # GPT-2's reads as its TinyGPT twin: the same weights
+        with torch.device("meta"):
+            model = TinyGPTForCausalLM(config)
+    except (ValueError, TypeError):
+        return  # the load names the field
+    wanted, held = sum(p.numel() for p in model.parameters()), sum(math.prod(shape) for shape in shapes.values())
+    if wanted - held > CONFIG_OVERREACH:
+        larger = [
+            f"{key} is {shapes[key]} in the checkpoint, {tuple(tensor.shape)} in the model"
+            for key, tensor in model.state_dict().items()
+            if key in shapes and shapes[key] != tuple(tensor.shape) and config_dict["model_type"] == "tinygpt"
+        ]
+        raise ValueError(
+            f"{folder / 'config.json'} describes a model of {wanted:,} weights, and the checkpoint holds {held:,}"
+            + (f" ({'; '.join(larger[:3])})" if larger else "")
+            + ": its sizes (n_positions, vocab_size, n_embd, n_layer, ...) are not these weights': fix config.json"
+        )
+
+
 def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     """`model_class.from_pretrained(source, **kwargs)`, strictly: a checkpoint whose tensors do not fit the model
     (missing, unexpected or wrongly shaped ones) is a ValueError that lists them, where transformers would warn and
@@ -307,7 +347,9 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
             config_dict = read_config_dict(source)  # refuses an auto_map of foreign code, naming it
             if given is None and issubclass(model_class, TinyGPTForCausalLM):  # it takes config.json as read
                 kwargs["config"] = config_dict
-        check_weights_index(source)
+        shards = check_weights_index(source)
+        if isinstance(read := given if given is not None else config_dict, dict):
+            refuse_a_config_larger_than_its_weights(Path(source), read, shards)
     report, no_report = logging.getLogger("transformers.modeling_utils"), _NoLoadReport()
     report.addFilter(no_report)  # what it reports, the ValueError below names
     try:
