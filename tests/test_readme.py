@@ -137,3 +137,12 @@ def test_every_link_and_name_in_the_docs_is_there():
             if found is None or not all((found := getattr(found, part, None)) is not None for part in rest):
                 missing.append(f"{path.relative_to(REPOSITORY)}: {name}")
     assert not missing, missing
+
+
+def test_the_scheme_table_has_a_row_for_every_built_in_scheme():
+    """The README's table of position schemes is written by hand: a scheme added to the package needs its row."""
+    from hf_tinygpt.model.positions import READING_ORDER
+
+    table = README.read_text().split("## Position schemes", 1)[1].split("\n\n")[1]
+    rows = {line.split("`")[1] for line in table.splitlines()[2:]}  # below the header and its rule
+    assert rows == {scheme.name for scheme in READING_ORDER}
