@@ -248,6 +248,16 @@ def test_a_config_far_larger_than_its_weights_is_refused_before_it_is_built(mode
     assert ("transformer.wpe.weight is (" in err) == (model_type == "tinygpt")
 
 
+def test_a_tinygpt_config_without_its_model_type_is_told_so(tiny_folder, capsys):
+    """Its auto_map is the package's own: the fix is the model_type (the message said to remove the auto_map, and
+    then that model_type None is no architecture)."""
+    config = json.loads((tiny_folder / "config.json").read_text())
+    del config["model_type"]
+    (tiny_folder / "config.json").write_text(json.dumps(config))
+    code, err = run_cli(capsys, "generate", "hi", "--model", tiny_folder)
+    assert code == 2 and "model_type is None, but its auto_map names a tinygpt's classes: set model_type to" in err
+
+
 def test_generate_never_reads_a_shard_outside_the_folder(tmp_path, capsys):
     folder = tmp_path / "tiny"
     tiny_model(vocab_size=50257).save_pretrained(folder)

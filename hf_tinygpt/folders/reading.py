@@ -156,8 +156,13 @@ def refuse_foreign_code(config: dict, where: str, *, tokenizer: bool = False):
     auto_map = config.get("auto_map")
     if auto_map is None:
         return
-    own = config.get("model_type") == TinyGPTConfig.model_type and not tokenizer
-    if not (own and isinstance(auto_map, dict) and all(OWN_CLASSES.get(k) == v for k, v in auto_map.items())):
+    ours = not tokenizer and isinstance(auto_map, dict) and all(OWN_CLASSES.get(k) == v for k, v in auto_map.items())
+    if ours and config.get("model_type") != TinyGPTConfig.model_type:  # the auto_map is right, the type is not
+        raise ValueError(
+            f"{where}: model_type is {config.get('model_type')!r}, but its auto_map names a tinygpt's classes: set "
+            f'model_type to "{TinyGPTConfig.model_type}"'
+        )
+    if not ours:
         raise ValueError(
             f"{where}: its auto_map ({json.dumps(auto_map)[:200]}) names code that came with the model; "
             "hf-tinygpt never runs a folder's code. Remove auto_map if the model is a tinygpt, GPT-2 or "
