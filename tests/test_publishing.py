@@ -678,6 +678,8 @@ def test_a_published_card_names_no_folder_even_with_spaces_commas_or_quotes(tmp_
     card = (tmp_path / "staged" / "README.md").read_text()
     assert "Alice" not in card and "secret" not in card and "plays.txt" in card
     assert "Trained on 1 text file (plays.txt):" in card  # a file: no glob, which only picks a folder's files
+    assert "The command, each path in it cut to its file name:" in card and "exact command" not in card
+    assert "The exact command:" in (run / "model" / "README.md").read_text()  # the run's own card: as it ran
     capsys.readouterr()
 
 

@@ -71,6 +71,7 @@ def render_model_card(
     usage: str | None = None,
     usage_note: str = REMOTE_CODE_NOTE,
     loss_curve: str | None = None,
+    paths_cut: bool = False,
 ) -> ModelCard:
     """A card for the model `config` describes, published as `model_id` (a Hub repo id or a local path).
 
@@ -78,7 +79,9 @@ def render_model_card(
     "training" (with a `training` dict: data, steps, validation perplexity, command), and picks the template; an
     optional `data_note` (Markdown) becomes the card's "Data and licences" section.
     `usage` replaces the default snippet (a pipeline on `model_id`), `usage_note` the sentence before it.
-    `loss_curve`: the card shows this image (the training history drawn), a path relative to the card."""
+    `loss_curve`: the card shows this image (the training history drawn), a path relative to the card.
+    `paths_cut`: the training command's paths were cut to their file names (`command_without_folders`): the card
+    does not call it the exact command."""
     made_by = provenance.get("made_by", "training")
     if made_by not in TEMPLATES:
         raise ValueError(f"provenance made_by={made_by!r} is not one of {sorted(TEMPLATES)}")
@@ -119,6 +122,7 @@ def render_model_card(
         training=training,
         data_note=provenance.get("data_note"),
         loss_curve=loss_curve,
+        paths_cut=paths_cut,
         hf_tinygpt_version=importlib.metadata.version("hf-tinygpt"),
         transformers_version=importlib.metadata.version("transformers"),
     )
@@ -281,11 +285,13 @@ def rerender_for(
     data = card.data.to_dict() if card is not None else {}
     where = f"{Path(folder) / 'README.md'}"
     provenance = copy.deepcopy(checked_provenance(data.get("tinygpt"), where))
-    training = provenance.get("training")
+    training, paths_cut = provenance.get("training"), False
     if training and not keep_local_paths:
         hub_ids = [name for name in training.get("hub_ids") or [] if isinstance(name, str)]
         if isinstance(training.get("command"), str):
-            training["command"] = command_without_folders(training["command"], keep=hub_ids)
+            command = training["command"]
+            training["command"] = command_without_folders(command, keep=hub_ids)
+            paths_cut = training["command"] != command
         paths = training.pop("train_paths", None)
         if paths is not None and isinstance(training.get("train_description"), str):  # its paths, named as given
             for path in sorted((path for path in paths if isinstance(path, str)), key=len, reverse=True):
@@ -312,4 +318,5 @@ def rerender_for(
         base_model=base_model or data.get("base_model"),
         # staging draws it again from the checked numbers
         loss_curve=LOSS_CURVE if (Path(folder) / TRAINING_HISTORY).is_file() else None,
+        paths_cut=paths_cut,
     )
