@@ -393,13 +393,27 @@ def test_the_attention_plots_titles_are_not_covered_and_fit_their_pane():
     title, and the line that says the ids were remapped ran past the pane's right edge.)"""
     import gradio as gr
 
-    from hf_tinygpt.explore.app import TITLE_CHARACTERS, Explorer
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from hf_tinygpt.explore.app import Explorer
+    from hf_tinygpt.explore.views import TITLE_CHARACTERS
 
     small = tiny_model("rope")  # a vocabulary smaller than GPT-2's: the prompt's ids are remapped into it
     small.set_attn_implementation("eager")  # as `load_models` loads them: attention weights to show
     figure, _ = Explorer([("small", small)]).attention(PROMPT, 0, 0)
     lines = figure.axes[0].get_title().split("\n")
     assert len(lines) > 2 and all(len(line) <= TITLE_CHARACTERS for line in lines)
+    # A scheme name's label is long: its title, and the message of a layer it lacks, ran past both edges of the pane
+    label = "untrained rope TinyGPT, random init seed 0 (n_embd 128, 256 positions, 4 heads)"
+    deeper = tiny_model("rope", n_layer=3)
+    deeper.set_attn_implementation("eager")
+    explorer = Explorer([(label, small), ("deeper", deeper)])
+    for figure in (explorer.attention(PROMPT, 0, 0)[0], explorer.attention(PROMPT, 2, 0)[0]):
+        canvas = FigureCanvasAgg(figure)
+        canvas.draw()
+        [text] = [text for text in (figure.axes[0].title, *figure.axes[0].texts) if text.get_text()]
+        extent = text.get_window_extent(canvas.get_renderer())
+        assert 0 <= extent.x0 and extent.x1 <= figure.bbox.width, (text.get_text(), extent)
     plots = [block for block in build_app([("small", small)]).blocks.values() if isinstance(block, gr.Plot)]
     attention = [plot for plot in plots if plot.label == "small"]
     assert attention and not any(plot.show_label for plot in attention)

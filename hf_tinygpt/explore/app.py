@@ -22,7 +22,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import textwrap
 import threading
 from pathlib import Path
 
@@ -264,7 +263,7 @@ class Explorer:
                 title = f"{label} ({model.config.position_embedding_type}): layer {layer}, head {head}"
                 if pattern["remapped"]:
                     remapped = f"({_REMAPPED.format(model.config.vocab_size)}: these are not the tokens it read)"
-                    title += "\n" + textwrap.fill(remapped, TITLE_CHARACTERS)  # within a third of a page's width
+                    title += "\n" + remapped
                 outputs.append(plot_attention_pattern(pattern, title))
                 headers = [f"{i}: {text}" for i, text in enumerate(pattern["tokens"])]
                 outputs.append({"headers": headers, "data": pattern["weights"].round(6).tolist()})
@@ -324,7 +323,6 @@ class Explorer:
 
 
 # A model without a tokenizer of its own, whose vocabulary is smaller than GPT-2's (`prompt_tokens`).
-TITLE_CHARACTERS = 60  # a line of a plot's title, in the narrowest pane (three models side by side)
 _REMAPPED = "no tokenizer of its own: GPT-2's ids mapped into its {:,}-token vocabulary"
 
 

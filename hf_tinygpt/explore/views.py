@@ -9,6 +9,7 @@ attention pattern is the weights the model returns with `output_attentions=True`
 model's cross-entropy at each position of windows of the evaluated length.
 """
 
+import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,12 +110,21 @@ def attention_pattern(model, prompt: str, layer: int, head: int, tokenizer=None)
     return {"tokens": tokens, "weights": attentions[layer][0, head].float().numpy(), "remapped": remapped}
 
 
+TITLE_CHARACTERS = 60  # a line of a plot's title, in the narrowest pane (three models side by side)
+
+
+def wrapped(text: str) -> str:
+    """`text` broken into lines that fit the narrowest pane, each of its own lines wrapped apart (a figure's text
+    does not wrap itself: a model's long label ran past both edges)."""
+    return "\n".join(textwrap.fill(line, TITLE_CHARACTERS) for line in text.split("\n"))
+
+
 def plot_message(text: str) -> Figure:
     """A small figure that says `text`: what a pane shows where a model has nothing to draw."""
     figure = Figure(figsize=(6, 1.5), layout="constrained")
     axes = figure.subplots()
     axes.set_axis_off()
-    axes.text(0.5, 0.5, text, ha="center", va="center", transform=axes.transAxes)
+    axes.text(0.5, 0.5, wrapped(text), ha="center", va="center", transform=axes.transAxes)
     return figure
 
 
@@ -125,8 +135,12 @@ def plot_attention_pattern(pattern: dict, title: str) -> Figure:
     axes = figure.subplots()
     image = axes.imshow(pattern["weights"], cmap="viridis", vmin=0, vmax=1)
     figure.colorbar(image, ax=axes, label="attention weight")
+    axes.set_title(wrapped(title), fontsize=10)  # centred on the heatmap, which the token names push right
     axes.set(
-        title=title, xlabel="key (attended to)", ylabel="query", xticks=range(len(names)), yticks=range(len(names))
+        xlabel="key (attended to)",
+        ylabel="query",
+        xticks=range(len(names)),
+        yticks=range(len(names)),
     )
     axes.set_xticklabels(names, rotation=90, fontsize=7)
     axes.set_yticklabels(names, fontsize=7)
