@@ -4,6 +4,9 @@ that the client cannot), and is answered by one readable sentence; the next requ
 The limits themselves are checked in the fast tier."""
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -288,3 +291,21 @@ def test_gradio_serves_only_the_files_the_app_wrote(tmp_path, monkeypatch):
         assert sorted(p.name for p in elsewhere.iterdir()) == ["secret.env"]  # nothing of the app's went there
     finally:
         demo.close()
+
+
+@pytest.mark.slow
+def test_gradio_caches_nothing_in_the_shared_temp_folder(tmp_path):
+    """Gradio reads GRADIO_TEMP_DIR once, as it is imported, and its routes make folders there at launch: set after
+    the import, a shared $TMPDIR/gradio (and a link planted there) was written into. A fresh interpreter, as the
+    command line starts."""
+    victim, shared = tmp_path / "victim", tmp_path / "tmp"
+    victim.mkdir()
+    shared.mkdir()
+    (shared / "gradio").symlink_to(victim)
+    code = "import hf_tinygpt.explore.app, gradio.routes; print(gradio.routes.DEFAULT_TEMP_DIR)"
+    env = {**os.environ, "TMPDIR": str(shared), "GRADIO_TEMP_DIR": ""}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    cache = Path(run.stdout.strip().splitlines()[-1])
+    assert cache.parent.parent == shared and cache.parent.name.startswith("hf-tinygpt-explore-"), cache
+    assert [path.name for path in shared.iterdir()] == ["gradio"] and not any(victim.iterdir())  # removed at exit

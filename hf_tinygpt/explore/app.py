@@ -60,6 +60,22 @@ from .views import (
     training_context,
 )
 
+
+def private_folder() -> Path:
+    """A new folder that only this user can read (`tempfile.mkdtemp`), removed at exit, made Gradio's file cache
+    for this process: Gradio serves the files the app writes from here, never what a shared `$TMPDIR/gradio` (or a
+    link planted there) holds."""
+    folder = Path(tempfile.mkdtemp(prefix="hf-tinygpt-explore-"))
+    os.environ["GRADIO_TEMP_DIR"] = str(folder / "gradio")  # read by each component as it is made, and at launch
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+# Gradio reads GRADIO_TEMP_DIR once, as it is imported (its routes make folders there at launch): a private folder is
+# its cache from the start, never a shared $TMPDIR/gradio or what a link planted there points to.
+if "gradio" not in sys.modules:
+    private_folder()
+
 try:
     import gradio as gr
 except ImportError as error:
@@ -108,16 +124,6 @@ def answered_in_one_sentence(function):
             raise failure(error) from error
 
     return call
-
-
-def private_folder() -> Path:
-    """A new folder that only this user can read (`tempfile.mkdtemp`), removed at exit, made Gradio's file cache
-    for this process: Gradio serves the files the app writes from here, never what a shared `$TMPDIR/gradio` (or a
-    link planted there) holds."""
-    folder = Path(tempfile.mkdtemp(prefix="hf-tinygpt-explore-"))
-    os.environ["GRADIO_TEMP_DIR"] = str(folder / "gradio")  # read by each component as it is made, and at launch
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return folder
 
 
 def launch(demo: "gr.Blocks", *, server_name: str | None = None, server_port: int | None = None, **options):
