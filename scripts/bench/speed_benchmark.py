@@ -53,8 +53,9 @@ from scripts.bench.measure import (
 DECODE_CACHES = {"dynamic": "dynamic cache", "static": "static cache", "compiled": "static cache + torch.compile"}
 
 # "int8": weights quantized as they load with `hf_tinygpt.generate.text.int8_weight_only()` (transformers'
-# TorchAoConfig), activations in bfloat16. transformers' GPT-2 gets the same config (it quantizes none of its Conv1D
-# projections), and TinyGPT in bfloat16 joins the decode rounds under this name: int8's gain over our own bfloat16.
+# TorchAoConfig), activations in bfloat16. transformers' GPT-2 runs its bfloat16 model: the config quantizes none of its
+# Conv1D projections, and loaded through it the same model ran at a third of its plain speed (a peer handicapped for
+# nothing). TinyGPT in bfloat16 joins the decode rounds under this name: int8's gain over our own bfloat16.
 INT8_PEER = "tinygpt bfloat16"
 
 # Which GGUF a decode row of each dtype is set beside: the same bytes per weight, and llama.cpp's 8-bit type. They
@@ -215,10 +216,11 @@ def load_options(dtype: str) -> dict:
 
 
 def load_peers(folder: str, dtype: str, autotune: bool = True) -> tuple[ModelPeer, ...]:
-    """GPT-2 ("hf") and TinyGPT loaded from the same folder in `dtype`, both SDPA; for "int8", TinyGPT in bfloat16
-    too (INT8_PEER). `autotune`: the peers' CompiledDecoders'."""
+    """GPT-2 ("hf") and TinyGPT loaded from the same folder in `dtype`, both SDPA; for "int8", GPT-2 in bfloat16 (it
+    has no int8 form) and TinyGPT in bfloat16 too (INT8_PEER). `autotune`: the peers' CompiledDecoders'."""
     options = load_options(dtype)
-    loads = [("hf", GPT2LMHeadModel, options), ("tinygpt", TinyGPTForCausalLM, options)]
+    loads = [("hf", GPT2LMHeadModel, load_options("bfloat16" if dtype == "int8" else dtype))]
+    loads += [("tinygpt", TinyGPTForCausalLM, options)]
     loads += [(INT8_PEER, TinyGPTForCausalLM, load_options("bfloat16"))] if dtype == "int8" else []
 
     def loaded(cls, kwargs):  # TinyGPT's int8 weights multiplied in int8, as `hf-tinygpt generate --int8` does
@@ -301,7 +303,8 @@ def of_ceiling_by_round(rounds: dict, name: str, step_bytes: int, batch: int) ->
 
 def ceiling_fields(row: dict, step_bytes: dict[str, int], batch: int) -> dict:
     """A decode row's fractions of the bandwidth ceiling, against the row's median probe and round by round. HF and
-    TinyGPT are both set against TinyGPT's bytes (in int8 rows HF reads more than that); each peer against its own."""
+    TinyGPT are both set against TinyGPT's bytes (in int8 rows HF reads its bf16 weights, twice that); each peer
+    against its own."""
     bandwidth = row["memory_bandwidth_GBps"] * 1e9
     ceiling = ceiling_tok_s(bandwidth, step_bytes["tinygpt"], batch)
     fields = {
@@ -456,7 +459,8 @@ def speed_benchmark(
     folder: str, settings: SpeedSettings = SpeedSettings(), llama_cpp: LlamaCppTimer | None = None
 ) -> dict:
     """Side-by-side timings of transformers' GPT2LMHeadModel and TinyGPT loaded from the same GPT-2 `folder`, dtype
-    by dtype (`dtype_rows`), both given the same treatment in every row; with `llama_cpp`, its GGUFs join the rounds
+    by dtype (`dtype_rows`), both given the same treatment in every row (in int8 rows GPT-2 runs in bf16: it has no
+    int8 form); with `llama_cpp`, its GGUFs join the rounds
     of the batch-1 decode rows ("peers"). After the int8 rows, `int8_gemv_bandwidth` of TinyGPT's block weights
     (or of the settings' products)."""
     torch.manual_seed(settings.seed)
