@@ -87,7 +87,8 @@ def paired_timings(runs: Mapping[str, Callable[[], object]], repeats: int, probe
     """Time each of `runs` (name → a call to time; "hf" and "tinygpt" among them) back to back, `repeats` times,
     with `probe()` before each round.
 
-    Who goes first rotates, so that running right after the probe favours no one. The ratio is the median of each
+    Who goes first rotates round by round, so that running right after the probe favours no one over a multiple of
+    len(runs) rounds (over fewer, the first names go first once more than the last). The ratio is the median of each
     round's own HF/TinyGPT time ratio (TinyGPT's speed over HF's): the runs of a round see the same phase of the
     machine's drifting bandwidth, which a ratio of two medians would not pair up. Any other name (a peer such as
     llama.cpp) gets its own paired ratios against TinyGPT the same way, under "peers"."""
