@@ -258,6 +258,16 @@ def test_a_tinygpt_config_without_its_model_type_is_told_so(tiny_folder, capsys)
     assert code == 2 and "model_type is None, but its auto_map names a tinygpt's classes: set model_type to" in err
 
 
+@pytest.mark.parametrize("longest", [1e30, 1024.0])
+def test_a_tokenizer_length_written_as_a_float_is_a_length(longest, tmp_path, capsys):
+    """Many tokenizer_config.json files say 1e+30 for "no limit": generate read them before the check above, and does."""
+    folder = save_with_tokenizer(tiny_model(**GPT2_VOCAB), tmp_path / "tiny")
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "model_max_length": longest}))
+    code, err = run_cli(capsys, "generate", "hi", "--model", folder, "--max-new-tokens", 2, "--temperature", 0)
+    assert code == 0, err
+
+
 def test_generate_never_reads_a_shard_outside_the_folder(tmp_path, capsys):
     folder = tmp_path / "tiny"
     tiny_model(vocab_size=50257).save_pretrained(folder)

@@ -81,7 +81,8 @@ def load_tokenizer(tokenizer: str | Path, *, vocab_size: int | None = None, **hu
             raise ValueError(f"{tokenizer}: transformers cannot read this tokenizer ({describe(error)})") from error
         if holds_no_tokens(loaded):
             raise ValueError(f"{tokenizer}: the tokenizer's vocabulary is empty (no tokens but special ones)")
-        if not (isinstance(loaded.model_max_length, int) and loaded.model_max_length > 0):  # compared to lengths
+        longest = loaded.model_max_length  # compared to lengths; 1e30 (a float) stands for "no limit" in many files
+        if isinstance(longest, bool) or not (isinstance(longest, (int, float)) and longest > 0):
             raise ValueError(
                 f"{tokenizer}: the tokenizer's model_max_length is {loaded.model_max_length!r:.60}, not a number of "
                 "tokens (tokenizer_config.json): fix it, or remove the field"
