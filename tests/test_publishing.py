@@ -886,6 +886,32 @@ def test_push_refuses_settings_that_generate_would_crash_on_or_misread(file, con
     assert not (tmp_path / "staged").exists()
 
 
+@pytest.mark.parametrize(
+    "content, message",
+    [  # told as the user's own --max-new-tokens (which was 2); the second was dropped unsaid
+        ('{"max_new_tokens": -3}', f"{REPO}: generation_config.json: max_new_tokens must be an integer >= 1, got -3"),
+        ("nope", f"{REPO}: generation_config.json is not valid JSON"),
+    ],
+)
+@pytest.mark.slow
+def test_a_hub_repos_generation_config_is_named_as_a_folders_is(content, message, hub, tmp_path):
+    from huggingface_hub import HfApi
+
+    folder = save_with_tokenizer(text_model(), tmp_path / "model")
+    (folder / "generation_config.json").write_text(content)
+    api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
+    api.create_repo(REPO)
+    api.upload_folder(repo_id=REPO, folder_path=folder)
+    run = subprocess.run(
+        [sys.executable, "-m", "hf_tinygpt", "generate", "hi", "--model", REPO, "--max-new-tokens", "2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=hub_subprocess_env(hub, tmp_path, HF_TOKEN=HUB_TOKEN),
+    )
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+
+
 def test_push_adds_each_model_to_one_collection_of_the_owner_made_once(hub, tmp_path, capsys, monkeypatch):
     """`push --collection TITLE` (the length study's zoo): the first push makes the owner's collection, later ones add
     to it, a model pushed again stays listed once; huggingface_hub's own get_collection reads it back."""

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import torch
-from huggingface_hub import file_exists, snapshot_download
+from huggingface_hub import file_exists, hf_hub_download, snapshot_download
 from safetensors import SafetensorError, safe_open
 from transformers import GenerationConfig, PreTrainedConfig
 
@@ -280,12 +280,13 @@ def generation_problems(settings: dict) -> list[str]:
     return problems
 
 
-def read_generation_config(folder: Path) -> GenerationConfig:
+def read_generation_config(folder: Path, where: str | None = None) -> GenerationConfig:
     """The folder's generation_config.json, read once, as `GenerationConfig` reads it, every setting `generate` takes
-    checked first; a ValueError names the file and the setting (transformers names neither, and a model's
-    `from_pretrained` drops a file it cannot read)."""
+    checked first; a ValueError names the file (as `where`, if given) and the setting (transformers names neither,
+    and a model's `from_pretrained` drops a file it cannot read)."""
     path = folder / "generation_config.json"
-    settings = read_json_object(path)
+    settings = read_json_object(path, what=where)
+    path = where or path
     if problems := generation_problems(settings):
         raise ValueError(f"{path}: {'; '.join(problems)}: fix it, or remove it")
     try:
@@ -334,6 +335,16 @@ def refuse_a_config_larger_than_its_weights(folder: Path, config_dict: dict, sha
         )
 
 
+def hub_generation_config(repo_id: str, kwargs: dict) -> Path | None:
+    """A Hub repo's generation_config.json in the HF cache, fetched as transformers would (at the revision and with
+    the token in `kwargs`); None where it has none, or cannot be fetched now (transformers then says why)."""
+    hub = {name: kwargs[name] for name in HUB_OPTIONS if kwargs.get(name) is not None}
+    try:
+        return Path(hf_hub_download(repo_id, "generation_config.json", **hub))
+    except (OSError, ValueError):  # none there (EntryNotFoundError is an OSError), offline, no such repo
+        return None
+
+
 def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
     """`model_class.from_pretrained(source, **kwargs)`, strictly: a checkpoint whose tensors do not fit the model
     (missing, unexpected or wrongly shaped ones) is a ValueError that lists them, where transformers would warn and
@@ -355,6 +366,8 @@ def load_strictly(source, model_class=TinyGPTForCausalLM, **kwargs):
         shards = check_weights_index(source)
         if isinstance(read := given if given is not None else config_dict, dict):
             refuse_a_config_larger_than_its_weights(Path(source), read, shards)
+    elif not cannot_be_a_hub_id(str(source)) and (fetched := hub_generation_config(str(source), kwargs)):
+        kwargs["generation_config"] = read_generation_config(fetched.parent, f"{source}: generation_config.json")
     report, no_report = logging.getLogger("transformers.modeling_utils"), _NoLoadReport()
     report.addFilter(no_report)  # what it reports, the ValueError below names
     try:
