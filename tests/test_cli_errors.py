@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import (
     GPT2_VOCAB,
     REPOSITORY,
@@ -233,13 +234,17 @@ def test_a_folders_generation_config_is_named_when_generate_would_misread_it(ver
     assert code == 2 and f"{folder}/{message}" in err, err
 
 
-@pytest.mark.parametrize("model_type", ["tinygpt", "gpt2"])
-def test_a_config_far_larger_than_its_weights_is_refused_before_it_is_built(model_type, tmp_path, capsys):
+@pytest.mark.parametrize("model_type, safe", [("tinygpt", True), ("gpt2", True), ("tinygpt", False)])
+def test_a_config_far_larger_than_its_weights_is_refused_before_it_is_built(model_type, safe, tmp_path, capsys):
     """transformers builds each tensor the checkpoint holds at another size at the config's size (at random) before it
     compares them: a config.json saying n_positions 2**23 allocated 1 GiB before the refusal, 2**30 ran out of memory
     naming no field. The safetensors header says what the checkpoint holds."""
     folder = tmp_path / model_type
-    (tiny_model(n_embd=32) if model_type == "tinygpt" else random_gpt2(n_embd=32)).save_pretrained(folder)
+    model = tiny_model(n_embd=32) if model_type == "tinygpt" else random_gpt2(n_embd=32)
+    model.save_pretrained(folder)
+    if not safe:  # a pickle (pytorch_model.bin, torch's zip format) is mapped, as safetensors' header is read
+        torch.save(model.state_dict(), folder / "pytorch_model.bin")
+        (folder / "model.safetensors").unlink()
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "n_positions": 2**23}))
     code, err = run_cli(capsys, "generate", "hi", "--model", folder)

@@ -302,19 +302,22 @@ CONFIG_OVERREACH = 2**27
 
 def refuse_a_config_larger_than_its_weights(folder: Path, config_dict: dict, shards: list[str]):
     """A ValueError naming config.json where a tinygpt or GPT-2 folder's config asks for far more weights than its
-    safetensors hold (`shards`, as its index names them, or model.safetensors; their headers read, not their tensors):
-    `n_positions: 2**30` would be allocated, then refused."""
+    checkpoint holds (`shards`, as its index names them, or its one file; safetensors' headers read, a pickle mapped,
+    not their tensors): `n_positions: 2**30` would be allocated, then refused."""
     if config_dict.get("model_type") not in ("tinygpt", "gpt2"):
         return
     shapes = {}
-    for name in shards or ["model.safetensors"]:
-        if not name.endswith(".safetensors") or not (folder / name).is_file():
-            return  # pickles are read whole by torch: the config does not make them larger
+    default = ["model.safetensors" if (folder / "model.safetensors").is_file() else "pytorch_model.bin"]
+    for name in shards or default:
         try:
-            with safe_open(folder / name, framework="pt") as weights:
-                shapes |= {key: tuple(weights.get_slice(key).get_shape()) for key in weights.keys()}
-        except (SafetensorError, OSError):
-            return  # the load names a file it cannot read
+            if name.endswith(".safetensors"):
+                with safe_open(folder / name, framework="pt") as weights:
+                    shapes |= {key: tuple(weights.get_slice(key).get_shape()) for key in weights.keys()}
+            else:  # torch's zip format, mapped: the shapes are read, the tensors stay on disk
+                weights = torch.load(folder / name, map_location="cpu", weights_only=True, mmap=True)
+                shapes |= {key: tuple(tensor.shape) for key, tensor in weights.items()}
+        except (SafetensorError, OSError, RuntimeError, pickle.UnpicklingError, AttributeError):
+            return  # the load names a file it cannot read (or an older pickle format, which cannot be mapped)
     try:
         config = TinyGPTConfig.from_dict(config_dict)  # GPT-2's reads as its TinyGPT twin: the same weights
         with torch.device("meta"):
