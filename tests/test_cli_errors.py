@@ -182,6 +182,20 @@ def test_generate_names_a_gpt2_folder_whose_vocabulary_the_bundled_tokenizer_ove
     assert code == 2 and "it needs its own tokenizer" in err
 
 
+def test_weights_whose_sum_overflows_are_finite_and_one_inf_or_nan_is_not():
+    """check_finite sums each tensor first (one pass; inf and NaN carry into the sum) and looks value by value only
+    where the sum is not finite: large finite weights are not refused for their sum's overflow."""
+    from hf_tinygpt.folders.reading import check_finite
+
+    large = {"w": torch.full((4, 3), 3e38), "h": torch.full((8,), 6e4, dtype=torch.float16)}
+    check_finite(large)
+    for bad in (float("inf"), -float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="tensors with inf or NaN values: w$"):
+            check_finite({"w": torch.tensor([1.0, bad, 2.0]), "ok": torch.ones(3)})
+    with pytest.raises(ValueError, match="inf or NaN values: w$"):  # +inf and -inf: the sum is NaN
+        check_finite({"w": torch.tensor([float("inf"), -float("inf")])})
+
+
 @pytest.mark.parametrize(
     "verb",
     [
