@@ -389,7 +389,8 @@ def push_to_hub(
 @dataclass
 class Published:
     """What `push` or `push_space` did: the files it uploaded ({path: bytes}, or for a dry run what it would
-    upload), the commit (None for a dry run, or where the repo already held the files) and the collection the model was added to (its URL, or None)."""
+    upload), the commit (None for a dry run, or where the repo already held the files) and the collection the model
+    was added to (its URL, or None)."""
 
     files: dict[str, int]
     commit: CommitInfo | None = None
