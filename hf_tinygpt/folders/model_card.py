@@ -19,7 +19,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from ..model.configuration_tinygpt import TinyGPTConfig
 from ..model.params import parameter_breakdown
 from .errors import first_line
-from .reading import HUB_OPTIONS, cannot_be_a_hub_id, describe
+from .reading import cannot_be_a_hub_id, describe, hub_options
 from .training_history import LOSS_CURVE, TRAINING_HISTORY
 
 TEMPLATES = {"conversion": "converted_gpt2.md", "training": "trained.md"}
@@ -151,9 +151,8 @@ def source_card(source: str | Path, **hub_kwargs) -> ModelCard | None:
     if not folder.is_dir():
         if cannot_be_a_hub_id(str(source)):  # a folder gone since its model loaded
             return None
-        hub = {key: value for key, value in hub_kwargs.items() if key in HUB_OPTIONS}
         try:
-            folder = Path(hf_hub_download(str(source), "README.md", **hub)).parent
+            folder = Path(hf_hub_download(str(source), "README.md", **hub_options(hub_kwargs))).parent
         except OSError:
             return None
     return read_card(folder)

@@ -100,6 +100,11 @@ def at_one_revision(path_or_repo_id, hub_kwargs: dict) -> dict:
     return {**hub_kwargs, "revision": resolve_revision(str(path_or_repo_id), hub_kwargs.get("revision"), **options)}
 
 
+def hub_options(kwargs: dict) -> dict:
+    """Of a load's keyword arguments, those huggingface_hub's downloads take (`HUB_OPTIONS`)."""
+    return {key: value for key, value in kwargs.items() if key in HUB_OPTIONS}
+
+
 def cannot_be_a_hub_id(path: str) -> bool:
     """Whether `path`, no folder here, is no Hub id either (a path, deeper than owner/name, or a file): a missing
     folder, then, to be named as such and not sent to the Hub."""
@@ -209,8 +214,7 @@ def has_tokenizer(src, **hub_kwargs) -> bool:
         for name in names:  # one that is there but no file would be skipped for the bundled tokenizer: say so
             refuse_what_is_not_a_file(Path(src) / name)
         return any((Path(src) / name).is_file() for name in names)
-    hub = {key: value for key, value in hub_kwargs.items() if key in HUB_OPTIONS}
-    return any(file_exists(str(src), name, **hub) for name in names)
+    return any(file_exists(str(src), name, **hub_options(hub_kwargs)) for name in names)
 
 
 def read_state_dict(weights_file: str) -> dict[str, torch.Tensor]:
@@ -341,9 +345,8 @@ def refuse_a_config_larger_than_its_weights(folder: Path, config_dict: dict, sha
 def hub_generation_config(repo_id: str, kwargs: dict) -> Path | None:
     """A Hub repo's generation_config.json in the HF cache, fetched as transformers would (at the revision and with
     the token in `kwargs`); None where it has none, or cannot be fetched now (transformers then says why)."""
-    hub = {name: kwargs[name] for name in HUB_OPTIONS if kwargs.get(name) is not None}
     try:
-        return Path(hf_hub_download(repo_id, "generation_config.json", **hub))
+        return Path(hf_hub_download(repo_id, "generation_config.json", **hub_options(kwargs)))
     except (OSError, ValueError):  # none there (EntryNotFoundError is an OSError), offline, no such repo
         return None
 
