@@ -88,7 +88,8 @@ def read_source(src: str, *, n_head: int | None = None, trim_vocab: int | None =
             model = load_strictly(src, config=config_dict, **hub_kwargs)  # the weights, read once; each tensor checked
             tokenizer_from = src if has_tokenizer(src, **hub_kwargs) else None
             source = Source(model.config, dict(model.state_dict()), "gpt2", tokenizer_from)
-    check_finite(source.state_dict, str(src))
+    if weights_file or nanogpt:  # a folder's weights were checked as they loaded (load_strictly)
+        check_finite(source.state_dict, str(src))
     return source
 
 
